@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Make (or reuse) the project's Python environment and print its path.
+# PyTorch comes from Debian's python3-torch (CPU, small); the venv sees it through
+# --system-site-packages. Everything else comes from PyPI. The venv is cached outside the
+# repository, keyed by the hash of pyproject.toml; the repository itself is installed editable.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${DECOR_CACHE:-/var/cache/decor}
+key=$(sha256sum "$root/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)
+venv="$cache/venv-$key"
+log() { printf '[venv] %s\n' "$*" >&2; }
+if ! /usr/bin/python3 -c 'import torch, venv' 2>/dev/null; then
+  log "installing Debian packages (python3-torch, python3-venv)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends python3-torch python3-venv python3-numpy >&2
+fi
+if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
+  log "creating $venv"
+  rm -rf "$venv"; mkdir -p "$cache"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q --upgrade pip >&2
+  "$venv/bin/pip" install -q -e "$root[operator,trainer,dev]" >&2
+  touch "$venv/.complete"
+else
+  # editable install points at this checkout (CI clones elsewhere)
+  "$venv/bin/pip" install -q --no-deps -e "$root" >&2
+fi
+echo "$venv"
