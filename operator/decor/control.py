@@ -1,0 +1,432 @@
+"""The control law: how many cores or GPUs a training job gets next.
+
+``decide(state, observation, settings, now)`` is a pure function: no I/O, no clock, stdlib
+only. The caller (local runtime or operator) samples progress, calls it once per period,
+applies ``Decision.allocation`` and keeps ``Decision.state`` for the next call (the operator
+stores it in the job's status, so a restarted operator resumes exactly).
+
+Two policies share this interface (docs/control-law.md derives both):
+
+* ``decor-nn``: the published DECOR-NN law, kept as the baseline. A PI controller on
+  normalised progress against the time ramp SP = t / D, K = 50, Ti = 12 s, back-calculation
+  anti-windup, the integral starting at MAX, allocation quantised (0.05 core / 1 GPU), MAX
+  once the deadline has passed, GPU integral frozen while a change is pending.
+* ``decor`` (default): shrinking-horizon control with an online speed model. Each period
+  it fits step time = a / u + b (u = allocation) to the progress seen so far, with older
+  samples forgotten, and picks the allocation whose predicted rate finishes the remaining
+  steps exactly at the deadline minus a small safety margin. Re-planning from the measured
+  position every period is the feedback; the fitted model is the feedforward. A dead-band
+  stops dithering between quanta; GPU changes are taken only when they pay for their
+  restart cost and after a minimum dwell; when even MAX cannot make the deadline the
+  decision says Infeasible and runs at MAX.
+
+Times are Unix seconds (floats); allocations are cores (CPU) or GPU counts (whole numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+# Condition types the controller reports (also the Kubernetes condition types).
+ON_TRACK = "OnTrack"  # the job is predicted to finish by its deadline with headroom
+AT_RISK = "AtRisk"  # it needs more than 90% of MAX to make the deadline
+INFEASIBLE = "Infeasible"  # even MAX cannot make the deadline; running at MAX
+METRICS_UNAVAILABLE = "MetricsUnavailable"  # no usable progress sample; allocation held
+COMPLETE = "Complete"  # all planned steps are done
+DEADLINE_MISSED = "DeadlineMissed"  # the deadline passed before the job completed
+STARTING = "Starting"  # not enough progress seen yet to predict anything
+
+AT_RISK_FRACTION_OF_MAX = 0.9
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the controller is asked to do, and its tuning. Built from a JobSpec.
+
+    ``start_s``/``deadline_s`` are absolute Unix seconds; a deadline change is a new Settings.
+    """
+
+    mode: str  # "cpu" | "gpu"
+    min_allocation: float
+    max_allocation: float
+    start_s: float
+    deadline_s: float
+    policy: str = "decor"
+    period_s: float = 1.0
+    # DECOR-NN gains (published values); used by the decor-nn policy.
+    k: float = 50.0
+    ti_s: float = 12.0
+    # decor: aim this long before the deadline; None -> max(margin_min_s, margin_ratio * D).
+    safety_margin_s: float | None = None
+    safety_margin_ratio: float = 0.004
+    safety_margin_min_s: float = 0.25
+    # decor: samples older than this weigh e^-1 in the speed fit (tracks slow-downs).
+    model_memory_s: float = 20.0
+    # decor, GPU: seconds of progress lost to one checkpoint + restart (learned as it runs).
+    restart_cost_s: float = 30.0
+    # decor, GPU: no change sooner than this after the previous one took effect.
+    min_dwell_s: float = 30.0
+
+    @property
+    def quantum(self) -> float:
+        """Allocation step: 0.05 core (CFS quota granularity used by DECOR-NN) or 1 GPU."""
+        return 0.05 if self.mode == "cpu" else 1.0
+
+    @property
+    def late_progress(self) -> float:
+        """DECOR-NN jumps to MAX past the deadline while progress is below this."""
+        return 0.99 if self.mode == "cpu" else 0.995
+
+    @property
+    def duration_s(self) -> float:
+        return self.deadline_s - self.start_s
+
+    @property
+    def target_s(self) -> float:
+        """The finish time the decor policy aims at: the deadline minus the safety margin."""
+        margin = self.safety_margin_s
+        if margin is None:
+            margin = max(self.safety_margin_min_s, self.safety_margin_ratio * max(self.duration_s, 0))
+        return self.deadline_s - margin
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One progress sample.
+
+    ``time_s``: when the sample was taken (Unix s). ``steps_done``/``steps_total``: completed
+    and planned mini-batches. ``allocation``: what is actually in effect now (read back from
+    the cgroup or the pod status). ``pending``: a requested change has not taken effect yet.
+    """
+
+    time_s: float
+    steps_done: float
+    steps_total: float
+    allocation: float
+    pending: bool = False
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.steps_done / self.steps_total) if self.steps_total > 0 else 0.0
+
+    @property
+    def complete(self) -> bool:
+        return self.steps_total > 0 and self.steps_done >= self.steps_total
+
+
+@dataclass(frozen=True)
+class SpeedFit:
+    """Exponentially-forgotten least-squares sums for step_time = a * x + b, x = 1/allocation.
+
+    Each sample is one interval between observations, weighted by the steps it covered.
+    """
+
+    sw: float = 0.0
+    sx: float = 0.0
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+    updated_s: float | None = None
+
+    def add(self, x: float, y: float, weight: float, now_s: float, memory_s: float) -> SpeedFit:
+        decay = 1.0 if self.updated_s is None else math.exp(-max(0.0, now_s - self.updated_s) / memory_s)
+        return SpeedFit(
+            sw=self.sw * decay + weight,
+            sx=self.sx * decay + weight * x,
+            sy=self.sy * decay + weight * y,
+            sxx=self.sxx * decay + weight * x * x,
+            sxy=self.sxy * decay + weight * x * y,
+            updated_s=now_s,
+        )
+
+    def coefficients(self) -> tuple[float, float] | None:
+        """(a, b) in seconds per step, or None before any sample.
+
+        A ridge term pulls b towards 0 so that, before two different allocations have been
+        seen, the fit assumes linear speed-up (step time proportional to 1/allocation).
+        """
+        if self.sw <= 0:
+            return None
+        mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
+        # Ridge on b, scaled to the data so it only matters when var_x ~ 0.
+        ridge = 1e-3 * (mean_x * mean_x)
+        # Minimise E[(y - a x - b)^2] + ridge * b^2  (normal equations, 2x2).
+        exx = self.sxx / self.sw
+        det = exx * (1.0 + ridge) - mean_x * mean_x
+        if det <= 0:
+            return None
+        a = (self.sxy / self.sw * (1.0 + ridge) - mean_x * mean_y) / det
+        b = (mean_y * exx - mean_x * self.sxy / self.sw) / det
+        if a <= 0:  # no measurable speed-up: all of the step time is fixed
+            return 0.0, max(mean_y, 1e-9)
+        if b < 0:  # a negative floor is unphysical: refit through the origin
+            return self.sxy / self.sxx, 0.0
+        return a, b
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything the controller remembers between periods (JSON-serialisable)."""
+
+    policy: str
+    allocation: float  # what the controller last asked for
+    integral: float = 0.0  # decor-nn: the I term, in allocation units
+    last_time_s: float | None = None
+    last_steps: float | None = None
+    fit: SpeedFit = field(default_factory=SpeedFit)
+    last_change_s: float | None = None  # when the last allocation change was requested
+    restart_cost_s: float | None = None  # decor GPU: learned cost of one restart
+    change_pending_since_s: float | None = None
+    decisions: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(raw: dict[str, Any]) -> State:
+        data = dict(raw)
+        data["fit"] = SpeedFit(**data.get("fit", {}))
+        return State(**data)
+
+
+@dataclass(frozen=True)
+class Decision:
+    allocation: float
+    state: State
+    condition: str
+    message: str
+    eta_s: float | None = None  # predicted completion time (Unix s) at this allocation
+
+
+def initial_state(settings: Settings, initial_allocation: float | None = None) -> State:
+    """Controller state at job start. DECOR-NN starts with everything (integral = MAX)."""
+    if settings.policy == "decor-nn":
+        return State(policy="decor-nn", allocation=settings.max_allocation, integral=settings.max_allocation)
+    start = settings.max_allocation if initial_allocation is None else initial_allocation
+    return State(policy="decor", allocation=clamp(start, settings))
+
+
+def clamp(value: float, settings: Settings) -> float:
+    return min(settings.max_allocation, max(settings.min_allocation, value))
+
+
+def quantize(value: float, settings: Settings, *, up: bool = False) -> float:
+    """Round to the allocation quantum (nearest, or up), then clamp to [MIN, MAX]."""
+    q = settings.quantum
+    steps = math.ceil(value / q - 1e-9) if up else round(value / q)
+    return clamp(round(steps * q, 6), settings)
+
+
+def decide(state: State, observation: Observation | None, settings: Settings, now: float) -> Decision:
+    """The next allocation. ``observation`` is None when no usable progress sample exists."""
+    if observation is None:
+        return Decision(
+            allocation=state.allocation,
+            state=state,
+            condition=METRICS_UNAVAILABLE,
+            message=f"no progress sample; holding {state.allocation:g}",
+        )
+    if observation.complete:
+        return Decision(
+            allocation=state.allocation,
+            state=replace(state, last_time_s=observation.time_s, last_steps=observation.steps_done),
+            condition=COMPLETE,
+            message="all planned steps done",
+            eta_s=observation.time_s,
+        )
+    if state.policy == "decor-nn":
+        return _decide_decor_nn(state, observation, settings, now)
+    return _decide_decor(state, observation, settings, now)
+
+
+# ---------------------------------------------------------------------------------------
+# decor-nn: the published baseline
+
+
+def _decide_decor_nn(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
+    duration = max(settings.duration_s, 1e-9)
+    set_point = (now - settings.start_s) / duration
+    error = set_point - obs.progress
+    u_p = settings.k * error
+    integral = state.integral
+    # The integral follows what was actually applied (e.g. a resize the kubelet capped).
+    if not obs.pending and state.decisions > 0:
+        integral += obs.allocation - state.allocation
+    if settings.mode == "gpu" and obs.pending:
+        # A GPU change is still being carried out: hold it and do not advance the integral.
+        return Decision(
+            allocation=state.allocation,
+            state=replace(state, integral=integral, decisions=state.decisions + 1),
+            condition=ON_TRACK,
+            message="GPU change pending",
+        )
+    integral += u_p * settings.period_s / settings.ti_s
+    u = quantize(u_p + integral, settings)
+    late = now > settings.deadline_s and obs.progress < settings.late_progress
+    if late:
+        u = settings.max_allocation
+    integral = u - u_p  # back-calculation anti-windup
+    condition, message = _nn_condition(settings, obs, now, error, u)
+    new_state = replace(
+        state,
+        allocation=u,
+        integral=integral,
+        last_time_s=obs.time_s,
+        last_steps=obs.steps_done,
+        last_change_s=now if u != state.allocation else state.last_change_s,
+        decisions=state.decisions + 1,
+    )
+    return Decision(allocation=u, state=new_state, condition=condition, message=message)
+
+
+def _nn_condition(settings: Settings, obs: Observation, now: float, error: float, u: float) -> tuple[str, str]:
+    if now > settings.deadline_s:
+        return DEADLINE_MISSED, f"deadline passed at {obs.progress:.1%} progress"
+    if error > 0.05 and u >= settings.max_allocation:
+        return AT_RISK, f"{error:.1%} behind the set point at MAX"
+    return ON_TRACK, f"{error:+.2%} from the set point"
+
+
+# ---------------------------------------------------------------------------------------
+# decor: shrinking horizon with an online speed model
+
+
+def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
+    fit = state.fit
+    restart_cost = state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
+    pending_since = state.change_pending_since_s
+    if obs.pending and pending_since is None:
+        pending_since = state.last_change_s if state.last_change_s is not None else now
+    # 1. Learn from the interval since the last sample (skip intervals spanning a change).
+    if state.last_time_s is not None and state.last_steps is not None and obs.allocation > 0:
+        dt = obs.time_s - state.last_time_s
+        dsteps = obs.steps_done - state.last_steps
+        stable = not obs.pending and pending_since is None
+        if dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs):
+            fit = fit.add(1.0 / obs.allocation, dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
+    if not obs.pending and pending_since is not None and state.last_steps is not None:
+        if obs.steps_done > state.last_steps and settings.mode == "gpu":
+            # First progress after a restart: the gap is (roughly) what a restart costs.
+            coeffs = fit.coefficients()
+            step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
+            seen = max(0.0, obs.time_s - pending_since - (obs.steps_done - state.last_steps) * step_s)
+            restart_cost = seen if state.restart_cost_s is None else 0.5 * (restart_cost + seen)
+            pending_since = None
+        elif settings.mode == "cpu":
+            pending_since = None
+    base = replace(
+        state,
+        fit=fit,
+        last_time_s=obs.time_s,
+        last_steps=obs.steps_done,
+        restart_cost_s=restart_cost if settings.mode == "gpu" else None,
+        change_pending_since_s=pending_since,
+        decisions=state.decisions + 1,
+    )
+    remaining = obs.steps_total - obs.steps_done
+    coeffs = fit.coefficients()
+    if coeffs is None:
+        return Decision(
+            allocation=state.allocation, state=base, condition=STARTING, message="measuring speed"
+        )
+    a, b = coeffs
+
+    def step_time(u: float) -> float:
+        return a / u + b
+
+    eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
+    if now >= settings.deadline_s:
+        return _hold_or_change(
+            base, settings, settings.max_allocation, now, obs, DEADLINE_MISSED,
+            f"deadline passed at {obs.progress:.1%}; running at MAX", eta_at_max,
+        )
+    infeasible = eta_at_max > settings.deadline_s
+    if infeasible:
+        late_by = eta_at_max - settings.deadline_s
+        return _hold_or_change(
+            base, settings, settings.max_allocation, now, obs, INFEASIBLE,
+            f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX", eta_at_max,
+        )
+    # Remaining time measured from the sample; work done since the sample is unknown.
+    horizon = settings.target_s - obs.time_s
+    needed_step_s = horizon / remaining if remaining > 0 else math.inf
+    if needed_step_s <= b:
+        wanted = settings.max_allocation
+    else:
+        wanted = a / (needed_step_s - b) if a > 0 else settings.min_allocation
+    if settings.mode == "gpu":
+        return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost)
+    # CPU: dead-band of one quantum around the current allocation, else round up.
+    current = obs.allocation if not obs.pending else state.allocation
+    target = quantize(wanted, settings, up=True)
+    if abs(wanted - current) < settings.quantum and settings.min_allocation <= current <= settings.max_allocation:
+        target = current
+    condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
+    eta = obs.time_s + remaining * step_time(target)
+    message = f"needs {wanted:.2f} cores; step time {a:.3f}/u + {b:.3f} s"
+    return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
+
+
+def _same_allocation_held(state: State, obs: Observation) -> bool:
+    """The interval's progress belongs to one allocation: what we asked is what ran."""
+    return abs(state.allocation - obs.allocation) < 1e-6
+
+
+def _decide_gpu(
+    base: State,
+    settings: Settings,
+    obs: Observation,
+    now: float,
+    remaining: float,
+    step_time: Any,
+    restart_cost: float,
+) -> Decision:
+    current = base.allocation
+    if obs.pending or base.change_pending_since_s is not None:
+        eta = obs.time_s + remaining * step_time(current)
+        return Decision(current, base, ON_TRACK, "GPU change pending", eta)
+    target_s = settings.target_s
+
+    def finish(g: float) -> float:
+        cost = 0.0 if g == current else restart_cost
+        return obs.time_s + cost + remaining * step_time(g)
+
+    candidates = [float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)]
+    meeting = [g for g in candidates if finish(g) <= target_s]
+    dwell_ok = base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+    if finish(current) <= target_s:
+        # On track: only shrink when a smaller count still makes it, restart included.
+        smaller = [g for g in meeting if g < current]
+        choice = min(smaller) if smaller and dwell_ok else current
+    elif meeting:
+        choice = min(meeting)
+    else:
+        choice = min(candidates, key=finish)
+    condition = AT_RISK if choice >= settings.max_allocation and finish(choice) > target_s else ON_TRACK
+    message = f"{choice:g} GPU(s) finish at {finish(choice) - settings.deadline_s:+.0f}s vs deadline"
+    return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+
+
+def _hold_or_change(
+    base: State,
+    settings: Settings,
+    target: float,
+    now: float,
+    obs: Observation,
+    condition: str,
+    message: str,
+    eta_s: float | None,
+) -> Decision:
+    target = clamp(target, settings)
+    if obs.pending:  # never stack requests on a change that is still being applied
+        target = base.allocation
+    changed = abs(target - base.allocation) > 1e-9
+    state = replace(
+        base,
+        allocation=target,
+        last_change_s=now if changed else base.last_change_s,
+        change_pending_since_s=now if changed and settings.mode == "gpu" else base.change_pending_since_s,
+    )
+    return Decision(allocation=target, state=state, condition=condition, message=message, eta_s=eta_s)

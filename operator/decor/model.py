@@ -1,0 +1,382 @@
+"""Typed records for a DeadlineTrainingJob manifest, and their parsing and validation.
+
+The same YAML a user gives to ``kubectl apply`` is what the local runtime reads, so this
+module is the one place that knows the manifest's shape. It is pure: no I/O, no clock.
+Every validation error names the offending field, e.g.
+``spec.resources.min: must be <= spec.resources.max (3 > 2)``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+API_GROUP = "decor.dev"
+API_VERSION = "v1alpha1"
+KIND = "DeadlineTrainingJob"
+PLURAL = "deadlinetrainingjobs"
+
+Mode = Literal["cpu", "gpu"]
+Policy = Literal["decor", "decor-nn"]
+POLICIES: tuple[str, ...] = ("decor", "decor-nn")
+MODES: tuple[str, ...] = ("cpu", "gpu")
+
+DEFAULT_METRICS_PORT = 9100
+DEFAULT_METRICS_PATH = "/metrics"
+# Control periods of the published law: 1 s for CPU, 5 s for GPU.
+DEFAULT_PERIOD_S = {"cpu": 1.0, "gpu": 5.0}
+# Smallest allocation when the manifest gives none: DECOR-NN's MIN is one core / one GPU.
+DEFAULT_MIN = {"cpu": 1.0, "gpu": 1.0}
+
+
+class ManifestError(ValueError):
+    """A manifest is invalid. ``field`` is the dotted path of the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """Allocation bounds. CPU in cores (0.25 = 250m), GPU as an integer count."""
+
+    mode: Mode
+    min: float
+    max: float
+    initial: float
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """How the controller runs. Unset gains fall back to the policy's defaults."""
+
+    policy: Policy = "decor"
+    period_s: float = 1.0
+    safety_margin_s: float | None = None
+    k: float | None = None
+    ti_s: float | None = None
+    restart_cost_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    port: int = DEFAULT_METRICS_PORT
+    path: str = DEFAULT_METRICS_PATH
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated DeadlineTrainingJob. Exactly one of ``deadline`` / ``duration_s`` is set."""
+
+    name: str
+    namespace: str
+    epochs: int
+    resources: ResourceSpec
+    control: ControlSpec
+    template: dict[str, Any]
+    deadline: datetime | None = None
+    duration_s: float | None = None
+    steps_per_epoch: int | None = None
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    suspend: bool = False
+
+    def deadline_s(self, start_s: float) -> float:
+        """Absolute deadline (Unix seconds) of a job that started at ``start_s``."""
+        if self.deadline is not None:
+            return self.deadline.timestamp()
+        assert self.duration_s is not None
+        return start_s + self.duration_s
+
+    @property
+    def trainer_container(self) -> dict[str, Any]:
+        """The first container of the template: the one DECOR resizes."""
+        return dict(self.template["spec"]["containers"][0])
+
+
+# ---------------------------------------------------------------------------------------
+# Scalar parsers (each raises ManifestError naming ``where``)
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration_s(value: Any, where: str) -> float:
+    """Seconds from a number (seconds) or a Go-style string such as ``90s`` or ``1h30m``."""
+    if isinstance(value, bool):
+        raise ManifestError(where, f"must be a duration such as 90s or 1h30m, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION_PART.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ManifestError(
+                    where, f"must be a duration such as 90s or 1h30m, got {value!r}"
+                ) from None
+            seconds = sum(float(n) * _DURATION_UNIT_S[u] for n, u in parts)
+    else:
+        raise ManifestError(where, f"must be a duration such as 90s or 1h30m, got {value!r}")
+    if seconds <= 0:
+        raise ManifestError(where, f"must be positive, got {value!r}")
+    return seconds
+
+
+def parse_time(value: Any, where: str) -> datetime:
+    """An RFC 3339 timestamp with a time zone (``2026-11-22T12:00:00Z``)."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ManifestError(
+                where, f"must be an RFC 3339 time such as 2026-11-22T12:00:00Z, got {value!r}"
+            ) from None
+    else:
+        raise ManifestError(where, f"must be an RFC 3339 time, got {value!r}")
+    if parsed.tzinfo is None:
+        raise ManifestError(where, f"needs a time zone (e.g. a trailing Z), got {value!r}")
+    return parsed.astimezone(UTC)
+
+
+def format_time(value: datetime | float) -> str:
+    """RFC 3339 in UTC with a Z, to the second (what the API server stores)."""
+    if isinstance(value, int | float):
+        value = datetime.fromtimestamp(value, UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_cpu_cores(value: Any, where: str) -> float:
+    """Cores from ``2``, ``0.5``, ``"1.5"`` or millicores ``"250m"``."""
+    if isinstance(value, bool):
+        raise ManifestError(where, f"must be cores (e.g. 2 or 0.5) or millicores (500m), got {value!r}")
+    try:
+        if isinstance(value, str) and value.strip().endswith("m"):
+            cores = float(value.strip()[:-1]) / 1000.0
+        else:
+            cores = float(value)
+    except (TypeError, ValueError):
+        raise ManifestError(
+            where, f"must be cores (e.g. 2 or 0.5) or millicores (500m), got {value!r}"
+        ) from None
+    if not cores > 0:
+        raise ManifestError(where, f"must be positive, got {value!r}")
+    return cores
+
+
+def format_cpu(cores: float) -> str:
+    """A Kubernetes CPU quantity in millicores: 1.25 -> ``1250m``."""
+    return f"{round(cores * 1000)}m"
+
+
+def parse_gpu_count(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ManifestError(where, f"must be a whole number of GPUs, got {value!r}")
+    try:
+        count = int(value)
+    except ValueError:
+        raise ManifestError(where, f"must be a whole number of GPUs, got {value!r}") from None
+    if count < 1:
+        raise ManifestError(where, f"must be at least 1, got {value!r}")
+    return float(count)
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManifestError(where, f"must be a positive integer, got {value!r}")
+    if value < 1:
+        raise ManifestError(where, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ManifestError(where, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _reject_unknown(section: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(section) - allowed)
+    if unknown:
+        raise ManifestError(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def parse_resources(raw: Any) -> ResourceSpec:
+    where = "spec.resources"
+    section = _mapping(raw, where)
+    if not section:
+        raise ManifestError(where, "is required (mode, min, max, initial)")
+    _reject_unknown(section, {"mode", "min", "max", "initial"}, where)
+    mode = section.get("mode", "cpu")
+    if mode not in MODES:
+        raise ManifestError(f"{where}.mode", f"must be one of cpu, gpu; got {mode!r}")
+    parse = parse_cpu_cores if mode == "cpu" else parse_gpu_count
+    if "max" not in section:
+        raise ManifestError(f"{where}.max", "is required")
+    max_ = parse(section["max"], f"{where}.max")
+    min_ = parse(section["min"], f"{where}.min") if "min" in section else min(DEFAULT_MIN[mode], max_)
+    initial = parse(section["initial"], f"{where}.initial") if "initial" in section else max_
+    if min_ > max_:
+        raise ManifestError(f"{where}.min", f"must be <= {where}.max ({min_:g} > {max_:g})")
+    if not min_ <= initial <= max_:
+        raise ManifestError(
+            f"{where}.initial", f"must be within [min, max] = [{min_:g}, {max_:g}], got {initial:g}"
+        )
+    return ResourceSpec(mode=mode, min=min_, max=max_, initial=initial)
+
+
+def parse_control(raw: Any, mode: Mode) -> ControlSpec:
+    where = "spec.control"
+    section = _mapping(raw, where)
+    _reject_unknown(
+        section,
+        {"policy", "periodSeconds", "safetyMarginSeconds", "gains", "restartCostSeconds"},
+        where,
+    )
+    policy = section.get("policy", "decor")
+    if policy not in POLICIES:
+        raise ManifestError(f"{where}.policy", f"must be one of decor, decor-nn; got {policy!r}")
+    period_s = DEFAULT_PERIOD_S[mode]
+    if "periodSeconds" in section:
+        period_s = parse_duration_s(section["periodSeconds"], f"{where}.periodSeconds")
+    margin = section.get("safetyMarginSeconds")
+    if margin is not None:
+        margin = _non_negative(margin, f"{where}.safetyMarginSeconds")
+    gains = _mapping(section.get("gains"), f"{where}.gains")
+    _reject_unknown(gains, {"k", "tiSeconds"}, f"{where}.gains")
+    k = _positive(gains["k"], f"{where}.gains.k") if "k" in gains else None
+    ti_s = _positive(gains["tiSeconds"], f"{where}.gains.tiSeconds") if "tiSeconds" in gains else None
+    restart = section.get("restartCostSeconds")
+    if restart is not None:
+        restart = _non_negative(restart, f"{where}.restartCostSeconds")
+    return ControlSpec(
+        policy=policy, period_s=period_s, safety_margin_s=margin, k=k, ti_s=ti_s, restart_cost_s=restart
+    )
+
+
+def _positive(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ManifestError(where, f"must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _non_negative(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ManifestError(where, f"must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def parse_template(raw: Any) -> dict[str, Any]:
+    where = "spec.template"
+    template = _mapping(raw, where)
+    spec = _mapping(template.get("spec"), f"{where}.spec")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ManifestError(f"{where}.spec.containers", "must list at least one container")
+    first = containers[0]
+    if not isinstance(first, dict):
+        raise ManifestError(f"{where}.spec.containers[0]", "must be a mapping")
+    if not first.get("name"):
+        raise ManifestError(f"{where}.spec.containers[0].name", "is required")
+    for key in ("command", "args"):
+        value = first.get(key)
+        if value is not None and (
+            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+        ):
+            raise ManifestError(f"{where}.spec.containers[0].{key}", "must be a list of strings")
+    if not first.get("command") and not first.get("image"):
+        raise ManifestError(f"{where}.spec.containers[0]", "needs a command or an image")
+    return template
+
+
+def parse_job(manifest: Any) -> JobSpec:
+    """Validate a DeadlineTrainingJob manifest (as loaded from YAML) into a JobSpec.
+
+    Raises ManifestError naming the first offending field.
+    """
+    if not isinstance(manifest, dict):
+        raise ManifestError("(document)", "must be a mapping with apiVersion, kind, metadata, spec")
+    api_version = manifest.get("apiVersion")
+    if api_version != f"{API_GROUP}/{API_VERSION}":
+        raise ManifestError("apiVersion", f"must be {API_GROUP}/{API_VERSION}, got {api_version!r}")
+    if manifest.get("kind") != KIND:
+        raise ManifestError("kind", f"must be {KIND}, got {manifest.get('kind')!r}")
+    metadata = _mapping(manifest.get("metadata"), "metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name or ""):
+        raise ManifestError("metadata.name", f"must be a DNS label (lower case, digits, -), got {name!r}")
+    namespace = metadata.get("namespace") or "default"
+    spec = _mapping(manifest.get("spec"), "spec")
+    if not spec:
+        raise ManifestError("spec", "is required")
+    _reject_unknown(
+        spec,
+        {
+            "deadline", "duration", "epochs", "stepsPerEpoch", "resources", "control",
+            "template", "checkpoint", "metrics", "suspend",
+        },
+        "spec",
+    )
+    has_deadline = spec.get("deadline") is not None
+    has_duration = spec.get("duration") is not None
+    if has_deadline == has_duration:
+        raise ManifestError("spec.deadline", "set exactly one of spec.deadline and spec.duration")
+    deadline = parse_time(spec["deadline"], "spec.deadline") if has_deadline else None
+    duration_s = parse_duration_s(spec["duration"], "spec.duration") if has_duration else None
+    if "epochs" not in spec:
+        raise ManifestError("spec.epochs", "is required")
+    epochs = _positive_int(spec["epochs"], "spec.epochs")
+    steps_per_epoch = None
+    if spec.get("stepsPerEpoch") is not None:
+        steps_per_epoch = _positive_int(spec["stepsPerEpoch"], "spec.stepsPerEpoch")
+    resources = parse_resources(spec.get("resources"))
+    control = parse_control(spec.get("control"), resources.mode)
+    template = parse_template(spec.get("template"))
+    checkpoint_raw = _mapping(spec.get("checkpoint"), "spec.checkpoint")
+    _reject_unknown(checkpoint_raw, {"path"}, "spec.checkpoint")
+    checkpoint = CheckpointSpec(path=checkpoint_raw.get("path"))
+    if resources.mode == "gpu" and not checkpoint.path:
+        raise ManifestError("spec.checkpoint.path", "is required in gpu mode (GPU changes restart the trainer)")
+    metrics_raw = _mapping(spec.get("metrics"), "spec.metrics")
+    _reject_unknown(metrics_raw, {"port", "path"}, "spec.metrics")
+    port = metrics_raw.get("port", DEFAULT_METRICS_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ManifestError("spec.metrics.port", f"must be a port number 1-65535, got {port!r}")
+    path = metrics_raw.get("path", DEFAULT_METRICS_PATH)
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ManifestError("spec.metrics.path", f"must start with /, got {path!r}")
+    suspend = spec.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
+    return JobSpec(
+        name=name,
+        namespace=namespace,
+        deadline=deadline,
+        duration_s=duration_s,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        resources=resources,
+        control=control,
+        template=template,
+        checkpoint=checkpoint,
+        metrics=MetricsSpec(port=port, path=path),
+        suspend=suspend,
+    )
