@@ -5,7 +5,7 @@ The archive holds oci-layout, index.json and blobs/sha256/{layer,config,manifest
 index entry carries `org.opencontainers.image.ref.name` and `io.containerd.image.name`, so
 `ctr -n k8s.io images import FILE` registers it under NAME. Standard library only.
 
-usage: oci-pack.py --rootfs DIR --name localhost/decor/x:tag --out FILE.tar
+usage: oci-pack.py --rootfs DIR [--rootfs DIR2 ...] --name localhost/decor/x:tag --out FILE.tar
                    [--entrypoint JSON] [--cmd JSON] [--env K=V ...] [--workdir DIR]
                    [--label K=V ...]
 """
@@ -49,7 +49,8 @@ def add_dir(tar, name):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rootfs", required=True)
+    p.add_argument("--rootfs", action="append", required=True,
+                   help="directory to pack; several are merged in order (later ones add files)")
     p.add_argument("--name", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--entrypoint", default="null")
@@ -58,17 +59,20 @@ def main():
     p.add_argument("--workdir", default="/")
     p.add_argument("--label", action="append", default=[])
     a = p.parse_args()
-    if not os.path.isdir(a.rootfs):
-        sys.exit(f"oci-pack: no such rootfs directory: {a.rootfs}")
+    for r in a.rootfs:
+        if not os.path.isdir(r):
+            sys.exit(f"oci-pack: no such rootfs directory: {r}")
     tag = a.name.rsplit(":", 1)[1] if ":" in a.name.rsplit("/", 1)[-1] else "latest"
     outdir = os.path.dirname(os.path.abspath(a.out))
     with tempfile.TemporaryDirectory(dir=outdir) as tmp:
         layer = os.path.join(tmp, "layer.tar")
         # GNU tar keeps ownership, modes, device nodes, hard links and xattrs (file caps).
-        subprocess.run(
-            ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--sort=name",
-             "-C", a.rootfs, "-cf", layer, "."],
-            check=True)
+        # Several roots become one layer: later roots' entries follow (and win on extract).
+        cmd = ["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--sort=name",
+               "--exclude=./.complete", "-cf", layer]
+        for r in a.rootfs:
+            cmd += ["-C", os.path.abspath(r), "."]
+        subprocess.run(cmd, check=True)
         layer_digest = sha256_file(layer)
         layer_size = os.path.getsize(layer)
         env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] + a.env

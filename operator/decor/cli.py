@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -60,10 +61,15 @@ class _Every:
 _print_live.due = _Every(5.0)  # type: ignore[attr-defined]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from decor.local import LocalOptions, run_local
 
     job = load_job(args.job)
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the trainer and keep the trace
     out = Path(args.out) if args.out else Path("decor-runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     summary = run_local(
         job,

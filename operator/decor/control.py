@@ -296,6 +296,7 @@ def _nn_condition(settings: Settings, obs: Observation, now: float, error: float
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
     fit = state.fit
     restart_cost = state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
+    learned_restart_s = state.restart_cost_s  # None until a restart has been measured
     pending_since = state.change_pending_since_s
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
@@ -312,7 +313,10 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             coeffs = fit.coefficients()
             step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
             seen = max(0.0, obs.time_s - pending_since - (obs.steps_done - state.last_steps) * step_s)
-            restart_cost = seen if state.restart_cost_s is None else 0.5 * (restart_cost + seen)
+            # The first measurement replaces the configured guess; later ones are averaged in.
+            if learned_restart_s is not None:
+                seen = 0.5 * (learned_restart_s + seen)
+            learned_restart_s = restart_cost = seen
             pending_since = None
         elif settings.mode == "cpu":
             pending_since = None
@@ -321,7 +325,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         fit=fit,
         last_time_s=obs.time_s,
         last_steps=obs.steps_done,
-        restart_cost_s=restart_cost if settings.mode == "gpu" else None,
+        restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
         change_pending_since_s=pending_since,
         decisions=state.decisions + 1,
     )
@@ -401,16 +405,34 @@ def _decide_gpu(
     candidates = [float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)]
     meeting = [g for g in candidates if finish(g) <= target_s]
     dwell_ok = base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+    # Each change costs a restart, so changes need hysteresis. Shrink only when it pays: the
+    # GPUs given back, over the rest of the run, outweigh the new pod's GPUs idle during the
+    # restart (no restart for the last moments of a job). Grow by one only once waiting
+    # would not leave a spare restart: a noisy dip in the speed estimate then costs no
+    # restart, and a grow is not followed by a shrink back.
+    def pays(g: float) -> bool:
+        return (current - g) * remaining * step_time(g) >= g * restart_cost
+
+    note = ""
     if finish(current) <= target_s:
-        # On track: only shrink when a smaller count still makes it, restart included.
-        smaller = [g for g in meeting if g < current]
+        # On track: shrink when a smaller count still makes it, restart included.
+        smaller = [g for g in meeting if g < current and pays(g)]
         choice = min(smaller) if smaller and dwell_ok else current
     elif meeting:
-        choice = min(meeting)
+        # Behind at this count, but a larger one still makes it. One GPU more, started one
+        # period later, still leaving a spare restart: wait.
+        larger = min(meeting)
+        spare_s = target_s - (finish(larger) + settings.period_s)
+        if larger - current <= 1 and spare_s >= restart_cost:
+            choice = current
+            note = f"; switching to {larger:g} later still makes it"
+        else:
+            choice = larger
     else:
         choice = min(candidates, key=finish)
     condition = AT_RISK if choice >= settings.max_allocation and finish(choice) > target_s else ON_TRACK
-    message = f"{choice:g} GPU(s) finish at {finish(choice) - settings.deadline_s:+.0f}s vs deadline"
+    late_s = finish(choice) - settings.deadline_s
+    message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
     return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
 
 

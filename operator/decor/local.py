@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -114,6 +115,8 @@ def trainer_env(job: JobSpec, port: int, extra: dict[str, str]) -> dict[str, str
         }
     )
     env.pop("DECOR_PROGRESS_FILE", None)  # locally the trainer serves /metrics itself
+    # `python3` in the job's command means this environment's Python (it has the trainer).
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if job.steps_per_epoch is not None:
         env["DECOR_STEPS_PER_EPOCH"] = str(job.steps_per_epoch)
     if job.checkpoint.path:
@@ -300,22 +303,18 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
         limiter.close()
         (registry / RUN_RECORD).unlink(missing_ok=True)
 
-    finished_s = None
     assert exit_code is not None
+    finished_s = None
     if last_progress is not None and last_progress.steps_done >= last_progress.steps_planned:
-        stamp = last_progress.last_step_time_s or last_tick
-        finished_s = stamp - start_s
-    if exit_code != 0 and error is None:
+        finished_s = (last_progress.last_step_time_s or last_tick) - start_s
+    if error is None and exit_code != 0:
         error = f"trainer exited with code {exit_code}: {_tail(log_path)}"
-    elif exit_code == 0 and finished_s is None:
-        # The trainer ended before the last scrape saw completion: use the exit time.
+    elif error is None and last_progress is None:
+        error = f"the trainer never published progress at {url}"
+    elif finished_s is None:
+        # The trainer exits 0 only once every step is done; it may exit between two scrapes.
+        # The loop wakes as soon as it exits, so the last tick is its exit time.
         finished_s = last_tick - start_s
-        rows_complete = bool(rows) and rows[-1].progress >= 0.999
-        if not rows_complete and last_progress is not None:
-            error = (
-                f"trainer exited 0 after {last_progress.steps_done:g} of "
-                f"{last_progress.steps_planned:g} steps"
-            )
     result = summary(finished_s, exit_code if error is None else (exit_code or 1), error)
     write_trace(rows, result.to_dict(), trace_path)
     if rows:

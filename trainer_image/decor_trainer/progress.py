@@ -63,3 +63,12 @@ def epoch() -> None:
     reporter = _get()
     if reporter is not None:
         reporter.epoch_done()
+
+
+def close() -> None:
+    """Stop the module's reporter (its endpoint, if any); the next :func:`step` starts anew."""
+    global _reporter, _initialized
+    with _lock:
+        if _reporter is not None:
+            _reporter.close()
+        _reporter, _initialized = None, False

@@ -12,7 +12,9 @@ plain attributes and publishes it through one of two sinks with the same metric 
 Reporting must never break training: every public method swallows its own errors and logs
 them once per kind, then at most once per :data:`ERROR_LOG_INTERVAL_S`.
 
-This module imports no PyTorch, so the sidecar image does not need it.
+This module imports neither PyTorch nor (until a registry is needed) prometheus_client:
+the sidecar image needs no PyTorch, and a training image that only writes the progress
+file needs no Prometheus code.
 """
 
 from __future__ import annotations
@@ -20,20 +22,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from socketserver import ThreadingMixIn
 from types import TracebackType
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from .exposition import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +51,6 @@ ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
 ENV_METRICS_PORT = "DECOR_METRICS_PORT"
 ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
 ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
-
-# Metric names (counters without the ``_total`` suffix that prometheus_client appends).
-STEPS_COMPLETED = "decor_steps_completed"
-SAMPLES_COMPLETED = "decor_samples_completed"
-STEPS_PLANNED = "decor_steps_planned"
-EPOCHS_COMPLETED = "decor_epochs_completed"
-EPOCHS_PLANNED = "decor_epochs_planned"
-STEP_DURATION = "decor_step_duration_seconds"
-EPOCH_DURATION = "decor_epoch_duration_seconds"
-LAST_STEP_TIMESTAMP = "decor_last_step_timestamp_seconds"
 
 
 @dataclass(frozen=True)
@@ -114,66 +104,6 @@ class ProgressSnapshot:
         return cls(**values)
 
 
-def metric_families(snapshot: ProgressSnapshot) -> list[Metric]:
-    """The contract's metric set for one snapshot (no labels)."""
-    families: list[Metric] = [
-        CounterMetricFamily(
-            STEPS_COMPLETED,
-            "Mini-batches completed since the job started (a resumed run starts at the "
-            "checkpoint's step).",
-            value=snapshot.steps,
-        ),
-        CounterMetricFamily(
-            SAMPLES_COMPLETED,
-            "Training samples completed since the job started.",
-            value=snapshot.samples,
-        ),
-        GaugeMetricFamily(
-            STEPS_PLANNED,
-            "Mini-batches the whole job will run (epochs x steps per epoch); 0 if unknown.",
-            value=snapshot.steps_planned,
-        ),
-        GaugeMetricFamily(
-            EPOCHS_COMPLETED, "Whole epochs completed.", value=snapshot.epochs
-        ),
-        GaugeMetricFamily(
-            EPOCHS_PLANNED, "Epochs the job will run; 0 if unknown.", value=snapshot.epochs_planned
-        ),
-        GaugeMetricFamily(
-            STEP_DURATION,
-            "Wall time of the most recent mini-batch in seconds; 0 before the first one.",
-            value=snapshot.step_s,
-        ),
-        GaugeMetricFamily(
-            EPOCH_DURATION,
-            "Wall time of the most recent complete epoch in seconds; 0 before the first one.",
-            value=snapshot.epoch_s,
-        ),
-        GaugeMetricFamily(
-            LAST_STEP_TIMESTAMP,
-            "Unix time in seconds at which the most recent mini-batch completed; 0 before "
-            "the first one in this process.",
-            value=snapshot.t,
-        ),
-    ]
-    return families
-
-
-class SnapshotCollector(Collector):
-    """A prometheus_client collector that exposes whatever ``source()`` returns.
-
-    ``source`` returns the current snapshot, or ``None`` to expose nothing.
-    """
-
-    def __init__(self, source: Callable[[], ProgressSnapshot | None]) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        snapshot = self._source()
-        if snapshot is not None:
-            yield from metric_families(snapshot)
-
-
 class ErrorLog:
     """Logs errors once per kind, then at most once per ``interval_s`` seconds per kind.
 
@@ -211,49 +141,6 @@ class ErrorLog:
             pass
 
 
-class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _SilentHandler(WSGIRequestHandler):
-    """No access log line per scrape."""
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
-        pass
-
-
-class MetricsServer:
-    """``/metrics`` of a registry over HTTP, served from a daemon thread.
-
-    Equivalent to ``prometheus_client.start_http_server`` but keeps the handle so that it can
-    be closed, reports the port actually bound (pass ``port=0`` for a free one), and works
-    the same on every prometheus_client version (Debian bookworm ships 0.16).
-    Raises ``OSError`` if the address cannot be bound.
-    """
-
-    def __init__(self, registry: CollectorRegistry, port: int, address: str) -> None:
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-
-        class _Server(_ThreadingWSGIServer):
-            address_family = family
-
-        self._server = make_server(
-            address, port, make_wsgi_app(registry), _Server, handler_class=_SilentHandler
-        )
-        self.address = address
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name=f"decor-metrics-{self.port}", daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop serving and release the port; waits for the serving thread to end."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
-
-
 def write_progress_file(path: Path, snapshot: ProgressSnapshot) -> None:
     """Atomically replace ``path`` with ``snapshot``: write a temporary file, then rename.
 
@@ -283,8 +170,9 @@ class ProgressReporter:
     Exactly one sink is started by the constructor: the progress file if ``progress_file``
     is given, else an HTTP endpoint if ``port`` is given (0 picks a free port, see
     :attr:`port`), else none (the metrics are only in :attr:`registry`, e.g. for tests).
-    The metrics are always registered in :attr:`registry` (a private ``CollectorRegistry``
-    unless one is passed), whichever the sink.
+    Whichever the sink, the metrics are registered in :attr:`registry` (a private
+    ``CollectorRegistry`` unless one is passed). Only the registry and the endpoint need
+    ``prometheus_client``; without it :attr:`registry` is None and the file sink still works.
 
     Arguments:
         steps_planned: mini-batches the whole job will run, >= 0 (0 = unknown).
@@ -336,11 +224,15 @@ class ProgressReporter:
         self._epoch_started = now
         self._server: MetricsServer | None = None
         self._file: Path | None = None
-        self.registry = registry if registry is not None else CollectorRegistry()
+        self.registry: CollectorRegistry | None = None
         try:
-            self.registry.register(SnapshotCollector(self.snapshot))
-        except Exception as exc:  # noqa: BLE001
-            self._errors.report("register", f"cannot register progress metrics: {exc!r}")
+            from . import exposition
+
+            self.registry = registry if registry is not None else exposition.CollectorRegistry()
+            self.registry.register(exposition.SnapshotCollector(self.snapshot))
+        except Exception as exc:  # noqa: BLE001 - e.g. no prometheus_client in this image
+            level = logging.ERROR if progress_file is None else logging.DEBUG
+            self._errors.report("registry", f"no Prometheus registry: {exc!r}", level=level)
         if progress_file is not None:
             self._file = Path(progress_file)
             try:
@@ -351,9 +243,9 @@ class ProgressReporter:
                     f"cannot create the directory of progress file {self._file}: {exc!r}",
                 )
             self._write_file()
-        elif port is not None:
+        elif port is not None and self.registry is not None:
             try:
-                self._server = MetricsServer(self.registry, port, address)
+                self._server = exposition.MetricsServer(self.registry, port, address)
                 log.info("serving progress metrics on http://%s:%d/metrics", address, self.port)
             except Exception as exc:  # noqa: BLE001
                 self._errors.report(
@@ -427,7 +319,7 @@ class ProgressReporter:
             now = self._clock()
             self._step_s = now - self._step_started
             self._step_started = now
-            self._samples += samples
+            self._samples += int(samples)
             self._steps += 1
             self._t = self._wall_clock()
             if self._file is not None:

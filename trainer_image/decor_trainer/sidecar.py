@@ -24,6 +24,7 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
+from .exposition import MetricsServer, SnapshotCollector
 from .reporter import (
     DEFAULT_BIND_ADDRESS,
     DEFAULT_METRICS_PORT,
@@ -31,9 +32,7 @@ from .reporter import (
     ENV_METRICS_PORT,
     ENV_PROGRESS_FILE,
     ErrorLog,
-    MetricsServer,
     ProgressSnapshot,
-    SnapshotCollector,
 )
 
 log = logging.getLogger(__name__)

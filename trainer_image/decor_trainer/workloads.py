@@ -35,8 +35,11 @@ IMAGE_NOISE = 1.0
 """Standard deviation of the noise added to a class prototype (prototypes have std 1)."""
 TOKEN_NOISE = 0.1
 """Fraction of tokens replaced by a uniformly random one in the language-model data."""
-LEARNING_RATE = 0.05
-MOMENTUM = 0.9
+CNN_LEARNING_RATE = 0.05
+CNN_MOMENTUM = 0.9
+"""The CNNs train with SGD and momentum, as in the papers."""
+LM_LEARNING_RATE = 3e-3
+"""The LM trains with Adam: plain SGD barely moves a narrow LSTM in a few hundred steps."""
 GRAD_CLIP_NORM = 1.0
 """Gradient-norm clip of the language model (LSTMs need it; the CNNs do not)."""
 
@@ -196,7 +199,9 @@ class Workload:
         data = _generator(step_seed(config.seed, -1))
         if config.name == "lstm":
             # Successor rule t -> (a * t + c) mod V, with a odd: the structure to learn.
-            self._multiplier = 2 * int(torch.randint(0, config.vocab_size, (1,), generator=data)) + 1
+            self._multiplier = (
+                2 * int(torch.randint(0, config.vocab_size, (1,), generator=data)) + 1
+            )
             self._increment = int(torch.randint(0, config.vocab_size, (1,), generator=data))
         else:
             shape = (NUM_CLASSES, IMAGE_CHANNELS, IMAGE_SIZE, IMAGE_SIZE)
@@ -208,8 +213,13 @@ class Workload:
         return self.config.batch_size
 
     def optimizer(self) -> torch.optim.Optimizer:
-        """SGD with momentum over the model's parameters."""
-        return torch.optim.SGD(self.model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+        """The optimizer over the model's parameters: SGD with momentum, Adam for the LM.
+
+        Call after moving the model to its device.
+        """
+        if self.config.name == "lstm":
+            return torch.optim.Adam(self.model.parameters(), lr=LM_LEARNING_RATE)
+        return torch.optim.SGD(self.model.parameters(), lr=CNN_LEARNING_RATE, momentum=CNN_MOMENTUM)
 
     def batch(self, step: int) -> tuple[Tensor, Tensor]:
         """Inputs and targets of global step ``step`` (>= 0), on the CPU; pure in (seed, step)."""

@@ -1,0 +1,36 @@
+# DECOR — the verbs. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV = $(shell bash hack/venv.sh)
+PY = $(VENV)/bin/python
+
+.PHONY: help venv test unit integration e2e demo lint bench bench-smoke
+
+help: ## list the verbs
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+venv: ## create or reuse the Python environment (cached outside the repo)
+	@echo $(VENV)
+
+test: ## unit + integration tests (no cluster needed)
+	$(VENV)/bin/pytest tests/unit tests/integration
+
+unit: ## unit tests only (fast)
+	$(VENV)/bin/pytest tests/unit
+
+integration: ## integration tests: real training under a real CPU quota
+	$(VENV)/bin/pytest tests/integration
+
+e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first)
+	$(VENV)/bin/pytest tests/e2e
+
+demo: ## run a reference training job to a 90 s deadline on this machine
+	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo
+
+lint: ## ruff + mypy
+	$(VENV)/bin/ruff check operator trainer_image tests
+	$(VENV)/bin/ruff format --check operator trainer_image tests
+	$(VENV)/bin/mypy operator/decor
+
+-include cluster/cluster.mk
+-include bench/bench.mk

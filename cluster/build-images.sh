@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Build DECOR's container images without Docker and import them into the test bed's
+# containerd (namespace k8s.io):
+#   localhost/decor/trainer:0.1.0   Debian bookworm minbase + python3, python3-torch (CPU),
+#                                   python3-prometheus-client, python3-yaml + decor_trainer
+#   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml,
+#                                   python3-prometheus-client + kopf/kubernetes/requests (PyPI)
+#                                   + the decor package
+# Root filesystems come from debootstrap; each stage is cached under $DECOR_CACHE/images keyed
+# by a hash of its inputs; images are OCI archives (one uncompressed layer) made by
+# cluster/oci-pack.py and imported with `ctr images import`. Equivalent to
+# trainer_image/Dockerfile and operator/Dockerfile (what `make kind-up` builds with Docker).
+# Options: --no-import (only build the archives).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+LOG_TAG=images
+. "$here/lib.sh"
+need_root
+do_import=1; [ "${1:-}" = --no-import ] && do_import=0
+
+SUITE=bookworm
+TRAINER_IMAGE=localhost/decor/trainer:0.1.0
+OPERATOR_IMAGE=localhost/decor/operator:0.1.0
+TRAINER_APT="python3 python3-torch python3-prometheus-client python3-yaml"
+OPERATOR_APT="python3 python3-prometheus-client python3-yaml"
+IMG=$DECOR_CACHE/images
+SITE=usr/local/lib/python3.11/dist-packages
+mkdir -p "$IMG"
+t_all=$SECONDS
+
+# ------------------------------------------------------------------ Debian mirror (host's own)
+# The mirror is read from this machine's apt configuration, so nothing is hard-coded here.
+apt_uri() { # apt_uri SUITE -> the first URI that serves SUITE (deb822 or one-line sources)
+  local suite=$1 f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk -v s="$suite" 'BEGIN{RS=""; FS="\n"} {
+        uri=""; ok=0; deb=0
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^URIs:/) { split($i, a, " "); uri = a[2] }
+          if ($i ~ /^Suites:/) { n = split($i, b, " "); for (j = 2; j <= n; j++) if (b[j] == s) ok = 1 }
+          if ($i ~ /^Types:/ && $i ~ /(^|[ :])deb( |$)/) deb = 1
+        }
+        if (ok && deb && uri != "") { print uri; exit }
+      }' "$f"
+  done | head -1
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    awk -v s="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i+1) == s) { print $i; exit } }' "$f"
+  done | head -1
+}
+MIRROR=${DECOR_DEBIAN_MIRROR:-$(apt_uri "$SUITE" | head -1)}
+SECURITY=${DECOR_DEBIAN_SECURITY:-$(apt_uri "$SUITE-security" | head -1)}
+[ -n "$MIRROR" ] || die "no Debian mirror for $SUITE in /etc/apt/sources*; set DECOR_DEBIAN_MIRROR"
+
+hash_of() { # hash_of STRING FILES... -> 12 hex digits
+  local s=$1; shift
+  {
+    printf '%s\n' "$s"
+    local a
+    for a in "$@"; do  # contents and relative paths, not where the inputs lie
+      if [ -d "$a" ]; then
+        (cd "$a" && find . -type f -not -name '*.pyc' -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 -r sha256sum)
+      else
+        printf '%s %s\n' "$(sha256sum < "$a" | cut -c1-64)" "${a##*/}"
+      fi
+    done
+  } | sha256sum | cut -c1-12
+}
+
+# ------------------------------------------------------------------ chroot helpers
+CHROOT_MOUNTS=()
+cleanup_mounts() {
+  local i
+  for ((i = ${#CHROOT_MOUNTS[@]} - 1; i >= 0; i--)); do umount "${CHROOT_MOUNTS[$i]}" 2>/dev/null || umount -l "${CHROOT_MOUNTS[$i]}" 2>/dev/null || true; done
+  CHROOT_MOUNTS=()
+}
+trap cleanup_mounts EXIT
+chroot_apt() { # chroot_apt ROOTFS PACKAGES...: apt-get install (no recommends) inside ROOTFS
+  local r=$1; shift
+  mount -t proc proc "$r/proc"; CHROOT_MOUNTS+=("$r/proc")
+  cp -L /etc/resolv.conf "$r/etc/resolv.conf"
+  printf '#!/bin/sh\nexit 101\n' > "$r/usr/sbin/policy-rc.d"; chmod +x "$r/usr/sbin/policy-rc.d"
+  {
+    echo "deb $MIRROR $SUITE main"
+    echo "deb $MIRROR $SUITE-updates main"
+    [ -n "$SECURITY" ] && echo "deb $SECURITY $SUITE-security main"
+  } > "$r/etc/apt/sources.list"
+  printf 'Acquire::Check-Valid-Until "false";\nAPT::Install-Recommends "false";\n' > "$r/etc/apt/apt.conf.d/99decor"
+  chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends $* >/dev/null && apt-get clean" >&2
+  rm -rf "$r/var/lib/apt/lists/"* "$r/var/cache/apt/"*.bin "$r/usr/sbin/policy-rc.d"
+  : > "$r/etc/resolv.conf"
+  cleanup_mounts
+}
+
+# ------------------------------------------------------------------ stage 0: minbase rootfs
+k0=$(hash_of "debootstrap minbase $SUITE v1")
+base0=$IMG/minbase-$SUITE-$k0
+if [ ! -f "$base0/.complete" ]; then
+  apt_ensure debootstrap
+  log "debootstrap --variant=minbase $SUITE -> $base0 (mirror from the host's apt sources)"
+  t=$SECONDS
+  rm -rf "$base0"
+  debootstrap --variant=minbase --components=main "$SUITE" "$base0" "$MIRROR" >"$IMG/debootstrap.log" 2>&1 ||
+    { tail -n 30 "$IMG/debootstrap.log" >&2; die "debootstrap failed; see $IMG/debootstrap.log"; }
+  rm -rf "$base0/var/cache/apt/archives/"*.deb "$base0/var/lib/apt/lists/"*
+  echo "debootstrap_s $((SECONDS - t))" > "$base0/.complete"
+  log "debootstrap done in $((SECONDS - t))s ($(du -sh "$base0" | cut -f1))"
+else
+  log "cached: $base0"
+fi
+
+# ------------------------------------------------------------------ stage 1: apt layers
+stage1() { # stage1 NAME "PACKAGES" -> prints the rootfs directory
+  local name=$1 pkgs=$2 k dir t
+  k=$(hash_of "$name $k0 $pkgs v1")
+  dir=$IMG/$name-$k
+  if [ ! -f "$dir/.complete" ]; then
+    log "$name: apt-get install $pkgs (no recommends) -> $dir"
+    t=$SECONDS
+    rm -rf "$dir" "$dir.tmp"
+    cp -a "$base0" "$dir.tmp"; rm -f "$dir.tmp/.complete"
+    chroot_apt "$dir.tmp" "$pkgs"
+    mv "$dir.tmp" "$dir"
+    echo "apt_s $((SECONDS - t))" > "$dir/.complete"
+    log "$name: done in $((SECONDS - t))s ($(du -sh --exclude=.complete "$dir" | cut -f1))"
+    # older versions of this stage
+    find "$IMG" -maxdepth 1 -name "$name-*" -not -name "$name-$k" -exec rm -rf {} + 2>/dev/null || true
+  else
+    log "cached: $dir"
+  fi
+  echo "$dir"
+}
+trainer_base=$(stage1 trainer-base "$TRAINER_APT")
+
+operator_base_key=$(hash_of "operator-base $k0 $OPERATOR_APT v1" "$here/operator-image-requirements.txt")
+operator_base=$IMG/operator-base-$operator_base_key
+if [ ! -f "$operator_base/.complete" ]; then
+  apt_base=$(stage1 operator-apt "$OPERATOR_APT")
+  log "operator: pip install -r cluster/operator-image-requirements.txt into the rootfs"
+  t=$SECONDS
+  rm -rf "$operator_base.tmp"; mkdir -p "$operator_base.tmp/$SITE"
+  pip_py=python3
+  "$pip_py" -m pip --version >/dev/null 2>&1 || pip_py=/usr/bin/python3
+  # Same CPython minor (3.11) and libc family as the image, so wheels fit; cp311 manylinux.
+  "$pip_py" -m pip install -q --disable-pip-version-check --no-compile --target "$operator_base.tmp/$SITE" \
+    --python-version 3.11 --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform linux_x86_64 --only-binary=:all: \
+    -r "$here/operator-image-requirements.txt" >&2
+  rm -rf "$operator_base.tmp/$SITE/bin"
+  echo "pip_s $((SECONDS - t)) apt_base $apt_base" > "$operator_base.tmp/.complete"
+  find "$IMG" -maxdepth 1 -name "operator-base-*" -not -name "operator-base-$operator_base_key*" -exec rm -rf {} + 2>/dev/null || true
+  mv "$operator_base.tmp" "$operator_base"
+  log "operator: pip done in $((SECONDS - t))s"
+else
+  log "cached: $operator_base"
+  apt_base=$(stage1 operator-apt "$OPERATOR_APT")
+fi
+
+# ------------------------------------------------------------------ images
+ctr_k8s() { /usr/bin/ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+image_key_in_containerd() { # the decor.key label of NAME in containerd, or nothing
+  ctr_k8s images ls "name==$1" 2>/dev/null | awk 'NR > 1 {print $NF}' | tr ',' '\n' | sed -n 's/^decor.key=//p'
+}
+containerd_up() { [ -S "$CONTAINERD_SOCK" ] && ctr_k8s version >/dev/null 2>&1; }
+
+build_image() { # build_image NAME KEY EXTRA_DIR CMD_JSON ROOTFS...
+  local name=$1 key=$2 extra=$3 cmd=$4; shift 4
+  local short=${name#localhost/decor/}; short=${short%%:*}
+  local archive=$IMG/$short-$key.oci.tar t
+  if [ ! -f "$archive" ]; then
+    log "$short: packing $name ($archive)"
+    t=$SECONDS
+    local args=() r
+    for r in "$@" "$extra"; do args+=(--rootfs "$r"); done
+    python3 "$here/oci-pack.py" "${args[@]}" --name "$name" --out "$archive" \
+      --cmd "$cmd" --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1 --workdir / \
+      --label "org.opencontainers.image.title=$short" --label "dev.decor.key=$key"
+    find "$IMG" -maxdepth 1 -name "$short-*.oci.tar" -not -name "$short-$key.oci.tar" -delete
+    log "$short: packed in $((SECONDS - t))s ($(du -h "$archive" | cut -f1))"
+  else
+    log "$short: cached archive $archive"
+  fi
+  [ "$do_import" = 1 ] || return 0
+  containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first (archives are built and cached)"
+  if [ "$(image_key_in_containerd "$name")" = "$key" ]; then
+    log "$short: $name already in containerd (key $key)"
+    return 0
+  fi
+  log "$short: importing into containerd (namespace k8s.io)"
+  t=$SECONDS
+  ctr_k8s images import "$archive" >&2
+  ctr_k8s images label "$name" "decor.key=$key" >/dev/null
+  log "$short: imported in $((SECONDS - t))s"
+}
+
+# trainer: the decor_trainer package, importable as `decor_trainer`
+tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$odir"' EXIT
+[ -d "$root/trainer_image/decor_trainer" ] || die "trainer_image/decor_trainer not found in $root"
+mkdir -p "$tdir/$SITE"
+cp -r "$root/trainer_image/decor_trainer" "$tdir/$SITE/"
+find "$tdir" -name '__pycache__' -prune -exec rm -rf {} +
+chmod -R u=rwX,go=rX "$tdir"
+tkey=$(hash_of "trainer $trainer_base v1" "$tdir" "$here/oci-pack.py")
+build_image "$TRAINER_IMAGE" "$tkey" "$tdir" '["python3", "-m", "decor_trainer.train"]' "$trainer_base"
+
+# operator: the decor package + a `decor` command
+[ -d "$root/operator/decor" ] || die "operator/decor not found in $root"
+mkdir -p "$odir/$SITE" "$odir/usr/local/bin"
+cp -r "$root/operator/decor" "$odir/$SITE/"
+find "$odir" -name '__pycache__' -prune -exec rm -rf {} +
+printf '#!/usr/bin/python3\nimport sys\nfrom decor.cli import main\nsys.exit(main())\n' > "$odir/usr/local/bin/decor"
+chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"
+okey=$(hash_of "operator $apt_base $operator_base v1" "$odir" "$here/oci-pack.py")
+build_image "$OPERATOR_IMAGE" "$okey" "$odir" '["decor", "operator"]' "$apt_base" "$operator_base"
+
+log "images ready in $((SECONDS - t_all))s: $TRAINER_IMAGE, $OPERATOR_IMAGE"

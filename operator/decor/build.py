@@ -1,0 +1,800 @@
+"""Pure builders for the operator: pod bodies, patches, status, conditions and events.
+
+Dict in, dict out: nothing here talks to the API server or reads a clock (times are passed
+in as Unix seconds). ``handlers.py`` decides *when* to build what; ``kube.py`` sends it.
+The readers at the end interpret a pod the API server returned (applied CPU, resize
+conditions) and are pure too.
+
+Units: CPU allocations are cores (float, 1.25 = ``1250m``), GPU allocations whole counts
+(float for the control law, ``"2"`` on the pod); times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from decor import control
+from decor.model import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    JobSpec,
+    ManifestError,
+    format_cpu,
+    format_time,
+    parse_cpu_cores,
+    parse_time,
+)
+
+# --- names shared with the cluster ---------------------------------------------------------
+
+LABEL_JOB = "decor.dev/job"
+"""Label on every trainer pod: the name of its DeadlineTrainingJob."""
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "decor-operator"
+ANNOTATION_ALLOCATION = "decor.dev/allocation"
+"""Annotation on a trainer pod: the allocation it was created with (informational)."""
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SIDECAR_NAME = "decor-metrics"
+SIDECAR_MODULE = "decor_trainer.sidecar"
+PROGRESS_VOLUME = "decor-progress"
+PROGRESS_DIR = "/var/run/decor"
+PROGRESS_FILE = f"{PROGRESS_DIR}/progress.json"
+CHECKPOINT_VOLUME = "decor-checkpoint"
+DEFAULT_CHECKPOINT_HOST_ROOT = "/var/lib/decor/checkpoints"
+"""hostPath root for checkpoints when the template mounts nothing at spec.checkpoint.path.
+
+A hostPath survives pod recreation on the same node (an emptyDir does not); on a multi-node
+cluster mount a PersistentVolumeClaim at spec.checkpoint.path in the template instead.
+"""
+DEFAULT_RESTART_POLICY = "OnFailure"
+"""A crashed trainer restarts in place and resumes from its checkpoint; a finished one stays."""
+
+# The metrics sidecar is tiny (reads a ~200-byte file per scrape); it gets no CPU limit so
+# that scrapes are never throttled, and a memory limit so that a bug cannot take the node.
+SIDECAR_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "10m", "memory": "32Mi"},
+    "limits": {"memory": "128Mi"},
+}
+PROGRESS_VOLUME_SIZE = "1Mi"
+
+# Environment the trainer reads (docs/contract.md).
+ENV_EPOCHS = "DECOR_EPOCHS"
+ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
+ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
+ENV_METRICS_PORT = "DECOR_METRICS_PORT"
+ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
+
+# --- phases ----------------------------------------------------------------------------------
+
+PHASE_PENDING = "Pending"  # no trainer pod running yet (created, scheduling, starting)
+PHASE_RUNNING = "Running"  # the trainer runs and the controller acts every period
+PHASE_RESTARTING = "Restarting"  # the trainer pod is being replaced (GPU change, pod lost)
+PHASE_SUSPENDED = "Suspended"  # spec.suspend: no pod, controller state kept
+PHASE_SUCCEEDED = "Succeeded"  # all planned steps done (see status.outcome)
+PHASE_FAILED = "Failed"  # the trainer failed more often than the operator retries
+PHASES: tuple[str, ...] = (
+    PHASE_PENDING,
+    PHASE_RUNNING,
+    PHASE_RESTARTING,
+    PHASE_SUSPENDED,
+    PHASE_SUCCEEDED,
+    PHASE_FAILED,
+)
+TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
+
+# --- condition types (the controller's, shared with control.py) ----------------------------
+
+CONDITION_TYPES: tuple[str, ...] = (
+    control.ON_TRACK,
+    control.AT_RISK,
+    control.INFEASIBLE,
+    control.METRICS_UNAVAILABLE,
+    control.COMPLETE,
+    control.DEADLINE_MISSED,
+)
+
+# --- condition reasons ------------------------------------------------------------------------
+
+REASON_MEASURING_SPEED = "MeasuringSpeed"  # too little progress seen yet to predict anything
+REASON_PREDICTED_ON_TIME = "PredictedOnTime"  # the plan finishes by the deadline with headroom
+REASON_NEEDS_NEAR_MAX = "NeedsNearMax"  # the plan needs more than 90% of resources.max
+REASON_BEHIND_AT_MAX = "BehindAtMax"  # decor-nn: behind the set point while at resources.max
+REASON_EVEN_MAX_TOO_SLOW = "EvenMaxTooSlow"  # the speed model says max finishes late
+REASON_DEADLINE_IN_PAST = "DeadlineInPast"  # the deadline had passed when it was set
+REASON_FEASIBLE = "Feasible"  # Infeasible cleared: max (or less) makes the deadline
+REASON_NO_PROGRESS_SAMPLE = "NoProgressSample"  # /metrics or Prometheus gave no usable sample
+REASON_METRICS_OK = "ProgressSampled"  # MetricsUnavailable cleared: a sample was read
+REASON_DEADLINE_PASSED = "DeadlinePassed"  # now is past the deadline and steps remain
+REASON_BEFORE_DEADLINE = "BeforeDeadline"  # DeadlineMissed cleared (e.g. deadline moved later)
+REASON_FINISHED = "AllStepsDone"  # Complete: every planned step is done
+REASON_FINISHED_LATE = "FinishedLate"  # DeadlineMissed at completion: finished after it
+REASON_FINISHED_ON_TIME = "FinishedOnTime"  # DeadlineMissed cleared at completion
+REASON_RUNNING = "Running"  # Complete is False while steps remain
+REASON_INVALID_SPEC = "InvalidSpec"  # the spec passed the API server but not the model
+REASON_TRAINER_FAILED = "TrainerFailed"  # the trainer pod failed more than the retry budget
+
+# --- event reasons ----------------------------------------------------------------------------
+
+EVENT_POD_CREATED = "PodCreated"  # a trainer pod was created (first start or recreation)
+EVENT_RESIZED = "Resized"  # an in-place CPU resize was requested
+EVENT_RESIZE_INFEASIBLE = "ResizeInfeasible"  # the kubelet cannot fit a resize on the node
+EVENT_RESTARTING = "Restarting"  # the trainer pod was deleted to change the GPU count
+EVENT_POD_LOST = "PodLost"  # the trainer pod vanished or failed; recreated from checkpoint
+EVENT_SUSPENDED = "Suspended"  # spec.suspend: the trainer pod was deleted
+EVENT_RESUMED = "Resumed"  # spec.suspend cleared: a pod resumes from the checkpoint
+EVENT_DEADLINE_CHANGED = "DeadlineChanged"  # spec.deadline/duration moved the deadline
+EVENT_DEADLINE_IN_PAST = REASON_DEADLINE_IN_PAST  # Infeasible at admission: runs at max
+EVENT_INFEASIBLE = control.INFEASIBLE  # the speed model says even max finishes late
+EVENT_AT_RISK = control.AT_RISK  # the plan needs nearly all of resources.max
+EVENT_DEADLINE_MISSED = control.DEADLINE_MISSED  # the deadline passed with steps remaining
+EVENT_METRICS_UNAVAILABLE = control.METRICS_UNAVAILABLE  # progress unreadable; holding
+EVENT_METRICS_RECOVERED = "MetricsRecovered"  # progress readable again
+EVENT_COMPLETED = "Completed"  # all steps done; message gives the deviation
+EVENT_FAILED = "Failed"  # gave up after repeated trainer failures
+EVENT_INVALID_SPEC = REASON_INVALID_SPEC
+
+EVENT_NORMAL = "Normal"
+EVENT_WARNING = "Warning"
+EVENT_MESSAGE_MAX_CHARS = 1024
+
+
+# ============================================================================================
+# Settings and allocations
+
+
+def effective_deadline_s(spec: JobSpec, start_s: float) -> float:
+    """Absolute deadline in Unix seconds (spec.deadline, or start + spec.duration)."""
+    return spec.deadline_s(start_s)
+
+
+def build_settings(spec: JobSpec, start_s: float, deadline_s: float) -> control.Settings:
+    """Controller settings for a job that started at ``start_s`` (Unix s)."""
+    extra: dict[str, float] = {}
+    if spec.control.k is not None:
+        extra["k"] = spec.control.k
+    if spec.control.ti_s is not None:
+        extra["ti_s"] = spec.control.ti_s
+    if spec.control.safety_margin_s is not None:
+        extra["safety_margin_s"] = spec.control.safety_margin_s
+    if spec.control.restart_cost_s is not None:
+        extra["restart_cost_s"] = spec.control.restart_cost_s
+    return control.Settings(
+        mode=spec.resources.mode,
+        min_allocation=spec.resources.min,
+        max_allocation=spec.resources.max,
+        start_s=start_s,
+        deadline_s=deadline_s,
+        policy=spec.control.policy,
+        period_s=spec.control.period_s,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def format_allocation(mode: str, allocation: float) -> str:
+    """A Kubernetes quantity: CPU in millicores (``1250m``), GPUs as a count (``2``)."""
+    if mode == "gpu":
+        return str(int(round(allocation)))
+    return format_cpu(allocation)
+
+
+def parse_allocation(mode: str, quantity: Any) -> float | None:
+    """Cores or GPUs from a quantity the API server returned; None when unreadable."""
+    if quantity is None:
+        return None
+    try:
+        if mode == "gpu":
+            return float(int(str(quantity)))
+        return parse_cpu_cores(str(quantity), "quantity")
+    except (ManifestError, ValueError):
+        return None
+
+
+# ============================================================================================
+# The trainer pod
+
+
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Owner reference to the job: deleting the job garbage-collects its pods.
+
+    ``blockOwnerDeletion`` is left unset: it would need update rights on the job's
+    finalizers, which least-privilege RBAC does not grant.
+    """
+    meta = job["metadata"]
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+
+
+def checkpoint_host_path(job: Mapping[str, Any], root: str = DEFAULT_CHECKPOINT_HOST_ROOT) -> str:
+    """``ROOT/NAMESPACE/NAME/UID``: the UID keeps a re-created job from resuming an old run."""
+    meta = job["metadata"]
+    namespace = meta.get("namespace") or "default"
+    return f"{root.rstrip('/')}/{namespace}/{meta['name']}/{meta['uid']}"
+
+
+def pod_name(job_name: str, index: int) -> str:
+    """Name of the job's ``index``-th trainer pod (0, 1, ...)."""
+    return f"{job_name}-{index}"
+
+
+def _upsert_env(env: list[dict[str, Any]], name: str, value: str) -> list[dict[str, Any]]:
+    return [e for e in env if e.get("name") != name] + [{"name": name, "value": value}]
+
+
+def _mount_covers(mounts: Iterable[Mapping[str, Any]], path: str) -> bool:
+    """Whether a volumeMount is at ``path`` or one of its parent directories."""
+    target = path.rstrip("/") + "/"
+    for mount in mounts:
+        mount_path = str(mount.get("mountPath", "")).rstrip("/") + "/"
+        if target.startswith(mount_path):
+            return True
+    return False
+
+
+def build_trainer_pod(
+    job: Mapping[str, Any],
+    spec: JobSpec,
+    allocation: float,
+    name: str,
+    *,
+    sidecar_image: str | None = None,
+    checkpoint_host_root: str = DEFAULT_CHECKPOINT_HOST_ROOT,
+) -> dict[str, Any]:
+    """The trainer pod for ``job`` (its body as the API server returned it) at ``allocation``.
+
+    Starts from ``spec.template`` and adds: the owner reference and ``decor.dev/job`` label;
+    the first container's allocation (CPU: requests = limits = ``allocation`` cores with
+    ``resizePolicy cpu: NotRequired``, so it can be resized in place; GPU:
+    ``nvidia.com/gpu`` = ``allocation``); the environment of docs/contract.md; an emptyDir
+    for the progress file; a checkpoint volume unless the template mounts one at
+    ``spec.checkpoint.path``; the metrics sidecar as a native sidecar (an init container with
+    ``restartPolicy: Always``, the trainer's image unless ``sidecar_image``); and
+    ``prometheus.io/*`` scrape annotations.
+    """
+    template = copy.deepcopy(spec.template)
+    template_meta = dict(template.get("metadata") or {})
+    pod_spec: dict[str, Any] = dict(template.get("spec") or {})
+    containers = [dict(c) for c in pod_spec["containers"]]
+    trainer = containers[0]
+    job_meta = job["metadata"]
+    namespace = job_meta.get("namespace") or spec.namespace
+
+    # Resources of the trainer container.
+    resources = {
+        k: dict(v) for k, v in (trainer.get("resources") or {}).items() if isinstance(v, dict)
+    }
+    requests = resources.setdefault("requests", {})
+    limits = resources.setdefault("limits", {})
+    if spec.resources.mode == "cpu":
+        requests["cpu"] = limits["cpu"] = format_cpu(allocation)
+        policies = [p for p in trainer.get("resizePolicy") or [] if p.get("resourceName") != "cpu"]
+        trainer["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+            *policies,
+        ]
+    else:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = format_allocation("gpu", allocation)
+    trainer["resources"] = resources
+
+    # Environment (docs/contract.md); ours replace same-named entries of the template.
+    env = [dict(e) for e in trainer.get("env") or []]
+    env = _upsert_env(env, ENV_EPOCHS, str(spec.epochs))
+    if spec.steps_per_epoch is not None:
+        env = _upsert_env(env, ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
+    if spec.checkpoint.path:
+        env = _upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
+    env = _upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
+    env = _upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
+    trainer["env"] = env
+
+    # Volumes: the progress file, and the checkpoint unless the template provides one.
+    volumes = [dict(v) for v in pod_spec.get("volumes") or []]
+    mounts = [dict(m) for m in trainer.get("volumeMounts") or []]
+    volume_names = {v.get("name") for v in volumes}
+    if PROGRESS_VOLUME not in volume_names:
+        volumes.append({"name": PROGRESS_VOLUME, "emptyDir": {"sizeLimit": PROGRESS_VOLUME_SIZE}})
+    if not _mount_covers(mounts, PROGRESS_DIR):
+        mounts.append({"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR})
+    if spec.checkpoint.path and not _mount_covers(mounts, spec.checkpoint.path):
+        if CHECKPOINT_VOLUME not in volume_names:
+            volumes.append(
+                {
+                    "name": CHECKPOINT_VOLUME,
+                    "hostPath": {
+                        "path": checkpoint_host_path(job, checkpoint_host_root),
+                        "type": "DirectoryOrCreate",
+                    },
+                }
+            )
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path})
+    trainer["volumeMounts"] = mounts
+    containers[0] = trainer
+
+    # The metrics sidecar: a native sidecar serving /metrics from the progress file.
+    image = sidecar_image or trainer.get("image")
+    sidecar = {
+        "name": SIDECAR_NAME,
+        "image": image,
+        "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
+        "restartPolicy": "Always",
+        "command": [
+            "python3",
+            "-m",
+            SIDECAR_MODULE,
+            "--file",
+            PROGRESS_FILE,
+            "--port",
+            str(spec.metrics.port),
+        ],
+        "ports": [{"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"}],
+        "resources": copy.deepcopy(SIDECAR_RESOURCES),
+        "volumeMounts": [{"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True}],
+    }
+    init_containers = [
+        dict(c) for c in pod_spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME
+    ]
+    init_containers.append(sidecar)
+
+    restart_policy = pod_spec.get("restartPolicy") or DEFAULT_RESTART_POLICY
+    if restart_policy == "Always":  # a pod that always restarts could never complete
+        restart_policy = DEFAULT_RESTART_POLICY
+
+    pod_spec.update(
+        containers=containers,
+        initContainers=init_containers,
+        volumes=volumes,
+        restartPolicy=restart_policy,
+    )
+    labels = {
+        **(template_meta.get("labels") or {}),
+        LABEL_JOB: job_meta["name"],
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+    annotations = {
+        **(template_meta.get("annotations") or {}),
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(spec.metrics.port),
+        "prometheus.io/path": spec.metrics.path,
+        ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def build_resize_patch(cores: float, container: str) -> dict[str, Any]:
+    """Strategic-merge patch for the pod's ``resize`` subresource: CPU requests = limits."""
+    quantity = format_cpu(cores)
+    return {
+        "spec": {
+            "containers": [
+                {
+                    "name": container,
+                    "resources": {"requests": {"cpu": quantity}, "limits": {"cpu": quantity}},
+                }
+            ]
+        }
+    }
+
+
+# ============================================================================================
+# Conditions
+
+
+def get_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> dict[str, Any] | None:
+    for condition in conditions:
+        if condition.get("type") == type_:
+            return dict(condition)
+    return None
+
+
+def condition_is_true(conditions: Sequence[Mapping[str, Any]], type_: str) -> bool:
+    found = get_condition(conditions, type_)
+    return found is not None and found.get("status") == "True"
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """A new list with condition ``type_`` set; ``status`` None means ``Unknown``.
+
+    ``lastTransitionTime`` changes only when the status does (Kubernetes convention);
+    reason, message and observedGeneration always follow the latest call. Order is kept,
+    new types are appended.
+    """
+    text = "Unknown" if status is None else ("True" if status else "False")
+    new: dict[str, Any] = {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message[:EVENT_MESSAGE_MAX_CHARS],
+        "lastTransitionTime": format_time(now_s),
+    }
+    if generation is not None:
+        new["observedGeneration"] = generation
+    result: list[dict[str, Any]] = []
+    replaced = False
+    for old in conditions:
+        if old.get("type") != type_:
+            result.append(dict(old))
+            continue
+        if old.get("status") == text and old.get("lastTransitionTime"):
+            new["lastTransitionTime"] = old["lastTransitionTime"]
+        result.append(new)
+        replaced = True
+    if not replaced:
+        result.append(new)
+    return result
+
+
+def conditions_for_decision(
+    conditions: Sequence[Mapping[str, Any]],
+    decision_condition: str,
+    message: str,
+    *,
+    now_s: float,
+    generation: int | None = None,
+    deadline_was_past: bool = False,
+) -> list[dict[str, Any]]:
+    """Conditions after one controller decision (``decision_condition`` from control.py).
+
+    One decision sets the condition it names to True and the ones it rules out to False.
+    ``MetricsUnavailable`` leaves the others as they were (nothing new is known).
+    ``deadline_was_past``: the deadline had already passed when it was set, which keeps
+    Infeasible True with reason DeadlineInPast.
+    """
+    result = [dict(c) for c in conditions]
+
+    def put(type_: str, status: bool | None, reason: str, text: str) -> None:
+        nonlocal result
+        result = set_condition(
+            result, type_, status, reason, text, now_s=now_s, generation=generation
+        )
+
+    if decision_condition == control.METRICS_UNAVAILABLE:
+        put(control.METRICS_UNAVAILABLE, True, REASON_NO_PROGRESS_SAMPLE, message)
+        return result
+    put(control.METRICS_UNAVAILABLE, False, REASON_METRICS_OK, "progress was sampled")
+    put(control.COMPLETE, False, REASON_RUNNING, "steps remain")
+    if deadline_was_past:
+        infeasible: tuple[bool, str, str] = (
+            True,
+            REASON_DEADLINE_IN_PAST,
+            "the deadline had passed when it was set; running at max",
+        )
+    else:
+        infeasible = (False, REASON_FEASIBLE, "max is enough to make the deadline")
+    if decision_condition == control.STARTING:
+        put(control.ON_TRACK, None, REASON_MEASURING_SPEED, message)
+        if deadline_was_past:
+            put(control.INFEASIBLE, *infeasible)
+    elif decision_condition == control.ON_TRACK:
+        put(control.ON_TRACK, True, REASON_PREDICTED_ON_TIME, message)
+        put(control.AT_RISK, False, REASON_PREDICTED_ON_TIME, message)
+        put(control.INFEASIBLE, *infeasible)
+        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
+    elif decision_condition == control.AT_RISK:
+        reason = REASON_BEHIND_AT_MAX if "set point" in message else REASON_NEEDS_NEAR_MAX
+        put(control.ON_TRACK, False, reason, message)
+        put(control.AT_RISK, True, reason, message)
+        put(control.INFEASIBLE, *infeasible)
+        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
+    elif decision_condition == control.INFEASIBLE:
+        put(control.ON_TRACK, False, REASON_EVEN_MAX_TOO_SLOW, message)
+        put(control.AT_RISK, True, REASON_EVEN_MAX_TOO_SLOW, message)
+        put(control.INFEASIBLE, True, REASON_EVEN_MAX_TOO_SLOW, message)
+        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
+    elif decision_condition == control.DEADLINE_MISSED:
+        put(control.ON_TRACK, False, REASON_DEADLINE_PASSED, message)
+        put(control.AT_RISK, True, REASON_DEADLINE_PASSED, message)
+        if deadline_was_past:
+            put(control.INFEASIBLE, *infeasible)
+        put(control.DEADLINE_MISSED, True, REASON_DEADLINE_PASSED, message)
+    return result
+
+
+def conditions_for_completion(
+    conditions: Sequence[Mapping[str, Any]],
+    finished_s: float,
+    deadline_s: float,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Conditions of a finished job: Complete True, DeadlineMissed says whether it was late."""
+    late = finished_s > deadline_s
+    result = [dict(c) for c in conditions]
+    delta = finished_s - deadline_s
+    when = f"{abs(delta):.1f}s {'after' if late else 'before'} the deadline"
+    for type_, status, reason, message in (
+        (control.COMPLETE, True, REASON_FINISHED, f"all planned steps done, {when}"),
+        (
+            control.DEADLINE_MISSED,
+            late,
+            REASON_FINISHED_LATE if late else REASON_FINISHED_ON_TIME,
+            when,
+        ),
+        (control.ON_TRACK, False, REASON_FINISHED, "finished"),
+        (control.AT_RISK, False, REASON_FINISHED, "finished"),
+        (control.METRICS_UNAVAILABLE, False, REASON_FINISHED, "finished"),
+    ):
+        result = set_condition(
+            result, type_, status, reason, message, now_s=now_s, generation=generation
+        )
+    return result
+
+
+def became_true(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], type_: str
+) -> bool:
+    """Whether condition ``type_`` turned True between two condition lists."""
+    return condition_is_true(after, type_) and not condition_is_true(before, type_)
+
+
+# ============================================================================================
+# Status
+
+
+def build_outcome(finished_s: float, deadline_s: float, start_s: float) -> dict[str, Any]:
+    """``status.outcome``: deviation = (finish - deadline) / (deadline - start) x 100 (+ late)."""
+    span_s = deadline_s - start_s
+    deviation = 100.0 * (finished_s - deadline_s) / span_s if span_s > 0 else math.inf
+    outcome: dict[str, Any] = {
+        "finishedAt": format_time(finished_s),
+        "finishedAtSeconds": round(finished_s, 3),
+        "late": finished_s > deadline_s,
+    }
+    if math.isfinite(deviation):
+        outcome["deviationPercent"] = round(deviation, 3)
+    return outcome
+
+
+def build_status(
+    *,
+    phase: str,
+    mode: str,
+    start_s: float,
+    deadline_s: float,
+    state: control.State,
+    applied: float | None,
+    desired: float | None,
+    observation: control.Observation | None = None,
+    eta_s: float | None = None,
+    generation: int | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    pod: str | None = None,
+    epochs_done: float | None = None,
+) -> dict[str, Any]:
+    """The operator-owned part of ``status`` after one period (for a merge patch).
+
+    Fields with nothing to report are None, which a merge patch removes; the counters
+    (podsCreated, resizes, restarts, podFailures) and outcome are maintained by the caller.
+    """
+    status: dict[str, Any] = {
+        "phase": phase,
+        "startTime": format_time(start_s),
+        "deadline": format_time(deadline_s),
+        "controller": state.to_dict(),
+        "allocation": format_allocation(mode, applied) if applied is not None else None,
+        "desiredAllocation": format_allocation(mode, desired) if desired is not None else None,
+        "conditions": [dict(c) for c in conditions],
+        "podName": pod,
+    }
+    if generation is not None:
+        status["observedGeneration"] = generation
+    if observation is not None:
+        status["stepsDone"] = int(observation.steps_done)
+        status["stepsTotal"] = int(observation.steps_total)
+        status["progress"] = round(observation.progress, 4)
+    if epochs_done is not None and math.isfinite(epochs_done):
+        status["epochsDone"] = int(epochs_done)
+    if eta_s is not None and math.isfinite(eta_s):
+        status["eta"] = format_time(eta_s)
+    return status
+
+
+# ============================================================================================
+# Events
+
+
+def build_event(
+    job: Mapping[str, Any],
+    event_type: str,
+    reason: str,
+    message: str,
+    *,
+    now_s: float,
+    component: str = MANAGED_BY,
+    instance: str = "",
+    action: str | None = None,
+) -> dict[str, Any]:
+    """A core/v1 Event about ``job`` (``kubectl describe dtj`` lists it)."""
+    meta = job["metadata"]
+    namespace = meta.get("namespace") or "default"
+    stamp = format_time(now_s)
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": meta["name"],
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message[:EVENT_MESSAGE_MAX_CHARS],
+        "source": {"component": component},
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "reportingComponent": f"{API_GROUP}/{component}",
+        "reportingInstance": instance or component,
+    }
+    if action:
+        event["action"] = action
+    return event
+
+
+# ============================================================================================
+# Reading pods back (what the API server says is in effect)
+
+
+@dataclass(frozen=True)
+class ResizeState:
+    """The pod's in-place resize conditions (Kubernetes >= 1.33).
+
+    ``in_progress``: PodResizeInProgress is True (the kubelet is applying it).
+    ``deferred``: PodResizePending with reason Deferred (may fit later).
+    ``infeasible``: PodResizePending with reason Infeasible (cannot fit on this node).
+    """
+
+    in_progress: bool = False
+    deferred: bool = False
+    infeasible: bool = False
+    message: str = ""
+
+    @property
+    def waiting(self) -> bool:
+        return self.in_progress or self.deferred
+
+
+def resize_state(pod: Mapping[str, Any]) -> ResizeState:
+    in_progress = deferred = infeasible = False
+    messages = []
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        kind = condition.get("type")
+        if kind == "PodResizeInProgress":
+            in_progress = True
+        elif kind == "PodResizePending":
+            if condition.get("reason") == "Infeasible":
+                infeasible = True
+            else:
+                deferred = True
+        else:
+            continue
+        if condition.get("message"):
+            messages.append(str(condition["message"]))
+    return ResizeState(in_progress, deferred, infeasible, "; ".join(messages))
+
+
+def _container(pod: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == name:
+            return dict(container)
+    return None
+
+
+def container_status(pod: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == name:
+            return dict(status)
+    return None
+
+
+def desired_cpu_cores(pod: Mapping[str, Any], container: str) -> float | None:
+    """CPU limit in the pod's spec (what was asked for, resized or not), in cores."""
+    spec = _container(pod, container) or {}
+    resources = spec.get("resources") or {}
+    value = (resources.get("limits") or {}).get("cpu") or (resources.get("requests") or {}).get(
+        "cpu"
+    )
+    return parse_allocation("cpu", value)
+
+
+def applied_cpu_cores(pod: Mapping[str, Any], container: str) -> float | None:
+    """CPU limit the kubelet reports as applied to the running container, in cores.
+
+    From ``status.containerStatuses[].resources.limits.cpu``; None before the container runs.
+    """
+    status = container_status(pod, container) or {}
+    value = ((status.get("resources") or {}).get("limits") or {}).get("cpu")
+    return parse_allocation("cpu", value)
+
+
+def pod_gpu_count(pod: Mapping[str, Any], container: str) -> float | None:
+    """``nvidia.com/gpu`` limit of the container (GPUs cannot change in place)."""
+    spec = _container(pod, container) or {}
+    resources = spec.get("resources") or {}
+    value = (resources.get("limits") or {}).get(GPU_RESOURCE) or (
+        resources.get("requests") or {}
+    ).get(GPU_RESOURCE)
+    return parse_allocation("gpu", value)
+
+
+def is_terminating(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def container_running(pod: Mapping[str, Any], container: str) -> bool:
+    status = container_status(pod, container) or {}
+    return "running" in (status.get("state") or {})
+
+
+def container_finished_s(pod: Mapping[str, Any], container: str) -> float | None:
+    """When the container terminated (Unix s), from its state or last state."""
+    status = container_status(pod, container) or {}
+    for key in ("state", "lastState"):
+        terminated = (status.get(key) or {}).get("terminated") or {}
+        if terminated.get("finishedAt"):
+            try:
+                return parse_time(terminated["finishedAt"], "finishedAt").timestamp()
+            except ManifestError:
+                return None
+    return None
+
+
+def pod_failure_reason(pod: Mapping[str, Any], container: str) -> str:
+    """A one-line reason for a failed pod: the pod's reason, else the container's."""
+    status = pod.get("status") or {}
+    if status.get("reason"):
+        return f"{status['reason']}: {status.get('message', '')}".strip(": ")
+    terminated = ((container_status(pod, container) or {}).get("state") or {}).get(
+        "terminated"
+    ) or {}
+    if terminated:
+        return f"{terminated.get('reason', 'Error')} (exit code {terminated.get('exitCode')})"
+    return "failed"
+
+
+def metrics_url(pod: Mapping[str, Any], port: int, path: str) -> str | None:
+    """``http://POD_IP:PORT/PATH`` of the pod's metrics endpoint; None without an IP yet."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}{path}"

@@ -1,0 +1,243 @@
+"""The only module that calls the Kubernetes API (besides kopf's own watching).
+
+A small synchronous facade over the official ``kubernetes`` client: the trainer pod
+(create, get, list, delete, resize), the job's status, and Events. Everything returns plain
+dicts shaped like the API's JSON (camelCase keys), so the pure builders and readers of
+``build.py`` work on them directly. Calls block; the kopf layer runs them in a thread.
+
+Errors: a missing object is None / False, never an exception; anything else raises
+``KubeError`` (with the API's status code and message), except Events, which are best
+effort and only logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from decor.build import LABEL_JOB, build_resize_patch
+from decor.model import API_GROUP, API_VERSION, PLURAL
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+DEFAULT_TIMEOUT_S = 10.0
+"""Per-request timeout; the control loop holds the allocation when a call times out."""
+
+
+class KubeError(RuntimeError):
+    """An API call failed. ``status`` is the HTTP status (0 when there was none)."""
+
+    def __init__(self, what: str, status: int, message: str) -> None:
+        super().__init__(f"{what}: {status} {message}".strip())
+        self.status = status
+        self.message = message
+
+
+def _api_exception() -> type[Exception]:
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+def _error_message(exc: Exception) -> tuple[int, str]:
+    status = int(getattr(exc, "status", 0) or 0)
+    body = getattr(exc, "body", None)
+    message = str(getattr(exc, "reason", "") or exc)
+    if body:
+        try:
+            message = json.loads(body).get("message", message)
+        except (TypeError, ValueError):
+            message = str(body)[:500]
+    return status, message
+
+
+class Kube:
+    """Kubernetes API calls the operator makes. Build with :meth:`from_environment`."""
+
+    def __init__(self, api_client: Any, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None) -> Kube:
+        """In-cluster credentials when running in a pod, else ``$KUBECONFIG``/~/.kube/config."""
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        try:
+            if kubeconfig:
+                raise config.ConfigException("explicit kubeconfig")
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _json(self, response: Any) -> dict[str, Any]:
+        """A raw (``_preload_content=False``) response's JSON body as a dict."""
+        data = getattr(response, "data", None)
+        if data is None and hasattr(response, "read"):
+            data = response.read()
+        if isinstance(data, bytes | bytearray):
+            data = data.decode("utf-8")
+        result = json.loads(data) if data else {}
+        return result if isinstance(result, dict) else {}
+
+    def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
+        """Call ``fn`` returning the raw JSON dict; None for 404 when ``missing_ok``."""
+        try:
+            response = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
+        except _api_exception() as exc:
+            status, message = _error_message(exc)
+            if missing_ok and status == 404:
+                return None
+            raise KubeError(what, status, message) from exc
+        except (OSError, ValueError) as exc:  # connection refused, timeouts, bad payloads
+            raise KubeError(what, 0, str(exc)) from exc
+        return self._json(response)
+
+    # --- the job ------------------------------------------------------------------------------
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(
+            f"get dtj {namespace}/{name}",
+            self.custom.get_namespaced_custom_object,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            PLURAL,
+            name,
+            missing_ok=True,
+        )
+
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        """Merge-patch ``status`` (None values delete fields). False when the job is gone."""
+        result = self._call(
+            f"patch dtj {namespace}/{name} status",
+            self.custom.patch_namespaced_custom_object_status,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": dict(status)},
+            _content_type=MERGE_PATCH,
+            missing_ok=True,
+        )
+        return result is not None
+
+    # --- pods ---------------------------------------------------------------------------------
+
+    def list_job_pods(
+        self, namespace: str, job: str, job_uid: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The job's trainer pods (label ``decor.dev/job``, owned by ``job_uid`` when given)."""
+        result = self._call(
+            f"list pods of {namespace}/{job}",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{LABEL_JOB}={job}",
+        )
+        pods = list((result or {}).get("items") or [])
+        if job_uid is None:
+            return pods
+        return [
+            pod
+            for pod in pods
+            if any(
+                ref.get("uid") == job_uid for ref in pod["metadata"].get("ownerReferences") or []
+            )
+        ]
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._call(
+            f"get pod {namespace}/{name}",
+            self.core.read_namespaced_pod,
+            name,
+            namespace,
+            missing_ok=True,
+        )
+
+    def create_pod(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a pod; raises KubeError (status 409 when the name is taken)."""
+        namespace = body["metadata"]["namespace"]
+        return self._call(
+            f"create pod {namespace}/{body['metadata']['name']}",
+            self.core.create_namespaced_pod,
+            namespace,
+            dict(body),
+        )
+
+    def delete_pod(self, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
+        """Delete gracefully (SIGTERM, then SIGKILL after the grace period). False if gone."""
+        kwargs: dict[str, Any] = {}
+        if grace_period_s is not None:
+            kwargs["grace_period_seconds"] = grace_period_s
+        result = self._call(
+            f"delete pod {namespace}/{name}",
+            self.core.delete_namespaced_pod,
+            name,
+            namespace,
+            missing_ok=True,
+            **kwargs,
+        )
+        return result is not None
+
+    def resize_pod_cpu(
+        self, namespace: str, name: str, container: str, cores: float
+    ) -> dict[str, Any]:
+        """Patch the pod's ``resize`` subresource: CPU requests = limits = ``cores``.
+
+        Returns the pod as the API server stored it; the kubelet applies the change
+        asynchronously (read it back with ``build.applied_cpu_cores``).
+        """
+        patch = build_resize_patch(cores, container)
+        what = f"resize pod {namespace}/{name}"
+        resize = getattr(self.core, "patch_namespaced_pod_resize", None)
+        if resize is not None:
+            return self._call(
+                what, resize, name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
+            )
+        return self._raw_resize(what, namespace, name, patch)  # pragma: no cover (old clients)
+
+    def _raw_resize(
+        self, what: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """PATCH /api/v1/namespaces/NS/pods/NAME/resize for clients without the method."""
+        try:
+            response = self.api_client.call_api(
+                f"/api/v1/namespaces/{namespace}/pods/{name}/resize",
+                "PATCH",
+                header_params={"Content-Type": STRATEGIC_MERGE_PATCH, "Accept": "application/json"},
+                body=dict(patch),
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=self.timeout_s,
+            )
+        except _api_exception() as exc:
+            raise KubeError(what, *_error_message(exc)) from exc
+        return self._json(response[0] if isinstance(response, tuple) else response)
+
+    # --- events -------------------------------------------------------------------------------
+
+    def post_event(self, body: Mapping[str, Any]) -> None:
+        """Create a core/v1 Event; failures are logged, never raised (Events are advisory)."""
+        namespace = body["metadata"]["namespace"]
+        try:
+            self._call(
+                f"create event in {namespace}",
+                self.core.create_namespaced_event,
+                namespace,
+                dict(body),
+            )
+        except KubeError as exc:
+            log.warning("could not post event %s: %s", body.get("reason"), exc)

@@ -1,0 +1,189 @@
+"""`decor run --local` end to end: real PyTorch training under a real cgroup CPU quota.
+
+A short static run at all cores first measures this machine's speed, so the deadlines below
+are real multiples of the all-cores time wherever the tests run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from decor.cpulimit import CgroupV1Limiter, CgroupV2Limiter, make_limiter
+from decor.local import LocalOptions, RunSummary, request_deadline, run_local
+from decor.model import parse_job
+from decor.trace import read_trace
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CPUS = len(os.sched_getaffinity(0))
+STEPS_PER_EPOCH = 20
+
+
+def manifest(name: str, epochs: int, duration_s: float, **resources: Any) -> dict[str, Any]:
+    base = yaml.safe_load((ROOT / "examples" / "resnet-cpu.yaml").read_text())
+    doc = copy.deepcopy(base)
+    doc["metadata"]["name"] = name
+    doc["spec"]["duration"] = f"{duration_s:.1f}s"
+    doc["spec"]["epochs"] = epochs
+    doc["spec"]["stepsPerEpoch"] = STEPS_PER_EPOCH
+    doc["spec"]["resources"] = {"mode": "cpu", "min": "250m", "max": str(CPUS), **resources}
+    doc["spec"]["checkpoint"] = {}
+    doc["spec"]["template"]["spec"]["containers"][0]["args"] = [
+        "--workload", "resnet", "--batch-size", "16", "--width", "8",
+    ]
+    return doc
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DECOR_STATE_DIR", str(tmp_path / "state"))
+
+
+def static_steps_per_s(tmp_path: Path) -> float:
+    """Training speed at all cores, from a short static run's trace."""
+    doc = manifest("calibrate", epochs=2, duration_s=600, min=str(CPUS), initial=str(CPUS))
+    result = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "calibrate"))
+    assert result.error is None, result.error
+    _, rows = read_trace(tmp_path / "calibrate" / "trace.json")
+    started = [r for r in rows if r.steps_done == r.steps_done and r.steps_done >= 5]
+    assert len(started) >= 2, "calibration run too short to measure a rate"
+    first, last = started[0], started[-1]
+    return (last.steps_done - first.steps_done) / (last.t_s - first.t_s)
+
+
+def test_cgroup_limiter_writes_the_quota() -> None:
+    limiter = make_limiter("decor-test-limiter")
+    if not isinstance(limiter, CgroupV1Limiter | CgroupV2Limiter):
+        pytest.fail(f"this machine should allow cgroups as root; got {limiter.note}")
+    try:
+        assert limiter.apply(0.5) == pytest.approx(0.5)
+        assert limiter.apply(1.25) == pytest.approx(1.25)
+        quota_file = limiter.group / ("cpu.cfs_quota_us" if limiter.kind == "cgroup-v1" else "cpu.max")
+        assert quota_file.read_text().split()[0] == "125000"
+    finally:
+        limiter.close()
+    assert not limiter.group.exists()
+
+
+def test_deadline_that_forces_throttling_is_met(tmp_path: Path) -> None:
+    rate = static_steps_per_s(tmp_path)
+    epochs = 3
+    all_cores_s = epochs * STEPS_PER_EPOCH / rate + 3.0  # + start-up (imports, first step)
+    deadline_s = 1.8 * all_cores_s
+    doc = manifest("throttled", epochs=epochs, duration_s=deadline_s)
+    result = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "run"))
+    assert result.error is None, result.error
+    summary, rows = read_trace(tmp_path / "run" / "trace.json")
+    allocations = [r.allocation for r in rows]
+    changes = sum(1 for a, b in zip(allocations, allocations[1:], strict=False) if abs(a - b) > 1e-9)
+    assert changes >= 3, f"quota changed only {changes} times: {allocations}"
+    assert all(0.25 - 1e-9 <= a <= CPUS + 1e-9 for a in allocations)
+    assert min(allocations) < CPUS * 0.8, "the deadline should have forced throttling"
+    assert result.deviation_pct is not None
+    assert abs(result.deviation_pct) <= 10.0, f"finished {result.deviation_pct:+.1f}% off the deadline"
+    assert summary["deviation_pct"] == pytest.approx(result.deviation_pct)
+    assert (tmp_path / "run" / "trace.png").stat().st_size > 1000
+
+
+def test_moving_the_deadline_earlier_raises_the_allocation(tmp_path: Path) -> None:
+    rate = static_steps_per_s(tmp_path)
+    epochs = 3
+    all_cores_s = epochs * STEPS_PER_EPOCH / rate + 3.0
+    doc = manifest("moved", epochs=epochs, duration_s=2.5 * all_cores_s)
+    moved_at: list[float] = []
+
+    def move_when_throttled() -> None:
+        registry = Path(os.environ["DECOR_STATE_DIR"]) / "moved" / "run.json"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if registry.exists():
+                start = json.loads(registry.read_text())["start_s"]
+                if time.time() - start >= 0.4 * all_cores_s * 2.5:
+                    request_deadline("moved", duration=f"{1.2 * all_cores_s:.1f}s")
+                    moved_at.append(time.time() - start)
+                    return
+            time.sleep(0.2)  # polling the run's registration, not waiting for a result
+
+    mover = threading.Thread(target=move_when_throttled)
+    mover.start()
+    result: RunSummary = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "run"))
+    mover.join()
+    assert result.error is None, result.error
+    assert moved_at, "the deadline was never moved"
+    _, rows = read_trace(tmp_path / "run" / "trace.json")
+    before = [r.allocation for r in rows if r.t_s < moved_at[0]]
+    after = [r.allocation for r in rows if moved_at[0] + 1.5 <= r.t_s <= moved_at[0] + 5]
+    assert before and after
+    assert max(after) > before[-1] + 0.2, f"allocation {before[-1]} did not rise: {after}"
+    assert len({round(r.deadline_s, 1) for r in rows}) == 2, "the trace should show both deadlines"
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "decor.cli", *args],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+
+
+def test_invalid_manifest_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    doc = manifest("bad", epochs=1, duration_s=30, min="3", max="2")
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = run_cli("run", str(path), "--local")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "spec.resources.min" in lines[0], proc.stderr
+
+
+def test_crashing_trainer_fails_the_run_and_keeps_the_trace(tmp_path: Path) -> None:
+    doc = manifest("crash", epochs=2, duration_s=120)
+    doc["spec"]["template"]["spec"]["containers"][0]["args"] += ["--fail-at-step", "15"]
+    path = tmp_path / "crash.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    proc = run_cli("run", str(path), "--local", "--out", str(tmp_path / "out"), env={**os.environ})
+    assert proc.returncode != 0
+    assert "FAILED" in proc.stdout and "code" in proc.stdout, proc.stdout
+    summary, rows = read_trace(tmp_path / "out" / "trace.json")
+    assert summary["exit_code"] != 0 and summary["error"]
+    assert rows, "the trace of the crashed run was lost"
+
+
+def test_past_deadline_is_infeasible_and_runs_at_max(tmp_path: Path) -> None:
+    doc = manifest("late", epochs=1, duration_s=30, initial="500m")
+    doc["spec"].pop("duration")
+    doc["spec"]["deadline"] = "2020-01-01T00:00:00Z"
+    result = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "late"))
+    assert result.error is None, result.error
+    _, rows = read_trace(tmp_path / "late" / "trace.json")
+    assert "Infeasible" in result.conditions
+    observed = [r for r in rows if r.condition == "Infeasible"]
+    assert observed and all(r.requested == CPUS for r in observed)
+
+
+def test_missing_metrics_hold_the_allocation_with_a_warning(tmp_path: Path) -> None:
+    doc = manifest("silent", epochs=1, duration_s=30, initial="1")
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = ["python3", "-c", "import time; time.sleep(6)"]
+    container["args"] = []
+    doc["spec"]["control"]["periodSeconds"] = 0.5
+    lines: list[str] = []
+    result = run_local(
+        parse_job(doc),
+        LocalOptions(out_dir=tmp_path / "silent", display=lambda line, final: lines.append(line)),
+    )
+    _, rows = read_trace(tmp_path / "silent" / "trace.json")
+    assert rows and {r.condition for r in rows} == {"MetricsUnavailable"}
+    assert {r.allocation for r in rows} == {1.0}
+    assert any(line.startswith("warning:") and "holding 1 cores" in line for line in lines), lines
+    assert result.error is not None and "never published progress" in result.error

@@ -1,0 +1,721 @@
+"""The control law: single decisions as tables, then closed loop against plant models.
+
+Part (a) pins ``decide`` call by call: the DECOR-NN arithmetic exactly as DESIGN.md states
+it, the conditions every policy reports, the state's JSON round trip and the speed fit.
+Part (b) runs whole jobs through ``run_closed_loop`` (the same ``decide`` the runtimes call)
+and checks what a user sees: the job finishes at its deadline, the allocation stays within
+[MIN, MAX] and on the quantum grid, it does not oscillate or wind up, an impossible deadline
+is reported, and a moved deadline is followed.
+
+Units: seconds, cores (CPU) or GPU counts. The CPU plants take 100 s at MAX = 4 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+import pytest
+from decor.control import (
+    AT_RISK,
+    COMPLETE,
+    DEADLINE_MISSED,
+    INFEASIBLE,
+    METRICS_UNAVAILABLE,
+    ON_TRACK,
+    STARTING,
+    Observation,
+    Settings,
+    SpeedFit,
+    State,
+    decide,
+    initial_state,
+)
+from decor.simulate import Plant, SimResult, run_closed_loop
+
+MIN_CORES, MAX_CORES = 1.0, 4.0
+MIN_GPUS, MAX_GPUS = 1.0, 4.0
+TOTAL_STEPS = 1000
+SEEDS = (0, 1, 2, 3)
+DEADLINE_FACTORS = (1.5, 1.8, 2.5)  # deadline / run time at MAX
+
+
+def cpu_settings(deadline_s: float, policy: str = "decor-nn", **overrides: Any) -> Settings:
+    base = Settings(
+        mode="cpu",
+        min_allocation=MIN_CORES,
+        max_allocation=MAX_CORES,
+        start_s=0.0,
+        deadline_s=deadline_s,
+        policy=policy,
+        period_s=1.0,
+    )
+    return replace(base, **overrides)
+
+
+def gpu_settings(deadline_s: float, policy: str = "decor-nn", **overrides: Any) -> Settings:
+    base = Settings(
+        mode="gpu",
+        min_allocation=MIN_GPUS,
+        max_allocation=MAX_GPUS,
+        start_s=0.0,
+        deadline_s=deadline_s,
+        policy=policy,
+        period_s=5.0,
+    )
+    return replace(base, **overrides)
+
+
+def observation(
+    time_s: float, steps: float, allocation: float, total: float = 100, pending: bool = False
+) -> Observation:
+    return Observation(
+        time_s=time_s, steps_done=steps, steps_total=total, allocation=allocation, pending=pending
+    )
+
+
+def nn_state(integral: float, allocation: float, decisions: int = 3) -> State:
+    return State(policy="decor-nn", allocation=allocation, integral=integral, decisions=decisions)
+
+
+# =======================================================================================
+# (a) single decisions
+# ---------------------------------------------------------------------------------------
+# decor-nn: e = t/D - y;  uP = K e;  uI = uI_prev + uP Ts/Ti;  u = clamp(quantize(uP + uI));
+# back-calculation uI = u - uP.  K = 50, Ti = 12 s; CPU Ts = 1 s, GPU Ts = 5 s.
+
+NN_CPU_CASES = [
+    # id, state (integral, requested), observation (t, steps, total, applied), now,
+    #     expected allocation, expected integral after back-calculation
+    pytest.param(
+        (4.0, 4.0, 0),
+        (10, 10, 100, 4.0),
+        10,
+        4.0,
+        4.0,
+        id="on-set-point-from-start: e=0 keeps u = uI = MAX",
+    ),
+    pytest.param(
+        (2.0, 2.5, 3),
+        (50, 49, 100, 2.5),
+        50,
+        2.55,
+        2.05,
+        # e = .01, uP = .5, uI = 2 + .5/12 = 2.0417, u = 2.5417 -> 2.55, uI = 2.55 - .5
+        id="behind-unclamped: rounded to the 0.05 quantum",
+    ),
+    pytest.param(
+        (2.0, 2.0, 3),
+        (50, 498, 1000, 2.0),
+        50,
+        2.10,
+        2.0,
+        # e = .002, uP = .1, uI = 2.0083, u = 2.1083 -> 2.10 (nearest), uI = 2.10 - .1
+        id="quantum-nearest-rounds-down",
+    ),
+    pytest.param(
+        (2.0, 2.0, 3),
+        (50, 40, 100, 2.0),
+        50,
+        4.0,
+        -1.0,
+        # e = .1, uP = 5, u = 7.42 -> MAX, uI = 4 - 5
+        id="far-behind: clamp at MAX, integral back-calculated",
+    ),
+    pytest.param(
+        (2.0, 2.0, 3),
+        (50, 60, 100, 2.0),
+        50,
+        1.0,
+        6.0,
+        # e = -.1, uP = -5, u = -3.42 -> MIN, uI = 1 - (-5)
+        id="far-ahead: clamp at MIN, integral back-calculated",
+    ),
+    pytest.param(
+        (2.0, 3.0, 3),
+        (50, 50, 100, 2.5),
+        50,
+        1.5,
+        1.5,
+        # asked 3, got 2.5: uI = 2 + (2.5 - 3) = 1.5; e = 0 so u = 1.5
+        id="integral-follows-applied: a capped resize is not wound up",
+    ),
+]
+
+
+@pytest.mark.parametrize(("state_args", "obs_args", "now", "want_u", "want_integral"), NN_CPU_CASES)
+def test_decor_nn_cpu_arithmetic(state_args, obs_args, now, want_u, want_integral) -> None:
+    integral, requested, decisions = state_args
+    t, steps, total, applied = obs_args
+    decision = decide(
+        nn_state(integral, requested, decisions),
+        observation(t, steps, applied, total),
+        cpu_settings(100.0),
+        now,
+    )
+    assert decision.allocation == pytest.approx(want_u, abs=1e-9)
+    assert decision.state.integral == pytest.approx(want_integral, abs=1e-9)
+    assert decision.state.allocation == decision.allocation
+    assert decision.state.decisions == decisions + 1
+
+
+def test_decor_nn_integral_starts_at_max() -> None:
+    for settings in (cpu_settings(100.0), gpu_settings(100.0)):
+        state = initial_state(settings)
+        assert state.integral == settings.max_allocation
+        assert state.allocation == settings.max_allocation
+    # A job exactly on its set point keeps everything: uP = 0, u = uI = MAX.
+    decision = decide(
+        initial_state(cpu_settings(100.0)), observation(1, 1, 4.0), cpu_settings(100.0), 1
+    )
+    assert decision.allocation == MAX_CORES
+
+
+@pytest.mark.parametrize(
+    ("mode", "steps", "want_u", "want_integral"),
+    [
+        # D = 100, now = 101: SP = 1.01.  State: uI = -2, u = MIN (the PI alone says MIN).
+        # CPU, y = .985 < .99: e = .025, uP = 1.25 -> late: MAX, uI = 4 - 1.25
+        pytest.param("cpu", 985, 4.0, 2.75, id="cpu-below-99%: jump to MAX"),
+        # CPU, y = .992 >= .99: e = .018, uP = .9, u = .9 - 2 + .075 -> MIN, uI = 1 - .9
+        pytest.param("cpu", 992, 1.0, 0.1, id="cpu-at-99.2%: PI result kept"),
+        # GPU, y = .992 < .995: late: MAX, uI = 4 - .9
+        pytest.param("gpu", 992, 4.0, 3.1, id="gpu-below-99.5%: jump to MAX"),
+        # GPU, y = .997: e = .013, uP = .65, u = .65 - 2 + .65*5/12 -> MIN, uI = 1 - .65
+        pytest.param("gpu", 997, 1.0, 0.35, id="gpu-at-99.7%: PI result kept"),
+    ],
+)
+def test_decor_nn_late_phase(mode: str, steps: int, want_u: float, want_integral: float) -> None:
+    settings = cpu_settings(100.0) if mode == "cpu" else gpu_settings(100.0)
+    decision = decide(
+        nn_state(-2.0, 1.0), observation(100.5, steps, 1.0, total=1000), settings, 101.0
+    )
+    assert decision.allocation == want_u
+    assert decision.state.integral == pytest.approx(want_integral, abs=1e-9)
+    assert decision.condition == DEADLINE_MISSED
+
+
+def test_decor_nn_gpu_quantum_and_period() -> None:
+    # e = .008, uP = .4, uI = 2 + .4 * 5/12 = 2.1667, u = 2.5667 -> 3 GPUs, uI = 3 - .4
+    decision = decide(
+        nn_state(2.0, 2.0), observation(50, 492, 2.0, total=1000), gpu_settings(100.0), 50
+    )
+    assert decision.allocation == 3.0
+    assert decision.state.integral == pytest.approx(2.6)
+
+
+def test_decor_nn_gpu_pending_holds_and_freezes_integral() -> None:
+    state = nn_state(2.6, 3.0, decisions=4)
+    # The pod still runs 2 GPUs while the change to 3 is carried out; the job is far behind.
+    decision = decide(
+        state, observation(60, 400, 2.0, total=1000, pending=True), gpu_settings(100.0), 60
+    )
+    assert decision.allocation == 3.0
+    assert decision.state.integral == 2.6  # neither advanced nor corrected to the old count
+    assert decision.state.decisions == 5
+    assert decision.state.last_time_s == state.last_time_s  # the sample is not consumed
+    assert "pending" in decision.message
+
+
+def test_decor_nn_deadline_change_only_moves_the_set_point() -> None:
+    state = nn_state(1.0, 2.5)
+    obs = observation(50, 45, 2.5)
+    before = decide(state, obs, cpu_settings(100.0), 50)
+    after = decide(state, obs, cpu_settings(110.0), 50)
+    # D = 100: SP = .5, e = .05, uP = 2.5, u = 2.5 + 1 + 2.5/12 = 3.708 -> 3.70, uI = 1.2
+    assert before.allocation == 3.7
+    assert before.state.integral == pytest.approx(1.2)
+    # D = 110: SP = .4545, e = .004545, uP = .22727, u = 1.2462 -> 1.25, uI = 1.25 - .22727
+    assert after.allocation == 1.25
+    assert after.state.integral == pytest.approx(1.25 - 50 * (50 / 110 - 0.45))
+
+    # Nothing else in the state depends on the deadline.
+    def strip(state: State) -> State:
+        return replace(state, allocation=0.0, integral=0.0, last_change_s=None)
+
+    assert strip(before.state) == strip(after.state)
+
+
+def test_decor_nn_reports_at_risk_when_behind_at_max() -> None:
+    decision = decide(nn_state(2.0, 4.0), observation(50, 40, 4.0), cpu_settings(100.0), 50)
+    assert (decision.allocation, decision.condition) == (4.0, AT_RISK)
+
+
+# ---------------------------------------------------------------------------------------
+# Both policies: missing metrics, completion, state persistence
+
+
+def fitted_decor_state(allocation: float, a: float = 0.4, b: float = 0.0) -> State:
+    """A decor state whose speed fit already knows step time = a/u + b at ``allocation``."""
+    fit = SpeedFit().add(1.0 / allocation, a / allocation + b, 100, 10.0, 20.0)
+    return State(policy="decor", allocation=allocation, fit=fit, decisions=5)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_no_observation_holds_allocation(policy: str) -> None:
+    settings = cpu_settings(100.0, policy)
+    state = replace(initial_state(settings, 2.0), allocation=2.35)
+    decision = decide(state, None, settings, 50)
+    assert decision.condition == METRICS_UNAVAILABLE
+    assert decision.allocation == 2.35
+    assert decision.state == state
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_complete_job_reports_complete(policy: str) -> None:
+    settings = cpu_settings(100.0, policy)
+    state = replace(initial_state(settings, 2.0), allocation=1.5)
+    decision = decide(state, observation(97.5, 100, 1.5), settings, 98)
+    assert decision.condition == COMPLETE
+    assert decision.allocation == 1.5
+    assert decision.eta_s == 97.5
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+@pytest.mark.parametrize("mode", ["cpu", "gpu"])
+def test_state_round_trips_through_json(policy: str, mode: str) -> None:
+    settings = (cpu_settings if mode == "cpu" else gpu_settings)(150.0, policy)
+    result_state = initial_state(settings)
+    plant = Plant(a=0.4 if mode == "cpu" else 2.4, b=0.01)
+    # Drive a few real decisions so the fit, the integral and the GPU fields are populated.
+    steps, t = 0.0, 0.0
+    for _ in range(30):
+        t += settings.period_s
+        steps += settings.period_s / plant.mean_step_time_s(result_state.allocation, t)
+        obs = observation(t, math.floor(steps), result_state.allocation, total=TOTAL_STEPS)
+        result_state = decide(result_state, obs, settings, t).state
+    raw = json.loads(json.dumps(result_state.to_dict()))
+    assert State.from_dict(raw) == result_state
+    if policy == "decor":
+        assert raw["fit"]["sw"] > 0
+
+
+def test_speed_fit_recovers_a_and_b_from_two_allocations() -> None:
+    a, b = 0.4, 0.03
+    fit = SpeedFit()
+    for i in range(10):
+        for cores in (2.0, 4.0):
+            fit = fit.add(1.0 / cores, a / cores + b, 10, float(i), 20.0)
+    coefficients = fit.coefficients()
+    assert coefficients is not None
+    got_a, got_b = coefficients
+    assert got_a == pytest.approx(a, rel=1e-3)
+    assert got_b == pytest.approx(b, abs=1e-4)
+
+
+def test_speed_fit_assumes_linear_speed_up_with_one_allocation() -> None:
+    fit = SpeedFit()
+    for i in range(5):
+        fit = fit.add(1.0 / 2.0, 0.23, 10, float(i), 20.0)  # 0.23 s per step at 2 cores
+    coefficients = fit.coefficients()
+    assert coefficients is not None
+    got_a, got_b = coefficients
+    assert got_b == pytest.approx(0.0, abs=1e-9)
+    assert got_a == pytest.approx(0.46, rel=1e-6)  # 4 cores would take 0.115 s per step
+
+
+def test_speed_fit_is_empty_before_any_sample() -> None:
+    assert SpeedFit().coefficients() is None
+
+
+# ---------------------------------------------------------------------------------------
+# decor: single decisions (step time 0.4/u s; 1000 steps; sample at t = 50 s, 500 done)
+
+D_DECOR = 180.0  # margin = max(.25, .004 * 180) = .72 s: target 179.28 s
+# needed step time = (179.28 - 50) / 500 = .25856 s -> u = .4 / .25856 = 1.547 cores
+
+
+@pytest.mark.parametrize(
+    ("current", "want", "why"),
+    [
+        (4.0, 1.55, "rounded up to the quantum"),
+        (1.55, 1.55, "already there"),
+        (1.50, 1.50, "inside the one-quantum dead-band (1.547 - 1.50 < .05)"),
+        (1.60, 1.55, "outside the dead-band (1.60 - 1.547 > .05)"),
+    ],
+)
+def test_decor_cpu_plans_the_needed_allocation(current: float, want: float, why: str) -> None:
+    decision = decide(
+        fitted_decor_state(current),
+        observation(50, 500, current, total=1000),
+        cpu_settings(D_DECOR, "decor"),
+        50,
+    )
+    assert decision.allocation == want, why
+    assert decision.condition == ON_TRACK
+    assert decision.eta_s == pytest.approx(50 + 500 * 0.4 / want)
+
+
+def test_decor_starts_by_measuring() -> None:
+    settings = cpu_settings(D_DECOR, "decor")
+    decision = decide(initial_state(settings, 3.0), observation(1, 8, 3.0, total=1000), settings, 1)
+    assert (decision.allocation, decision.condition) == (3.0, STARTING)
+
+
+def test_decor_at_risk_near_max() -> None:
+    # 500 steps in 53.6 s: .107 s per step -> 3.73 cores > 90% of MAX
+    settings = cpu_settings(104.0, "decor")
+    decision = decide(fitted_decor_state(4.0), observation(50, 500, 4.0, total=1000), settings, 50)
+    assert decision.condition == AT_RISK
+    assert decision.allocation == 3.75
+
+
+def test_decor_infeasible_runs_at_max() -> None:
+    # 500 steps at MAX take 50 s, but only 30 s are left.
+    settings = cpu_settings(80.0, "decor")
+    decision = decide(fitted_decor_state(2.0), observation(50, 500, 2.0, total=1000), settings, 50)
+    assert (decision.allocation, decision.condition) == (MAX_CORES, INFEASIBLE)
+    assert decision.eta_s == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_deadline_in_the_past_runs_at_max(policy: str) -> None:
+    settings = cpu_settings(40.0, policy)
+    state = fitted_decor_state(1.5) if policy == "decor" else nn_state(-3.0, 1.0)
+    decision = decide(
+        state, observation(50, 500, 1.5 if policy == "decor" else 1.0, total=1000), settings, 50
+    )
+    assert decision.allocation == MAX_CORES
+    assert decision.condition == DEADLINE_MISSED
+
+
+def test_decor_never_stacks_a_request_on_a_pending_one() -> None:
+    settings = cpu_settings(D_DECOR, "decor")
+    state = fitted_decor_state(2.0)
+    # Asked for 2.0; the kubelet still shows 3.0 and a resize in progress.
+    decision = decide(state, observation(50, 500, 3.0, total=1000, pending=True), settings, 50)
+    assert decision.allocation == 2.0
+
+
+# decor GPU: step time 2.4/g s; at t = 100 s, 600 of 1000 steps remain at 3 GPUs.
+# finish at 3 GPUs: 100 + 600 * .8 = 580 s; at 2 GPUs: 100 + 30 (restart) + 600 * 1.2 = 850 s.
+
+
+def gpu_decor_state(gpus: float, last_change_s: float | None = None) -> State:
+    return replace(fitted_decor_state(gpus, a=2.4), last_change_s=last_change_s)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "last_change_s", "want", "why"),
+    [
+        (860.0, None, 2.0, "2 GPUs still make it, restart included (850 <= 856.6)"),
+        (840.0, None, 3.0, "2 GPUs would make it without the restart (820) but not with it (850)"),
+        (860.0, 90.0, 3.0, "a change 10 s ago: minimum dwell (30 s) not over"),
+        (860.0, 60.0, 2.0, "a change 40 s ago: dwell over"),
+    ],
+)
+def test_decor_gpu_shrinks_only_when_it_pays(deadline_s, last_change_s, want, why) -> None:
+    settings = gpu_settings(deadline_s, "decor")
+    decision = decide(
+        gpu_decor_state(3.0, last_change_s), observation(100, 400, 3.0, total=1000), settings, 100
+    )
+    assert decision.allocation == want, why
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "want", "why"),
+    [
+        # at 2 GPUs: 100 + 600 * 1.2 = 820 s; at 3 GPUs: 100 + 30 + 480 = 610 s
+        (810.0, 2.0, "behind, but 3 GPUs a period later still leave a spare restart: wait"),
+        (630.0, 3.0, "3 GPUs only just make it: switch now"),
+        (600.0, 4.0, "3 GPUs no longer make it: 4"),
+    ],
+)
+def test_decor_gpu_grows_at_the_last_safe_period(deadline_s: float, want: float, why: str) -> None:
+    settings = gpu_settings(deadline_s, "decor")
+    decision = decide(gpu_decor_state(2.0), observation(100, 400, 2.0, total=1000), settings, 100)
+    assert decision.allocation == want, why
+
+
+def test_decor_gpu_learns_the_restart_cost() -> None:
+    settings = gpu_settings(2000.0, "decor")  # configured guess: 30 s
+    # A change to 2 GPUs was requested at t = 100 s; at 2 GPUs a step takes 1.2 s.
+    state = replace(
+        gpu_decor_state(2.0, last_change_s=100.0),
+        last_time_s=99.0,
+        last_steps=400,
+        change_pending_since_s=100.0,
+    )
+    # First progress after it: 3 steps done by 123.6 s, so 123.6 - 100 - 3 * 1.2 = 20 s lost.
+    first = decide(state, observation(123.6, 403, 2.0, total=1000), settings, 125)
+    assert first.state.restart_cost_s == pytest.approx(20.0)
+    assert first.state.change_pending_since_s is None
+    # A later restart that lost 30 s is averaged in.
+    again = replace(
+        first.state,
+        last_time_s=199.0,
+        last_steps=460,
+        last_change_s=200.0,
+        change_pending_since_s=200.0,
+    )
+    second = decide(again, observation(232.4, 462, 2.0, total=1000), settings, 235)
+    assert second.state.restart_cost_s == pytest.approx(25.0)
+
+
+def test_decor_gpu_pending_holds() -> None:
+    settings = gpu_settings(600.0, "decor")
+    state = replace(gpu_decor_state(3.0, last_change_s=95.0), change_pending_since_s=95.0)
+    decision = decide(state, observation(100, 400, 2.0, total=1000, pending=True), settings, 100)
+    assert decision.allocation == 3.0
+    assert "pending" in decision.message
+
+
+# =======================================================================================
+# (b) closed loop
+
+CPU_PLANTS = {
+    "linear": Plant(a=0.4),
+    "saturating": Plant(a=0.4, b=0.02, saturation=3.0),
+    "noise5": Plant(a=0.4, noise=0.05),
+    "noise10": Plant(a=0.4, b=0.01, noise=0.10),
+    "slowdown": Plant(a=0.4, slowdowns=((40.0, 80.0, 1.3),)),  # 30% slower from 40 s to 80 s
+}
+NOISY = {"noise5", "noise10"}
+GPU_PLANTS = {
+    "gpu": Plant(a=2.4, restart_s=20.0),
+    "gpu-noise": Plant(a=2.4, noise=0.05, restart_s=20.0),
+}
+
+# Tolerances on the finish time, in % of the deadline duration (+ = late). decor's are the
+# brief's; decor-nn's are what the published law meets in these same simulations.
+DECOR_CPU_DEV = (-1.5, 1.0)
+# Whole GPUs: the finish is only as fine as the last switch, and a switch up is taken while
+# one spare restart (20-30 s here) plus a period is still left: up to (r + P) / D early.
+DECOR_GPU_DEV = (-3.5, 1.0)
+NN_CPU_DEV = (-1.0, 1.0)
+NN_GPU_DEV = (-1.5, 3.0)  # restarts it does not plan for make it late on tight deadlines
+
+
+def time_at_max_s(plant: Plant, mode: str) -> float:
+    return TOTAL_STEPS * plant.mean_step_time_s(MAX_CORES if mode == "cpu" else MAX_GPUS, 0.0)
+
+
+@cache
+def simulate(
+    policy: str,
+    plant_name: str,
+    factor: float,
+    seed: int = 0,
+    move: float | None = None,
+    mode: str = "cpu",
+) -> SimResult:
+    """One job; ``move``: at 30% of D the deadline becomes ``move`` x D."""
+    plant = (CPU_PLANTS if mode == "cpu" else GPU_PLANTS)[plant_name]
+    deadline_s = factor * time_at_max_s(plant, mode)
+    settings = (cpu_settings if mode == "cpu" else gpu_settings)(deadline_s, policy)
+    changes = [(0.3 * deadline_s, move * deadline_s)] if move is not None else []
+    return run_closed_loop(settings, plant, TOTAL_STEPS, deadline_changes=changes, seed=seed)
+
+
+def allocations(result: SimResult) -> list[float]:
+    return [allocation for _, _, allocation, _ in result.trace]
+
+
+def reversals(result: SimResult) -> int:
+    """How often the allocation changed direction (up then down, or down then up)."""
+    count, last_direction = 0, 0
+    values = allocations(result)
+    for before, after in zip(values, values[1:], strict=False):
+        direction = (after > before) - (after < before)
+        if direction and last_direction and direction != last_direction:
+            count += 1
+        if direction:
+            last_direction = direction
+    return count
+
+
+def assert_in_bounds_and_on_grid(result: SimResult, mode: str) -> None:
+    low, high = (MIN_CORES, MAX_CORES) if mode == "cpu" else (MIN_GPUS, MAX_GPUS)
+    quantum = 0.05 if mode == "cpu" else 1.0
+    for t, _, allocation, _ in result.trace:
+        assert low <= allocation <= high, f"allocation {allocation} out of bounds at t={t}"
+        assert abs(allocation / quantum - round(allocation / quantum)) < 1e-6, (t, allocation)
+
+
+def assert_finished_within(result: SimResult, tolerance: tuple[float, float], what: str) -> None:
+    assert result.finished_s is not None, f"{what}: did not finish"
+    low, high = tolerance
+    assert low <= result.deviation_pct <= high, f"{what}: deviation {result.deviation_pct:+.2f}%"
+
+
+def cpu_cases() -> list[tuple[str, float, int]]:
+    return [
+        (plant, factor, seed)
+        for plant in CPU_PLANTS
+        for factor in DEADLINE_FACTORS
+        for seed in (SEEDS if plant in NOISY else (0,))
+    ]
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+@pytest.mark.parametrize("plant", list(CPU_PLANTS))
+def test_cpu_job_finishes_at_its_deadline(policy: str, plant: str) -> None:
+    tolerance = DECOR_CPU_DEV if policy == "decor" else NN_CPU_DEV
+    for _, factor, seed in (c for c in cpu_cases() if c[0] == plant):
+        result = simulate(policy, plant, factor, seed)
+        assert_finished_within(result, tolerance, f"{policy} {plant} {factor}x seed {seed}")
+        assert_in_bounds_and_on_grid(result, "cpu")
+
+
+MOVE_CASES = [
+    (plant, factor, move)
+    for plant in ("linear", "saturating", "noise5")
+    for factor in DEADLINE_FACTORS
+    for move in (0.8, 1.3)
+    # 3.25x the MAX run time is slower than the saturating plant runs even at MIN: see below.
+    if not (plant == "saturating" and factor * move > 3.0)
+]
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+@pytest.mark.parametrize(("plant", "factor", "move"), MOVE_CASES)
+def test_cpu_job_follows_a_moved_deadline(
+    policy: str, plant: str, factor: float, move: float
+) -> None:
+    tolerance = DECOR_CPU_DEV if policy == "decor" else NN_CPU_DEV
+    for seed in SEEDS if plant in NOISY else (0,):
+        result = simulate(policy, plant, factor, seed, move)
+        assert result.deadline_s == pytest.approx(
+            move * factor * time_at_max_s(CPU_PLANTS[plant], "cpu")
+        )
+        assert_finished_within(
+            result, tolerance, f"{policy} {plant} {factor}x -> {move} seed {seed}"
+        )
+        assert_in_bounds_and_on_grid(result, "cpu")
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_deadline_beyond_reach_at_min_runs_at_min(policy: str) -> None:
+    # Saturating plant: 420 s at MIN; the deadline moves to 3.25 x 153 s = 498 s.
+    result = simulate(policy, "saturating", 2.5, 0, 1.3)
+    assert result.finished_s is not None and result.finished_s < result.deadline_s
+    tail = [a for t, _, a, _ in result.trace if t > 0.5 * result.finished_s]
+    assert all(a == MIN_CORES for a in tail)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_earlier_deadline_raises_allocation_within_two_periods(policy: str) -> None:
+    result = simulate(policy, "linear", 2.5, 0, 0.8)  # D 250 s -> 200 s at t = 75 s
+    before = max(a for t, _, a, _ in result.trace if 65 <= t < 75)
+    after = [a for t, _, a, _ in result.trace if 75 < t <= 77]  # the trace shows what ran
+    assert max(after) > before
+
+
+@pytest.mark.parametrize("plant", list(CPU_PLANTS))
+def test_decor_cpu_does_not_oscillate(plant: str) -> None:
+    for _, factor, seed in (c for c in cpu_cases() if c[0] == plant):
+        result = simulate("decor", plant, factor, seed)
+        # Reversals are one-quantum dither between the two levels around the needed
+        # allocation: under 10% of the control periods. After the first speed measurements
+        # (5 periods) no move is wider than three quanta, except when the plant itself
+        # changes speed (the slow-down).
+        periods = len(result.trace)
+        assert reversals(result) <= 0.1 * periods, (factor, seed, reversals(result), periods)
+        if plant != "slowdown":
+            values = [a for t, _, a, _ in result.trace if t >= 5]
+            moves = [abs(b - a) for a, b in zip(values, values[1:], strict=False)]
+            assert max(moves) <= 0.15 + 1e-9, (factor, seed, max(moves))
+
+
+@pytest.mark.parametrize("plant", list(CPU_PLANTS))
+def test_decor_actuates_less_than_decor_nn_on_cpu(plant: str) -> None:
+    for _, factor, seed in (c for c in cpu_cases() if c[0] == plant):
+        ours, baseline = (
+            simulate("decor", plant, factor, seed),
+            simulate("decor-nn", plant, factor, seed),
+        )
+        assert ours.actuations < baseline.actuations, (factor, seed)
+        assert reversals(ours) <= reversals(baseline), (factor, seed)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_no_windup_after_long_saturation(policy: str) -> None:
+    # For the first 60 s everything is 3x slower: the job falls far behind and sits at MAX.
+    # Then it catches up at MAX and would cross the set point t/D at t = 90 s. decor-nn must
+    # come down by then (without back-calculation the wound-up integral holds MAX until
+    # t = 133 s and the job finishes 12% early); decor as soon as its speed model has
+    # forgotten the slow-down (one model memory, 20 s).
+    plant = Plant(a=0.4, slowdowns=((0.0, 60.0, 3.0),))
+    result = run_closed_loop(cpu_settings(180.0, policy), plant, TOTAL_STEPS)
+    forced = [a for t, _, a, _ in result.trace if 5 <= t < 60]
+    assert forced and all(a == MAX_CORES for a in forced)
+    first_below_max = next(t for t, _, a, _ in result.trace if t > 60 and a < MAX_CORES)
+    assert first_below_max <= (90.0 if policy == "decor-nn" else 80.0)
+    assert_finished_within(result, DECOR_CPU_DEV if policy == "decor" else NN_CPU_DEV, policy)
+
+
+def test_decor_infeasible_deadline_reports_and_runs_at_max() -> None:
+    for plant in ("linear", "saturating", "noise10"):
+        result = simulate("decor", plant, 0.5, 1)
+        assert INFEASIBLE in result.conditions
+        assert all(a == MAX_CORES for t, _, a, _ in result.trace if t >= 2)
+        # The best that can be done: finished in (about) the all-MAX time.
+        assert result.finished_s is not None
+        assert result.finished_s <= 1.03 * time_at_max_s(CPU_PLANTS[plant], "cpu")
+
+
+def test_decor_nn_infeasible_deadline_runs_at_max() -> None:
+    result = simulate("decor-nn", "linear", 0.5, 0)
+    assert all(a == MAX_CORES for a in allocations(result))
+    assert {AT_RISK, DEADLINE_MISSED} <= result.conditions
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_deadline_moved_into_the_past_runs_at_max(policy: str) -> None:
+    result = simulate(policy, "linear", 2.5, 0, 0.2)  # at t = 75 s the deadline becomes 50 s
+    assert DEADLINE_MISSED in result.conditions
+    # The trace records what ran during each period; one period after the move it is MAX.
+    assert all(a == MAX_CORES for t, _, a, _ in result.trace if t >= 77)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+def test_missing_metrics_hold_the_allocation(policy: str) -> None:
+    plant = CPU_PLANTS["linear"]
+    settings = cpu_settings(1.8 * time_at_max_s(plant, "cpu"), policy)
+
+    def drop_between_60_and_80_s(obs: Observation) -> Observation | None:
+        return None if 60 <= obs.time_s < 80 else obs
+
+    result = run_closed_loop(settings, plant, TOTAL_STEPS, observe=drop_between_60_and_80_s)
+    assert METRICS_UNAVAILABLE in result.conditions
+    held = {a for t, _, a, c in result.trace if c == METRICS_UNAVAILABLE}
+    assert len(held) == 1
+    assert_finished_within(result, DECOR_CPU_DEV if policy == "decor" else NN_CPU_DEV, policy)
+
+
+# ---------------------------------------------------------------------------------------
+# GPU: whole GPUs, 5 s period, 20 s of lost progress per change (checkpoint + restart)
+
+
+@pytest.mark.parametrize("policy", ["decor", "decor-nn"])
+@pytest.mark.parametrize("plant", list(GPU_PLANTS))
+def test_gpu_job_finishes_at_its_deadline(policy: str, plant: str) -> None:
+    tolerance = DECOR_GPU_DEV if policy == "decor" else NN_GPU_DEV
+    for factor in DEADLINE_FACTORS:
+        for seed in SEEDS if plant == "gpu-noise" else (0,):
+            result = simulate(policy, plant, factor, seed, mode="gpu")
+            assert_finished_within(result, tolerance, f"{policy} {plant} {factor}x seed {seed}")
+            assert_in_bounds_and_on_grid(result, "gpu")
+
+
+@pytest.mark.parametrize("plant", list(GPU_PLANTS))
+def test_decor_gpu_restarts_rarely_and_less_than_decor_nn(plant: str) -> None:
+    for factor in DEADLINE_FACTORS:
+        for seed in SEEDS if plant == "gpu-noise" else (0,):
+            ours = simulate("decor", plant, factor, seed, mode="gpu")
+            baseline = simulate("decor-nn", plant, factor, seed, mode="gpu")
+            assert ours.actuations <= 3, (factor, seed, allocations(ours))
+            assert reversals(ours) <= 1, (factor, seed, allocations(ours))
+            assert ours.actuations < baseline.actuations, (factor, seed)
+
+
+@pytest.mark.parametrize("move", [0.8, 1.3])
+def test_decor_gpu_follows_a_moved_deadline(move: float) -> None:
+    for factor in DEADLINE_FACTORS:
+        for seed in SEEDS:
+            result = simulate("decor", "gpu-noise", factor, seed, move, mode="gpu")
+            assert_finished_within(result, DECOR_GPU_DEV, f"{factor}x -> {move} seed {seed}")
+            assert result.actuations <= 4, allocations(result)

@@ -1,0 +1,199 @@
+"""The CRD YAML: it parses, has the names and printer columns users rely on, and its schema
+accepts exactly the fields the manifest model (operator/decor/model.py) accepts.
+
+The model lists its allowed fields in the error for an unknown one; these tests read them
+from there, so a field added on one side only fails here. The CEL rules themselves run on a
+real API server (tests/e2e/test_operator.py::test_bad_manifests_are_rejected_naming_the_field).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from decor import build, control
+from decor.model import API_GROUP, API_VERSION, KIND, PLURAL, ManifestError, parse_job
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_PATH = REPO / "crds" / "deadlinetrainingjobs.yaml"
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    documents = list(yaml.safe_load_all(CRD_PATH.read_text()))
+    assert len(documents) == 1
+    return documents[0]
+
+
+@pytest.fixture(scope="module")
+def version(crd: dict[str, Any]) -> dict[str, Any]:
+    (only,) = crd["spec"]["versions"]
+    return only
+
+
+@pytest.fixture(scope="module")
+def schema(version: dict[str, Any]) -> dict[str, Any]:
+    return version["schema"]["openAPIV3Schema"]
+
+
+def at(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
+    node = schema
+    for part in dotted.split("."):
+        node = node["properties"][part]
+    return node
+
+
+def test_names(crd: dict[str, Any], version: dict[str, Any]) -> None:
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["kind"] == "CustomResourceDefinition"
+    assert crd["metadata"]["name"] == f"{PLURAL}.{API_GROUP}"
+    spec = crd["spec"]
+    assert spec["group"] == API_GROUP
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == KIND
+    assert spec["names"]["plural"] == PLURAL
+    assert spec["names"]["shortNames"] == ["dtj"]
+    assert version["name"] == API_VERSION
+    assert version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns(version: dict[str, Any]) -> None:
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert list(columns) == ["Phase", "Progress", "Deadline", "ETA", "CPU/GPU", "Age"]
+    assert columns["Phase"]["jsonPath"] == ".status.phase"
+    assert columns["Progress"]["jsonPath"] == ".status.progress"
+    assert columns["Deadline"]["jsonPath"] == ".status.deadline"
+    assert columns["ETA"]["jsonPath"] == ".status.eta"
+    assert columns["CPU/GPU"]["jsonPath"] == ".status.allocation"
+    assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    # Future times as type=date would print "<invalid>" in kubectl: they are strings.
+    assert columns["Deadline"]["type"] == columns["ETA"]["type"] == "string"
+
+
+def test_printer_columns_point_at_declared_status_fields(version: dict[str, Any], schema: dict[str, Any]) -> None:
+    for column in version["additionalPrinterColumns"]:
+        path = column["jsonPath"].lstrip(".")
+        if path.startswith("metadata."):
+            continue
+        at(schema, path)  # raises KeyError if the field is not declared
+
+
+def allowed_by_model(section: str) -> set[str]:
+    """The fields parse_job accepts in ``section``, read from its unknown-field error."""
+    manifest: dict[str, Any] = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "x"},
+        "spec": {
+            "duration": 60,
+            "epochs": 1,
+            "resources": {"mode": "gpu", "max": 1},
+            "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}},
+            "checkpoint": {"path": "/c"},
+            "control": {"gains": {}},
+            "metrics": {},
+        },
+    }
+    node = manifest
+    for part in section.split("."):
+        node = node[part]
+    node["zzzUnknown"] = 1
+    with pytest.raises(ManifestError) as caught:
+        parse_job(manifest)
+    assert caught.value.field == f"{section}.zzzUnknown"
+    match = re.search(r"allowed: ([^)]*)\)", caught.value.message)
+    assert match, caught.value.message
+    return {name.strip() for name in match.group(1).split(",")}
+
+
+@pytest.mark.parametrize(
+    "section", ["spec", "spec.resources", "spec.control", "spec.control.gains", "spec.checkpoint", "spec.metrics"]
+)
+def test_schema_fields_match_the_model(schema: dict[str, Any], section: str) -> None:
+    assert set(at(schema, section)["properties"]) == allowed_by_model(section)
+
+
+def test_field_types_mirror_the_model(schema: dict[str, Any]) -> None:
+    spec = at(schema, "spec")
+    assert spec["required"] == ["epochs", "resources", "template"]
+    assert at(schema, "spec.deadline") == {**at(schema, "spec.deadline"), "type": "string", "format": "date-time"}
+    assert at(schema, "spec.duration")["x-kubernetes-int-or-string"] is True
+    for name in ("epochs", "stepsPerEpoch"):
+        assert at(schema, f"spec.{name}")["type"] == "integer"
+        assert at(schema, f"spec.{name}")["minimum"] == 1
+    assert at(schema, "spec.resources.mode")["enum"] == ["cpu", "gpu"]
+    for name in ("min", "max", "initial"):
+        assert at(schema, f"spec.resources.{name}")["x-kubernetes-int-or-string"] is True
+    assert at(schema, "spec.resources")["required"] == ["max"]
+    assert at(schema, "spec.control.policy")["enum"] == ["decor", "decor-nn"]
+    assert at(schema, "spec.template")["x-kubernetes-preserve-unknown-fields"] is True
+    assert at(schema, "spec.metrics.port")["maximum"] == 65535
+    assert at(schema, "spec.suspend")["type"] == "boolean"
+
+
+def rules(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(node.get("x-kubernetes-validations") or [])
+
+
+def test_cross_field_rules_name_their_fields(schema: dict[str, Any]) -> None:
+    spec_rules = rules(at(schema, "spec"))
+    xor = next(r for r in spec_rules if "has(self.deadline) != has(self.duration)" in r["rule"])
+    assert "spec.deadline" in xor["message"] and "spec.duration" in xor["message"]
+    resource_rules = rules(at(schema, "spec.resources"))
+    paths = {r["fieldPath"] for r in resource_rules}
+    assert {".min", ".initial"} <= paths
+    for rule in resource_rules:
+        assert "quantity(" in rule["rule"]
+        assert rule["message"].startswith("spec.resources")
+    for name in ("min", "max", "initial"):
+        (rule,) = rules(at(schema, f"spec.resources.{name}"))
+        assert "isQuantity" in rule["rule"]
+
+
+def test_status_schema(schema: dict[str, Any]) -> None:
+    status = at(schema, "status")
+    assert set(status["properties"]) >= {
+        "phase", "stepsDone", "stepsTotal", "progress", "startTime", "deadline", "eta",
+        "allocation", "controller", "outcome", "conditions", "observedGeneration", "podName",
+    }  # fmt: skip
+    assert status["properties"]["phase"]["enum"] == list(build.PHASES)
+    assert at(schema, "status.controller")["x-kubernetes-preserve-unknown-fields"] is True
+    assert set(at(schema, "status.outcome")["properties"]) >= {"finishedAt", "deviationPercent", "late"}
+    condition = at(schema, "status.conditions")["items"]
+    assert set(condition["properties"]) == {
+        "type", "status", "reason", "message", "lastTransitionTime", "observedGeneration",
+    }  # fmt: skip
+    assert condition["required"] == ["type", "status"]
+
+
+def test_everything_the_operator_writes_to_status_is_declared(schema: dict[str, Any]) -> None:
+    """A strict schema prunes undeclared status fields silently; nothing may be lost."""
+    state = control.State(policy="decor", allocation=1.0)
+    observation = control.Observation(time_s=5.0, steps_done=1, steps_total=2, allocation=1.0)
+    status = build.build_status(
+        phase=build.PHASE_RUNNING, mode="cpu", start_s=0.0, deadline_s=10.0, state=state,
+        applied=1.0, desired=1.0, observation=observation, eta_s=9.0, generation=1,
+        conditions=build.conditions_for_decision([], control.ON_TRACK, "m", now_s=1.0, generation=1),
+        pod="p", epochs_done=0.0,
+    )  # fmt: skip
+    status.update(
+        outcome=build.build_outcome(9.0, 10.0, 0.0), podsCreated=1, resizes=0, restarts=0, podFailures=0
+    )
+    declared = set(at(schema, "status")["properties"])
+    assert set(status) <= declared
+    assert set(status["outcome"]) <= set(at(schema, "status.outcome")["properties"])
+    for condition in status["conditions"]:
+        assert set(condition) <= set(at(schema, "status.conditions")["items"]["properties"])
+
+
+def test_the_example_manifest_is_valid_for_both(schema: dict[str, Any]) -> None:
+    manifest = yaml.safe_load((REPO / "examples" / "resnet-cpu.yaml").read_text())
+    parse_job(copy.deepcopy(manifest))
+    spec_schema = at(schema, "spec")
+    assert set(manifest["spec"]) <= set(spec_schema["properties"])
+    assert set(spec_schema["required"]) <= set(manifest["spec"])
