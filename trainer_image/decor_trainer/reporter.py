@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -75,7 +75,19 @@ class ProgressSnapshot:
 
     def to_json(self) -> str:
         """The progress file's content: one JSON object, no trailing newline."""
-        return json.dumps(asdict(self), separators=(", ", ": "))
+        # A literal dict, not dataclasses.asdict: this runs after every mini-batch.
+        return json.dumps(
+            {
+                "steps": self.steps,
+                "samples": self.samples,
+                "steps_planned": self.steps_planned,
+                "epochs": self.epochs,
+                "epochs_planned": self.epochs_planned,
+                "step_s": self.step_s,
+                "epoch_s": self.epoch_s,
+                "t": self.t,
+            }
+        )
 
     @classmethod
     def from_mapping(cls, data: object) -> ProgressSnapshot:

@@ -1,0 +1,200 @@
+"""The Helm chart: its CRD copy equals the single source, values are documented, and the
+rendered templates (``helm template``) have the operator, least-privilege RBAC and metrics.
+
+helm comes from ``cluster/env.sh`` (kubectl 1.35 / helm 4 on PATH). Without it the template
+tests skip locally with the reason and fail in CI (``CI=true``), where it must be present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "decor"
+
+
+def test_chart_crds_equal_the_single_source_byte_for_byte() -> None:
+    source = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    copied = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert source == copied == ["deadlinetrainingjobs.yaml"]
+    for name in source:
+        assert (CHART / "crds" / name).read_bytes() == (REPO / "crds" / name).read_bytes(), (
+            f"helm/decor/crds/{name} differs from crds/{name}: copy it (make crds)"
+        )
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "decor"
+    assert chart["appVersion"] == "0.1.0"
+    assert chart["kubeVersion"].startswith(">=1.35")
+
+
+def _undocumented_keys(lines: list[str]) -> list[str]:
+    """Keys of values.yaml without a comment above them (or above all their children)."""
+    entries: list[tuple[int, str, bool, int]] = []  # indent, key, documented, line number
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("-") or ":" not in stripped:
+            continue
+        indent = len(line) - len(line.lstrip())
+        previous = lines[number - 1].strip() if number else ""
+        entries.append((indent, stripped.split(":", 1)[0], previous.startswith("#"), number))
+    missing = []
+    for i, (indent, key, documented, _number) in enumerate(entries):
+        if documented:
+            continue
+        children = []
+        for child in entries[i + 1 :]:
+            if child[0] <= indent:
+                break
+            children.append(child)
+        direct = [c for c in children if c[0] == min((c[0] for c in children), default=0)]
+        # An undocumented parent is fine when every direct child is documented (a section);
+        # the children of a documented free-form map (resources, securityContext) are not keys.
+        if not direct or not all(c[2] for c in direct):
+            missing.append(key)
+    return missing
+
+
+def test_every_values_key_is_documented() -> None:
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    top = yaml.safe_load("\n".join(lines))
+    assert {"image", "prometheus", "metrics", "resources", "logLevel", "watchNamespace", "rbac"} <= set(top)
+    # Children of documented blocks (e.g. resources.requests) are inside a documented value.
+    documented_blocks = {"resources", "podSecurityContext", "securityContext"}
+    missing = [k for k in _undocumented_keys(lines) if k not in documented_blocks]
+    nested_free_form = {"requests", "limits", "cpu", "memory", "runAsNonRoot", "runAsUser", "runAsGroup",
+                        "seccompProfile", "type", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
+                        "capabilities", "drop"}  # fmt: skip
+    assert [k for k in missing if k not in nested_free_form] == []
+
+
+def test_values_documentation_check_finds_gaps() -> None:
+    assert _undocumented_keys(["a:", "  # -- doc", "  b: 1", "c: 2"]) == ["c"]
+    assert _undocumented_keys(["# -- doc", "a: 1"]) == []
+
+
+# --- helm template ---------------------------------------------------------------------------
+
+
+@cache
+def helm_binary() -> str | None:
+    """helm on PATH after sourcing cluster/env.sh (or on the plain PATH)."""
+    env_sh = REPO / "cluster" / "env.sh"
+    path = os.environ.get("PATH", "")
+    if env_sh.exists():
+        result = subprocess.run(
+            ["bash", "-c", f'. "{env_sh}" >/dev/null 2>&1; printf %s "$PATH"'],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        if result.returncode == 0 and result.stdout:
+            path = result.stdout
+    return shutil.which("helm", path=path)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = helm_binary()
+    if found is None:
+        reason = "helm not found on PATH after sourcing cluster/env.sh (run cluster/install-tools.sh)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def render(helm: str, *sets: str) -> list[dict[str, Any]]:
+    args = [helm, "template", "decor", str(CHART), "--namespace", "decor-system"]
+    for item in sets:
+        args += ["--set", item]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in documents}
+
+
+def test_helm_lint(helm: str) -> None:
+    result = subprocess.run([helm, "lint", str(CHART)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_render_is_clusterwide(helm: str) -> None:
+    objects = by_kind(render(helm))
+    assert set(objects) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
+    deployment = objects["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "localhost/decor/operator:0.1.0"
+    assert container["command"] == ["decor", "operator"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["DECOR_WATCH_NAMESPACE"] == ""
+    assert env["DECOR_PROMETHEUS_URL"] == ""
+    assert env["DECOR_METRICS_PORT"] == "8080"
+    assert env["DECOR_LOG_LEVEL"] == "INFO"
+    assert pod["serviceAccountName"] == "decor"
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    binding = objects["ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}]
+    service = objects["Service"]
+    assert service["spec"]["ports"][0]["port"] == 8080
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_rbac_is_least_privilege(helm: str) -> None:
+    role = by_kind(render(helm))["ClusterRole"]
+    granted = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    assert granted == {
+        ("decor.dev", "deadlinetrainingjobs"): ["get", "list", "patch", "watch"],
+        ("decor.dev", "deadlinetrainingjobs/status"): ["get", "patch"],
+        ("", "pods"): ["create", "delete", "get", "list"],
+        ("", "pods/resize"): ["patch"],
+        ("", "events"): ["create", "patch"],
+    }
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+
+
+def test_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
+    objects = by_kind(render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG"))
+    assert "ClusterRole" not in objects and "ClusterRoleBinding" not in objects
+    assert objects["Role"]["metadata"]["namespace"] == "ml"
+    assert objects["RoleBinding"]["metadata"]["namespace"] == "ml"
+    assert objects["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "decor"}
+    env = {e["name"]: e["value"] for e in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DECOR_WATCH_NAMESPACE"] == "ml"
+    assert env["DECOR_PROMETHEUS_URL"] == "http://prom:9090"
+    assert env["DECOR_LOG_LEVEL"] == "DEBUG"
+
+
+def test_optional_objects_can_be_turned_off(helm: str) -> None:
+    objects = by_kind(render(helm, "rbac.create=false", "serviceAccount.create=false", "metrics.service.enabled=false"))
+    assert set(objects) == {"Deployment"}
+    assert objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == "default"
+
+
+def test_crds_are_installed_from_the_crds_folder(helm: str) -> None:
+    result = subprocess.run(
+        [helm, "template", "decor", str(CHART), "--include-crds"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
+    assert kinds.count("CustomResourceDefinition") == 1
