@@ -31,7 +31,10 @@ def job_body(**spec_overrides: Any) -> dict[str, Any]:
                         "image": "localhost/decor/trainer:0.1.0",
                         "imagePullPolicy": "Never",
                         "command": ["python3", "-m", "decor_trainer.train"],
-                        "env": [{"name": "DECOR_EPOCHS", "value": "99"}, {"name": "KEEP", "value": "1"}],
+                        "env": [
+                            {"name": "DECOR_EPOCHS", "value": "99"},
+                            {"name": "KEEP", "value": "1"},
+                        ],
                         "resources": {"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}},
                     }
                 ]
@@ -148,8 +151,12 @@ def test_metrics_sidecar_is_a_native_sidecar_sharing_the_progress_volume() -> No
         {"name": build.PROGRESS_VOLUME, "mountPath": build.PROGRESS_DIR, "readOnly": True}
     ]
     trainer = pod["spec"]["containers"][0]
-    assert {"name": build.PROGRESS_VOLUME, "mountPath": build.PROGRESS_DIR} in trainer["volumeMounts"]
-    assert {"name": build.PROGRESS_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}} in pod["spec"]["volumes"]
+    assert {"name": build.PROGRESS_VOLUME, "mountPath": build.PROGRESS_DIR} in trainer[
+        "volumeMounts"
+    ]
+    assert {"name": build.PROGRESS_VOLUME, "emptyDir": {"sizeLimit": "1Mi"}} in pod["spec"][
+        "volumes"
+    ]
 
 
 def test_sidecar_image_can_be_overridden() -> None:
@@ -160,7 +167,9 @@ def test_sidecar_image_can_be_overridden() -> None:
 
 def test_a_mount_elsewhere_does_not_count_as_the_checkpoint_volume() -> None:
     body = job_body(checkpoint={"path": "/ckpt-other"})
-    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "d", "mountPath": "/ckpt"}]
+    body["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "d", "mountPath": "/ckpt"}
+    ]
     body["spec"]["template"]["spec"]["volumes"] = [{"name": "d", "emptyDir": {}}]
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p")
     mounts = pod["spec"]["containers"][0]["volumeMounts"]
@@ -169,9 +178,14 @@ def test_a_mount_elsewhere_does_not_count_as_the_checkpoint_volume() -> None:
 
 def test_default_checkpoint_volume_is_a_host_path_per_job_uid() -> None:
     body = job_body()
-    pod = build.build_trainer_pod(body, parse_job(body), 2.0, "resnet-0", checkpoint_host_root="/data/ck/")
+    pod = build.build_trainer_pod(
+        body, parse_job(body), 2.0, "resnet-0", checkpoint_host_root="/data/ck/"
+    )
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME)
-    assert volume["hostPath"] == {"path": f"/data/ck/ml/resnet/{JOB_UID}", "type": "DirectoryOrCreate"}
+    assert volume["hostPath"] == {
+        "path": f"/data/ck/ml/resnet/{JOB_UID}",
+        "type": "DirectoryOrCreate",
+    }
     trainer = pod["spec"]["containers"][0]
     assert {"name": build.CHECKPOINT_VOLUME, "mountPath": "/ckpt"} in trainer["volumeMounts"]
 
@@ -190,11 +204,19 @@ def test_checkpoint_volume_of_the_template_is_kept(mount_path: str) -> None:
 
 def test_restart_policy_defaults_to_on_failure_and_never_always() -> None:
     body = job_body()
-    assert build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"] == "OnFailure"
+    assert (
+        build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"]
+        == "OnFailure"
+    )
     body["spec"]["template"]["spec"]["restartPolicy"] = "Never"
-    assert build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"] == "Never"
+    assert (
+        build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"] == "Never"
+    )
     body["spec"]["template"]["spec"]["restartPolicy"] = "Always"
-    assert build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"] == "OnFailure"
+    assert (
+        build.build_trainer_pod(body, parse_job(body), 2.0, "p")["spec"]["restartPolicy"]
+        == "OnFailure"
+    )
 
 
 def test_builder_does_not_modify_its_inputs() -> None:
@@ -224,7 +246,10 @@ def test_resize_patch_sets_requests_and_limits_in_millicores() -> None:
     assert build.build_resize_patch(0.75, "trainer") == {
         "spec": {
             "containers": [
-                {"name": "trainer", "resources": {"requests": {"cpu": "750m"}, "limits": {"cpu": "750m"}}}
+                {
+                    "name": "trainer",
+                    "resources": {"requests": {"cpu": "750m"}, "limits": {"cpu": "750m"}},
+                }
             ]
         }
     }
@@ -232,7 +257,13 @@ def test_resize_patch_sets_requests_and_limits_in_millicores() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "value", "text"),
-    [("cpu", 2.0, "2000m"), ("cpu", 0.05, "50m"), ("cpu", 1.2345, "1234m"), ("gpu", 3.0, "3"), ("gpu", 1.0, "1")],
+    [
+        ("cpu", 2.0, "2000m"),
+        ("cpu", 0.05, "50m"),
+        ("cpu", 1.2345, "1234m"),
+        ("gpu", 3.0, "3"),
+        ("gpu", 1.0, "1"),
+    ],
 )
 def test_allocation_quantities_round_trip(mode: str, value: float, text: str) -> None:
     assert build.format_allocation(mode, value) == text
@@ -245,7 +276,9 @@ def test_unreadable_quantities_are_none(quantity: Any) -> None:
 
 
 def test_settings_follow_the_spec() -> None:
-    body = job_body(control={"policy": "decor-nn", "periodSeconds": 2, "gains": {"k": 10, "tiSeconds": 30}})
+    body = job_body(
+        control={"policy": "decor-nn", "periodSeconds": 2, "gains": {"k": 10, "tiSeconds": 30}}
+    )
     spec = parse_job(body)
     settings = build.build_settings(spec, 1000.0, 1090.0)
     assert (settings.mode, settings.policy, settings.period_s) == ("cpu", "decor-nn", 2.0)
@@ -310,7 +343,9 @@ def test_metrics_unavailable_leaves_the_rest_untouched() -> None:
 
 
 def test_infeasible_and_missed_deadlines() -> None:
-    infeasible = build.conditions_for_decision([], control.INFEASIBLE, "even MAX is late", now_s=1.0)
+    infeasible = build.conditions_for_decision(
+        [], control.INFEASIBLE, "even MAX is late", now_s=1.0
+    )
     assert statuses(infeasible)["Infeasible"] == "True"
     assert build.get_condition(infeasible, "Infeasible")["reason"] == build.REASON_EVEN_MAX_TOO_SLOW  # type: ignore[index]
     missed = build.conditions_for_decision(infeasible, control.DEADLINE_MISSED, "late", now_s=2.0)
@@ -325,7 +360,9 @@ def test_a_deadline_set_in_the_past_keeps_infeasible_true() -> None:
     infeasible = build.get_condition(result, control.INFEASIBLE)
     assert infeasible is not None
     assert (infeasible["status"], infeasible["reason"]) == ("True", build.REASON_DEADLINE_IN_PAST)
-    starting = build.conditions_for_decision([], control.STARTING, "s", now_s=1.0, deadline_was_past=True)
+    starting = build.conditions_for_decision(
+        [], control.STARTING, "s", now_s=1.0, deadline_was_past=True
+    )
     assert statuses(starting)["Infeasible"] == "True"
     assert statuses(starting)["OnTrack"] == "Unknown"
 
@@ -348,7 +385,11 @@ def test_condition_types_are_the_controllers(kind: str) -> None:
 
 
 def test_reasons_are_camel_case_constants() -> None:
-    reasons = {v for k, v in vars(build).items() if k.startswith(("REASON_", "EVENT_")) and isinstance(v, str)}
+    reasons = {
+        v
+        for k, v in vars(build).items()
+        if k.startswith(("REASON_", "EVENT_")) and isinstance(v, str)
+    }
     reasons -= {build.EVENT_NORMAL, build.EVENT_WARNING}
     for reason in reasons:
         assert reason[0].isupper() and reason.isalnum(), reason
@@ -371,7 +412,9 @@ def test_outcome_deviation_is_relative_to_the_deadline_span() -> None:
 
 def test_status_carries_progress_allocation_and_controller_state() -> None:
     state = control.State(policy="decor", allocation=1.5)
-    observation = control.Observation(time_s=1050.0, steps_done=120, steps_total=240, allocation=1.5)
+    observation = control.Observation(
+        time_s=1050.0, steps_done=120, steps_total=240, allocation=1.5
+    )
     status = build.build_status(
         phase=build.PHASE_RUNNING,
         mode="cpu",
@@ -423,7 +466,9 @@ def test_status_without_a_sample_reports_nothing_it_does_not_know() -> None:
 
 
 def test_event_refers_to_the_job() -> None:
-    event = build.build_event(job_body(), build.EVENT_WARNING, build.EVENT_DEADLINE_IN_PAST, "x" * 5000, now_s=60.0)
+    event = build.build_event(
+        job_body(), build.EVENT_WARNING, build.EVENT_DEADLINE_IN_PAST, "x" * 5000, now_s=60.0
+    )
     assert event["metadata"] == {"generateName": "resnet.", "namespace": "ml"}
     assert event["involvedObject"] == {
         "apiVersion": "decor.dev/v1alpha1",
@@ -440,15 +485,26 @@ def test_event_refers_to_the_job() -> None:
 # --- reading pods back ----------------------------------------------------------------------------
 
 
-def running_pod(*, spec_cpu: str = "1500m", status_cpu: str | None = "2", conditions: Any = ()) -> dict[str, Any]:
-    container_status: dict[str, Any] = {"name": "trainer", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+def running_pod(
+    *, spec_cpu: str = "1500m", status_cpu: str | None = "2", conditions: Any = ()
+) -> dict[str, Any]:
+    container_status: dict[str, Any] = {
+        "name": "trainer",
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+    }
     if status_cpu is not None:
-        container_status["resources"] = {"requests": {"cpu": status_cpu}, "limits": {"cpu": status_cpu}}
+        container_status["resources"] = {
+            "requests": {"cpu": status_cpu},
+            "limits": {"cpu": status_cpu},
+        }
     return {
         "metadata": {"name": "resnet-0"},
         "spec": {
             "containers": [
-                {"name": "trainer", "resources": {"requests": {"cpu": spec_cpu}, "limits": {"cpu": spec_cpu}}}
+                {
+                    "name": "trainer",
+                    "resources": {"requests": {"cpu": spec_cpu}, "limits": {"cpu": spec_cpu}},
+                }
             ]
         },
         "status": {
@@ -484,11 +540,25 @@ def test_metrics_url_needs_an_ip_and_brackets_ipv6() -> None:
         ((), build.ResizeState()),
         ([{"type": "PodResizeInProgress", "status": "True"}], build.ResizeState(in_progress=True)),
         (
-            [{"type": "PodResizePending", "status": "True", "reason": "Deferred", "message": "busy"}],
+            [
+                {
+                    "type": "PodResizePending",
+                    "status": "True",
+                    "reason": "Deferred",
+                    "message": "busy",
+                }
+            ],
             build.ResizeState(deferred=True, message="busy"),
         ),
         (
-            [{"type": "PodResizePending", "status": "True", "reason": "Infeasible", "message": "too big"}],
+            [
+                {
+                    "type": "PodResizePending",
+                    "status": "True",
+                    "reason": "Infeasible",
+                    "message": "too big",
+                }
+            ],
             build.ResizeState(infeasible=True, message="too big"),
         ),
         ([{"type": "PodResizeInProgress", "status": "False"}], build.ResizeState()),
@@ -504,13 +574,21 @@ def test_resize_conditions(conditions: Any, expected: build.ResizeState) -> None
 def test_gpu_count_terminating_and_failure_readers() -> None:
     pod = {
         "metadata": {"name": "g-0", "deletionTimestamp": "2026-01-01T00:00:00Z"},
-        "spec": {"containers": [{"name": "trainer", "resources": {"limits": {build.GPU_RESOURCE: "2"}}}]},
+        "spec": {
+            "containers": [{"name": "trainer", "resources": {"limits": {build.GPU_RESOURCE: "2"}}}]
+        },
         "status": {
             "phase": "Failed",
             "containerStatuses": [
                 {
                     "name": "trainer",
-                    "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-01-01T00:00:10Z"}},
+                    "state": {
+                        "terminated": {
+                            "reason": "OOMKilled",
+                            "exitCode": 137,
+                            "finishedAt": "2026-01-01T00:00:10Z",
+                        }
+                    },
                 }
             ],
         },
@@ -532,4 +610,6 @@ def test_pod_names_and_checkpoint_paths() -> None:
     assert build.pod_name("resnet", 12) == "resnet-12"
     body = job_body()
     body["metadata"].pop("namespace")
-    assert build.checkpoint_host_path(body) == f"/var/lib/decor/checkpoints/default/resnet/{JOB_UID}"
+    assert (
+        build.checkpoint_host_path(body) == f"/var/lib/decor/checkpoints/default/resnet/{JOB_UID}"
+    )

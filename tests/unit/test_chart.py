@@ -40,48 +40,62 @@ def test_chart_metadata() -> None:
 
 
 def _undocumented_keys(lines: list[str]) -> list[str]:
-    """Keys of values.yaml without a comment above them (or above all their children)."""
-    entries: list[tuple[int, str, bool, int]] = []  # indent, key, documented, line number
+    """Dotted keys of values.yaml that nothing documents.
+
+    A key is documented by a comment line right above it. An undocumented key is still fine
+    when it is a section whose direct children are all fine; the insides of a documented key
+    (e.g. resources.requests.cpu) need no comments of their own.
+    """
+    entries: list[tuple[int, str, bool]] = []  # indent, key, comment above
     for number, line in enumerate(lines):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#") or stripped.startswith("-") or ":" not in stripped:
+        if not stripped or stripped.startswith(("#", "-")) or ":" not in stripped:
             continue
-        indent = len(line) - len(line.lstrip())
         previous = lines[number - 1].strip() if number else ""
-        entries.append((indent, stripped.split(":", 1)[0], previous.startswith("#"), number))
-    missing = []
-    for i, (indent, key, documented, _number) in enumerate(entries):
-        if documented:
-            continue
-        children = []
-        for child in entries[i + 1 :]:
-            if child[0] <= indent:
-                break
-            children.append(child)
-        direct = [c for c in children if c[0] == min((c[0] for c in children), default=0)]
-        # An undocumented parent is fine when every direct child is documented (a section);
-        # the children of a documented free-form map (resources, securityContext) are not keys.
-        if not direct or not all(c[2] for c in direct):
-            missing.append(key)
-    return missing
+        entries.append(
+            (len(line) - len(line.lstrip()), stripped.split(":", 1)[0], previous.startswith("#"))
+        )
+
+    def check(start: int, stop: int, prefix: str) -> list[str]:
+        missing: list[str] = []
+        i = start
+        while i < stop:
+            indent, key, documented = entries[i]
+            end = i + 1
+            while end < stop and entries[end][0] > indent:
+                end += 1
+            if not documented:
+                if end == i + 1:  # an undocumented leaf
+                    missing.append(prefix + key)
+                else:
+                    missing += check(i + 1, end, f"{prefix}{key}.")
+            i = end
+        return missing
+
+    return check(0, len(entries), "")
 
 
 def test_every_values_key_is_documented() -> None:
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    top = yaml.safe_load("\n".join(lines))
-    assert {"image", "prometheus", "metrics", "resources", "logLevel", "watchNamespace", "rbac"} <= set(top)
-    # Children of documented blocks (e.g. resources.requests) are inside a documented value.
-    documented_blocks = {"resources", "podSecurityContext", "securityContext"}
-    missing = [k for k in _undocumented_keys(lines) if k not in documented_blocks]
-    nested_free_form = {"requests", "limits", "cpu", "memory", "runAsNonRoot", "runAsUser", "runAsGroup",
-                        "seccompProfile", "type", "allowPrivilegeEscalation", "readOnlyRootFilesystem",
-                        "capabilities", "drop"}  # fmt: skip
-    assert [k for k in missing if k not in nested_free_form] == []
+    text = (CHART / "values.yaml").read_text()
+    top = yaml.safe_load(text)
+    assert {
+        "image",
+        "prometheus",
+        "metrics",
+        "resources",
+        "logLevel",
+        "watchNamespace",
+        "rbac",
+    } <= set(top)
+    assert _undocumented_keys(text.splitlines()) == []
 
 
 def test_values_documentation_check_finds_gaps() -> None:
-    assert _undocumented_keys(["a:", "  # -- doc", "  b: 1", "c: 2"]) == ["c"]
-    assert _undocumented_keys(["# -- doc", "a: 1"]) == []
+    assert _undocumented_keys(["a:", "  # -- doc", "  b: 1", "  c:", "    d: 1", "e: 2"]) == [
+        "a.c.d",
+        "e",
+    ]
+    assert _undocumented_keys(["# -- doc", "a:", "  b: 1"]) == []
 
 
 # --- helm template ---------------------------------------------------------------------------
@@ -106,7 +120,9 @@ def helm_binary() -> str | None:
 def helm() -> str:
     found = helm_binary()
     if found is None:
-        reason = "helm not found on PATH after sourcing cluster/env.sh (run cluster/install-tools.sh)"
+        reason = (
+            "helm not found on PATH after sourcing cluster/env.sh (run cluster/install-tools.sh)"
+        )
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(reason)
         pytest.skip(reason)
@@ -127,13 +143,21 @@ def by_kind(documents: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def test_helm_lint(helm: str) -> None:
-    result = subprocess.run([helm, "lint", str(CHART)], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [helm, "lint", str(CHART)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_default_render_is_clusterwide(helm: str) -> None:
     objects = by_kind(render(helm))
-    assert set(objects) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"}
+    assert set(objects) == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+    }
     deployment = objects["Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -148,7 +172,9 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
     binding = objects["ClusterRoleBinding"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
+    ]
     service = objects["Service"]
     assert service["spec"]["ports"][0]["port"] == 8080
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
@@ -174,26 +200,46 @@ def test_rbac_is_least_privilege(helm: str) -> None:
 
 
 def test_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
-    objects = by_kind(render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG"))
+    objects = by_kind(
+        render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG")
+    )
     assert "ClusterRole" not in objects and "ClusterRoleBinding" not in objects
     assert objects["Role"]["metadata"]["namespace"] == "ml"
     assert objects["RoleBinding"]["metadata"]["namespace"] == "ml"
-    assert objects["RoleBinding"]["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "decor"}
-    env = {e["name"]: e["value"] for e in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert objects["RoleBinding"]["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "decor",
+    }
+    env = {
+        e["name"]: e["value"]
+        for e in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert env["DECOR_WATCH_NAMESPACE"] == "ml"
     assert env["DECOR_PROMETHEUS_URL"] == "http://prom:9090"
     assert env["DECOR_LOG_LEVEL"] == "DEBUG"
 
 
 def test_optional_objects_can_be_turned_off(helm: str) -> None:
-    objects = by_kind(render(helm, "rbac.create=false", "serviceAccount.create=false", "metrics.service.enabled=false"))
+    objects = by_kind(
+        render(
+            helm,
+            "rbac.create=false",
+            "serviceAccount.create=false",
+            "metrics.service.enabled=false",
+        )
+    )
     assert set(objects) == {"Deployment"}
     assert objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == "default"
 
 
 def test_crds_are_installed_from_the_crds_folder(helm: str) -> None:
     result = subprocess.run(
-        [helm, "template", "decor", str(CHART), "--include-crds"], capture_output=True, text=True, timeout=60, check=False
+        [helm, "template", "decor", str(CHART), "--include-crds"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]

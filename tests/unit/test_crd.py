@@ -70,12 +70,18 @@ def test_printer_columns(version: dict[str, Any]) -> None:
     assert columns["Deadline"]["jsonPath"] == ".status.deadline"
     assert columns["ETA"]["jsonPath"] == ".status.eta"
     assert columns["CPU/GPU"]["jsonPath"] == ".status.allocation"
-    assert columns["Age"] == {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    assert columns["Age"] == {
+        "name": "Age",
+        "type": "date",
+        "jsonPath": ".metadata.creationTimestamp",
+    }
     # Future times as type=date would print "<invalid>" in kubectl: they are strings.
     assert columns["Deadline"]["type"] == columns["ETA"]["type"] == "string"
 
 
-def test_printer_columns_point_at_declared_status_fields(version: dict[str, Any], schema: dict[str, Any]) -> None:
+def test_printer_columns_point_at_declared_status_fields(
+    version: dict[str, Any], schema: dict[str, Any]
+) -> None:
     for column in version["additionalPrinterColumns"]:
         path = column["jsonPath"].lstrip(".")
         if path.startswith("metadata."):
@@ -112,7 +118,15 @@ def allowed_by_model(section: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "section", ["spec", "spec.resources", "spec.control", "spec.control.gains", "spec.checkpoint", "spec.metrics"]
+    "section",
+    [
+        "spec",
+        "spec.resources",
+        "spec.control",
+        "spec.control.gains",
+        "spec.checkpoint",
+        "spec.metrics",
+    ],
 )
 def test_schema_fields_match_the_model(schema: dict[str, Any], section: str) -> None:
     assert set(at(schema, section)["properties"]) == allowed_by_model(section)
@@ -121,7 +135,11 @@ def test_schema_fields_match_the_model(schema: dict[str, Any], section: str) -> 
 def test_field_types_mirror_the_model(schema: dict[str, Any]) -> None:
     spec = at(schema, "spec")
     assert spec["required"] == ["epochs", "resources", "template"]
-    assert at(schema, "spec.deadline") == {**at(schema, "spec.deadline"), "type": "string", "format": "date-time"}
+    assert at(schema, "spec.deadline") == {
+        **at(schema, "spec.deadline"),
+        "type": "string",
+        "format": "date-time",
+    }
     assert at(schema, "spec.duration")["x-kubernetes-int-or-string"] is True
     for name in ("epochs", "stepsPerEpoch"):
         assert at(schema, f"spec.{name}")["type"] == "integer"
@@ -163,7 +181,11 @@ def test_status_schema(schema: dict[str, Any]) -> None:
     }  # fmt: skip
     assert status["properties"]["phase"]["enum"] == list(build.PHASES)
     assert at(schema, "status.controller")["x-kubernetes-preserve-unknown-fields"] is True
-    assert set(at(schema, "status.outcome")["properties"]) >= {"finishedAt", "deviationPercent", "late"}
+    assert set(at(schema, "status.outcome")["properties"]) >= {
+        "finishedAt",
+        "deviationPercent",
+        "late",
+    }
     condition = at(schema, "status.conditions")["items"]
     assert set(condition["properties"]) == {
         "type", "status", "reason", "message", "lastTransitionTime", "observedGeneration",
@@ -182,7 +204,11 @@ def test_everything_the_operator_writes_to_status_is_declared(schema: dict[str, 
         pod="p", epochs_done=0.0,
     )  # fmt: skip
     status.update(
-        outcome=build.build_outcome(9.0, 10.0, 0.0), podsCreated=1, resizes=0, restarts=0, podFailures=0
+        outcome=build.build_outcome(9.0, 10.0, 0.0),
+        podsCreated=1,
+        resizes=0,
+        restarts=0,
+        podFailures=0,
     )
     declared = set(at(schema, "status")["properties"])
     assert set(status) <= declared
