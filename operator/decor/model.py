@@ -8,6 +8,7 @@ Every validation error names the offending field, e.g.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -129,8 +130,8 @@ def parse_duration_s(value: Any, where: str) -> float:
             seconds = sum(float(n) * _DURATION_UNIT_S[u] for n, u in parts)
     else:
         raise ManifestError(where, f"must be a duration such as 90s or 1h30m, got {value!r}")
-    if seconds <= 0:
-        raise ManifestError(where, f"must be positive, got {value!r}")
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ManifestError(where, f"must be positive (a finite duration), got {value!r}")
     return seconds
 
 
@@ -172,8 +173,8 @@ def parse_cpu_cores(value: Any, where: str) -> float:
         raise ManifestError(
             where, f"must be cores (e.g. 2 or 0.5) or millicores (500m), got {value!r}"
         ) from None
-    if not cores > 0:
-        raise ManifestError(where, f"must be positive, got {value!r}")
+    if not (cores > 0 and math.isfinite(cores)):
+        raise ManifestError(where, f"must be positive (a finite number of cores), got {value!r}")
     return cores
 
 

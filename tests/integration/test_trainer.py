@@ -147,7 +147,7 @@ def test_each_workload_trains_to_the_planned_steps(tmp_path: Path, workload: str
 
 
 def test_sigterm_then_resume_loses_and_repeats_no_step(tmp_path: Path) -> None:
-    plan = ["--workload", "resnet", "--epochs", "2", "--steps-per-epoch", "20"]
+    plan = ["--workload", "resnet", "--epochs", "2", "--steps-per-epoch", "20", "--device", "cpu"]
     straight_dir, stopped_dir = tmp_path / "straight", tmp_path / "stopped"
     step_log = tmp_path / "steps.log"
     # The uninterrupted reference run goes on in parallel (one thread each, two cores).

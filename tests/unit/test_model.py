@@ -370,3 +370,11 @@ def test_parse_time_rejects(value: Any, fragment: str) -> None:
         parse_time(value, "spec.deadline")
     assert raised.value.field == "spec.deadline"
     assert fragment in raised.value.message
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", float("inf"), float("nan"), "-inf"])
+def test_non_finite_quantities_are_rejected(value: object) -> None:
+    with pytest.raises(ManifestError, match="finite"):
+        parse_cpu_cores(value, "spec.resources.max")
+    with pytest.raises(ManifestError, match="finite|duration"):
+        parse_duration_s(value, "spec.duration")

@@ -1,0 +1,27 @@
+# DECOR test bed targets; the top-level Makefile does `include cluster/cluster.mk`.
+# See docs/cluster.md.
+.PHONY: cluster-up cluster-down cluster-purge cluster-status images e2e kind-up kind-down
+
+cluster-up: ## start the single-node Kubernetes test bed (first run builds k8s 1.35 from source)
+	@bash cluster/cluster-up.sh >/dev/null
+
+cluster-down: ## stop the test bed: no process, mount, interface or cgroup left behind
+	@bash cluster/cluster-down.sh
+
+cluster-purge: ## cluster-down, and also delete the image store, certificates and logs
+	@bash cluster/cluster-down.sh --purge
+
+cluster-status: ## show the test bed's processes, node and pods
+	@bash cluster/cluster-status.sh
+
+images: ## build the trainer/operator images without Docker and import them (needs cluster-up)
+	@bash cluster/build-images.sh
+
+e2e: ## run tests/e2e against $$KUBECONFIG, the test bed, or kind (CLUSTER=kind)
+	@bash cluster/e2e.sh
+
+kind-up: ## (machines with Docker) the same e2e environment on kind
+	@bash cluster/kind-up.sh >/dev/null
+
+kind-down: ## delete the kind cluster
+	@bash cluster/kind-down.sh
