@@ -145,7 +145,7 @@ if [ ! -f "$operator_base/.complete" ]; then
   pip_py=python3
   "$pip_py" -m pip --version >/dev/null 2>&1 || pip_py=/usr/bin/python3
   # Same CPython minor (3.11) and libc family as the image, so wheels fit; cp311 manylinux.
-  "$pip_py" -m pip install -q --disable-pip-version-check --no-compile --target "$operator_base.tmp/$SITE" \
+  "$pip_py" -m pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --no-compile --target "$operator_base.tmp/$SITE" \
     --python-version 3.11 --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
     --platform manylinux_2_28_x86_64 --platform linux_x86_64 --only-binary=:all: \
     -r "$here/operator-image-requirements.txt" >&2

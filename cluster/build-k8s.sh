@@ -71,7 +71,9 @@ go build -trimpath -ldflags "$ld" -o "$out/" \
   k8s.io/kubernetes/cmd/kubelet \
   k8s.io/kubernetes/cmd/kube-proxy \
   go.etcd.io/etcd/server/v3
-mv "$out/v3" "$out/etcd"
+# go names the etcd binary after its package path (go.etcd.io/etcd/server/v3 -> "server")
+for n in server v3; do [ -x "$out/$n" ] && mv "$out/$n" "$out/etcd"; done
+[ -x "$out/etcd" ] || die "etcd binary missing from $out"
 t2=$SECONDS
 log "download $((t1 - t0))s, build $((t2 - t1))s"
 rm -rf "$K8S_BIN"; mv "$out" "$K8S_BIN"

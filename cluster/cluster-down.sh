@@ -53,7 +53,7 @@ stop_daemon kubelet 30
 stop_daemon kube-proxy
 stop_daemon kube-scheduler
 stop_daemon kube-controller-manager
-stop_daemon kube-apiserver
+stop_daemon kube-apiserver 5   # it drains watches for long; the data is wiped anyway
 stop_daemon etcd
 
 # 3. Whatever containers are left: kill them through containerd, then the shims.

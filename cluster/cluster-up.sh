@@ -177,6 +177,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   enable_selinux = false
   netns_mounts_under_state_dir = true
   disable_apparmor = true
+  # Root here lacks CAP_SYS_RESOURCE (a sandboxed VM), so runc cannot lower oom_score_adj
+  # (the kubelet asks -998 for sandboxes): clamp to containerd's own value instead.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -267,6 +270,7 @@ clusterCIDR: $POD_CIDR
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 nodePortAddresses: ["$POD_GW/32"]
+oomScoreAdj: 0
 conntrack:
   maxPerCore: 0
   min: 0
@@ -311,6 +315,7 @@ serializeImagePulls: false
 maxPods: 110
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 5s
+oomScoreAdj: 0     # no CAP_SYS_RESOURCE here: a negative value cannot be set
 EOF
 start_daemon kubelet "$K8S_BIN/kubelet" --config "$cfg/kubelet.yaml" \
   --kubeconfig "$cfg/kubelet.kubeconfig" --root-dir "$KUBELET_DIR" \

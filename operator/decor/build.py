@@ -519,6 +519,47 @@ def conditions_for_decision(
     return result
 
 
+def conditions_for_deadline(
+    conditions: Sequence[Mapping[str, Any]],
+    deadline_was_past: bool,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Conditions right after a deadline was set or moved (before any new decision).
+
+    A deadline already in the past makes Infeasible True (reason DeadlineInPast) at once, so
+    it is visible even while the trainer pod is still starting; moving it to the future again
+    clears that (other Infeasible reasons are the controller's to clear).
+    """
+    current = get_condition(conditions, control.INFEASIBLE) or {}
+    if deadline_was_past:
+        return set_condition(
+            conditions, control.INFEASIBLE, True, REASON_DEADLINE_IN_PAST,
+            "the deadline had passed when it was set; running at max",
+            now_s=now_s, generation=generation,
+        )  # fmt: skip
+    if current.get("reason") == REASON_DEADLINE_IN_PAST:
+        return set_condition(
+            conditions, control.INFEASIBLE, False, REASON_FEASIBLE, "the deadline moved to the future",
+            now_s=now_s, generation=generation,
+        )  # fmt: skip
+    return [dict(c) for c in conditions]
+
+
+def conditions_at_admission(
+    deadline_was_past: bool, *, now_s: float, generation: int | None = None
+) -> list[dict[str, Any]]:
+    """Conditions of a job the operator has just taken on (no progress seen yet)."""
+    conditions = set_condition(
+        [], control.ON_TRACK, None, REASON_MEASURING_SPEED, "waiting for the first progress sample",
+        now_s=now_s, generation=generation,
+    )  # fmt: skip
+    return conditions_for_deadline(
+        conditions, deadline_was_past, now_s=now_s, generation=generation
+    )
+
+
 def conditions_for_completion(
     conditions: Sequence[Mapping[str, Any]],
     finished_s: float,

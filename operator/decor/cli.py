@@ -1,9 +1,9 @@
 """``decor``: run a job locally, move its deadline, validate a manifest, run the operator.
 
-    decor run JOB.yaml [--local] [--policy decor|decor-nn] [--out DIR]
-    decor deadline NAME (--deadline RFC3339 | --duration 90s)
-    decor validate JOB.yaml
-    decor operator [--namespace NS] [--prometheus-url URL]
+decor run JOB.yaml [--local] [--policy decor|decor-nn] [--out DIR]
+decor deadline NAME (--deadline RFC3339 | --duration 90s)
+decor validate JOB.yaml
+decor operator [--namespace NS] [--prometheus-url URL]
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def load_job(path: str) -> JobSpec:
     except yaml.YAMLError as exc:
         raise ManifestError(path, f"not valid YAML: {exc}".replace("\n", " ")) from exc
     if len(documents) != 1:
-        raise ManifestError(path, f"expected one DeadlineTrainingJob document, found {len(documents)}")
+        raise ManifestError(
+            path, f"expected one DeadlineTrainingJob document, found {len(documents)}"
+        )
     return parse_job(documents[0])
 
 
@@ -70,10 +72,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     job = load_job(args.job)
     signal.signal(signal.SIGTERM, _interrupt)  # stop the trainer and keep the trace
-    out = Path(args.out) if args.out else Path("decor-runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("decor-runs") / f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     summary = run_local(
         job,
-        LocalOptions(out_dir=out, policy=args.policy, max_cores=args.max_cores, display=_print_live),
+        LocalOptions(
+            out_dir=out, policy=args.policy, max_cores=args.max_cores, display=_print_live
+        ),
     )
     if sys.stdout.isatty():
         print()
@@ -82,7 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    lines = [f"job {s['name']} ({s['policy']}, CPU via {s['limiter']}, {s['min_cores']:g}-{s['max_cores']:g} cores)"]
+    lines = [
+        f"job {s['name']} ({s['policy']}, CPU via {s['limiter']}, {s['min_cores']:g}-{s['max_cores']:g} cores)"
+    ]
     if s["finished_s"] is not None and s["deviation_pct"] is not None:
         verdict = "late" if s["deviation_pct"] > 0 else "on time"
         lines.append(
@@ -92,7 +102,9 @@ def format_summary(s: dict[str, Any]) -> str:
     if s["error"]:
         lines.append(f"  FAILED: {s['error']}")
     lines.append(f"  core-seconds {s['core_seconds']:.1f}; actuations {s['actuations']}")
-    lines.append(f"  trace {s['out_dir']}/trace.json, plot {s['out_dir']}/trace.png, log {s['out_dir']}/trainer.log")
+    lines.append(
+        f"  trace {s['out_dir']}/trace.json, plot {s['out_dir']}/trace.png, log {s['out_dir']}/trainer.log"
+    )
     return "\n".join(lines)
 
 
@@ -108,7 +120,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     job = load_job(args.job)
     when = job.deadline.isoformat() if job.deadline else f"{job.duration_s:g}s after start"
     r = job.resources
-    print(f"{args.job}: valid — {job.name}, {job.epochs} epochs, deadline {when}, {r.mode} {r.min:g}-{r.max:g}")
+    print(
+        f"{args.job}: valid — {job.name}, {job.epochs} epochs, deadline {when}, {r.mode} {r.min:g}-{r.max:g}"
+    )
     return 0
 
 
@@ -120,11 +134,15 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="decor", description="Training jobs that finish at their deadline.")
+    parser = argparse.ArgumentParser(
+        prog="decor", description="Training jobs that finish at their deadline."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a DeadlineTrainingJob on this machine")
     run.add_argument("job", help="the job's YAML manifest")
-    run.add_argument("--local", action="store_true", help="run here without a cluster (the default)")
+    run.add_argument(
+        "--local", action="store_true", help="run here without a cluster (the default)"
+    )
     run.add_argument("--policy", choices=["decor", "decor-nn"], help="override spec.control.policy")
     run.add_argument("--out", help="output folder (default decor-runs/NAME-TIME)")
     run.add_argument("--max-cores", type=float, help="cap spec.resources.max")
@@ -140,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=cmd_validate)
     op = sub.add_parser("operator", help="run the Kubernetes operator")
     op.add_argument("--namespace", help="watch one namespace (default: all)")
-    op.add_argument("--prometheus-url", help="read progress from this Prometheus (default: scrape pods)")
+    op.add_argument(
+        "--prometheus-url", help="read progress from this Prometheus (default: scrape pods)"
+    )
     op.set_defaults(func=cmd_operator)
     return parser
 
@@ -159,5 +179,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-

@@ -88,7 +88,9 @@ class Settings:
         """The finish time the decor policy aims at: the deadline minus the safety margin."""
         margin = self.safety_margin_s
         if margin is None:
-            margin = max(self.safety_margin_min_s, self.safety_margin_ratio * max(self.duration_s, 0))
+            margin = max(
+                self.safety_margin_min_s, self.safety_margin_ratio * max(self.duration_s, 0)
+            )
         return self.deadline_s - margin
 
 
@@ -131,7 +133,11 @@ class SpeedFit:
     updated_s: float | None = None
 
     def add(self, x: float, y: float, weight: float, now_s: float, memory_s: float) -> SpeedFit:
-        decay = 1.0 if self.updated_s is None else math.exp(-max(0.0, now_s - self.updated_s) / memory_s)
+        decay = (
+            1.0
+            if self.updated_s is None
+            else math.exp(-max(0.0, now_s - self.updated_s) / memory_s)
+        )
         return SpeedFit(
             sw=self.sw * decay + weight,
             sx=self.sx * decay + weight * x,
@@ -203,7 +209,9 @@ class Decision:
 def initial_state(settings: Settings, initial_allocation: float | None = None) -> State:
     """Controller state at job start. DECOR-NN starts with everything (integral = MAX)."""
     if settings.policy == "decor-nn":
-        return State(policy="decor-nn", allocation=settings.max_allocation, integral=settings.max_allocation)
+        return State(
+            policy="decor-nn", allocation=settings.max_allocation, integral=settings.max_allocation
+        )
     start = settings.max_allocation if initial_allocation is None else initial_allocation
     return State(policy="decor", allocation=clamp(start, settings))
 
@@ -219,7 +227,9 @@ def quantize(value: float, settings: Settings, *, up: bool = False) -> float:
     return clamp(round(steps * q, 6), settings)
 
 
-def decide(state: State, observation: Observation | None, settings: Settings, now: float) -> Decision:
+def decide(
+    state: State, observation: Observation | None, settings: Settings, now: float
+) -> Decision:
     """The next allocation. ``observation`` is None when no usable progress sample exists."""
     if observation is None:
         return Decision(
@@ -281,7 +291,9 @@ def _decide_decor_nn(state: State, obs: Observation, settings: Settings, now: fl
     return Decision(allocation=u, state=new_state, condition=condition, message=message)
 
 
-def _nn_condition(settings: Settings, obs: Observation, now: float, error: float, u: float) -> tuple[str, str]:
+def _nn_condition(
+    settings: Settings, obs: Observation, now: float, error: float, u: float
+) -> tuple[str, str]:
     if now > settings.deadline_s:
         return DEADLINE_MISSED, f"deadline passed at {obs.progress:.1%} progress"
     if error > 0.05 and u >= settings.max_allocation:
@@ -295,7 +307,9 @@ def _nn_condition(settings: Settings, obs: Observation, now: float, error: float
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
     fit = state.fit
-    restart_cost = state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
+    restart_cost = (
+        state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
+    )
     learned_restart_s = state.restart_cost_s  # None until a restart has been measured
     pending_since = state.change_pending_since_s
     if obs.pending and pending_since is None:
@@ -306,13 +320,17 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         dsteps = obs.steps_done - state.last_steps
         stable = not obs.pending and pending_since is None
         if dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs):
-            fit = fit.add(1.0 / obs.allocation, dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
+            fit = fit.add(
+                1.0 / obs.allocation, dt / dsteps, dsteps, obs.time_s, settings.model_memory_s
+            )
     if not obs.pending and pending_since is not None and state.last_steps is not None:
         if obs.steps_done > state.last_steps and settings.mode == "gpu":
             # First progress after a restart: the gap is (roughly) what a restart costs.
             coeffs = fit.coefficients()
             step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
-            seen = max(0.0, obs.time_s - pending_since - (obs.steps_done - state.last_steps) * step_s)
+            seen = max(
+                0.0, obs.time_s - pending_since - (obs.steps_done - state.last_steps) * step_s
+            )
             # The first measurement replaces the configured guess; later ones are averaged in.
             if learned_restart_s is not None:
                 seen = 0.5 * (learned_restart_s + seen)
@@ -332,8 +350,14 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     remaining = obs.steps_total - obs.steps_done
     if settings.deadline_s <= settings.start_s:
         return _hold_or_change(
-            base, settings, settings.max_allocation, now, obs, INFEASIBLE,
-            "the deadline was already past when the job started; running at MAX", None,
+            base,
+            settings,
+            settings.max_allocation,
+            now,
+            obs,
+            INFEASIBLE,
+            "the deadline was already past when the job started; running at MAX",
+            None,
         )
     coeffs = fit.coefficients()
     if coeffs is None:
@@ -348,15 +372,27 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
     if now >= settings.deadline_s:
         return _hold_or_change(
-            base, settings, settings.max_allocation, now, obs, DEADLINE_MISSED,
-            f"deadline passed at {obs.progress:.1%}; running at MAX", eta_at_max,
+            base,
+            settings,
+            settings.max_allocation,
+            now,
+            obs,
+            DEADLINE_MISSED,
+            f"deadline passed at {obs.progress:.1%}; running at MAX",
+            eta_at_max,
         )
     infeasible = eta_at_max > settings.deadline_s
     if infeasible:
         late_by = eta_at_max - settings.deadline_s
         return _hold_or_change(
-            base, settings, settings.max_allocation, now, obs, INFEASIBLE,
-            f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX", eta_at_max,
+            base,
+            settings,
+            settings.max_allocation,
+            now,
+            obs,
+            INFEASIBLE,
+            f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX",
+            eta_at_max,
         )
     # Remaining time measured from the sample; work done since the sample is unknown.
     horizon = settings.target_s - obs.time_s
@@ -370,7 +406,10 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     # CPU: dead-band of one quantum around the current allocation, else round up.
     current = obs.allocation if not obs.pending else state.allocation
     target = quantize(wanted, settings, up=True)
-    if abs(wanted - current) < settings.quantum and settings.min_allocation <= current <= settings.max_allocation:
+    if (
+        abs(wanted - current) < settings.quantum
+        and settings.min_allocation <= current <= settings.max_allocation
+    ):
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)
@@ -402,9 +441,12 @@ def _decide_gpu(
         cost = 0.0 if g == current else restart_cost
         return obs.time_s + cost + remaining * step_time(g)
 
-    candidates = [float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)]
+    candidates = [
+        float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
+    ]
     meeting = [g for g in candidates if finish(g) <= target_s]
     dwell_ok = base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+
     # Each change costs a restart, so changes need hysteresis. Shrink only when it pays: the
     # GPUs given back, over the rest of the run, outweigh the new pod's GPUs idle during the
     # restart (no restart for the last moments of a job). Grow by one only once waiting
@@ -430,7 +472,9 @@ def _decide_gpu(
             choice = larger
     else:
         choice = min(candidates, key=finish)
-    condition = AT_RISK if choice >= settings.max_allocation and finish(choice) > target_s else ON_TRACK
+    condition = (
+        AT_RISK if choice >= settings.max_allocation and finish(choice) > target_s else ON_TRACK
+    )
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
     return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
@@ -454,6 +498,10 @@ def _hold_or_change(
         base,
         allocation=target,
         last_change_s=now if changed else base.last_change_s,
-        change_pending_since_s=now if changed and settings.mode == "gpu" else base.change_pending_since_s,
+        change_pending_since_s=now
+        if changed and settings.mode == "gpu"
+        else base.change_pending_since_s,
     )
-    return Decision(allocation=target, state=state, condition=condition, message=message, eta_s=eta_s)
+    return Decision(
+        allocation=target, state=state, condition=condition, message=message, eta_s=eta_s
+    )

@@ -69,6 +69,11 @@ ENV_CHECKPOINT_HOST_ROOT = "DECOR_CHECKPOINT_HOST_ROOT"
 """hostPath root for default checkpoint volumes (default /var/lib/decor/checkpoints)."""
 ENV_HEALTH_PORT = "DECOR_HEALTH_PORT"
 """Port of kopf's liveness endpoint /healthz (unset: none)."""
+ENV_SCRAPE_VIA = "DECOR_SCRAPE_VIA"
+"""How to reach a trainer's /metrics without Prometheus: ``direct`` (pod IP, the default) or
+``apiserver`` (the API server's pod proxy: for an operator outside the pod network)."""
+SCRAPE_DIRECT = "direct"
+SCRAPE_APISERVER = "apiserver"
 ENV_WATCH_NAMESPACE = "DECOR_WATCH_NAMESPACE"
 """Serve only this namespace when run_operator is given none (empty: all namespaces)."""
 
@@ -104,6 +109,7 @@ class OperatorConfig:
     checkpoint_host_root: str = build.DEFAULT_CHECKPOINT_HOST_ROOT
     startup_grace_s: float = STARTUP_GRACE_S
     max_pod_failures: int = MAX_POD_FAILURES
+    scrape_via: str = SCRAPE_DIRECT
     instance: str = field(default_factory=socket.gethostname)
 
     @classmethod
@@ -114,6 +120,7 @@ class OperatorConfig:
             "sidecar_image": env.get(ENV_SIDECAR_IMAGE) or None,
             "checkpoint_host_root": env.get(ENV_CHECKPOINT_HOST_ROOT)
             or build.DEFAULT_CHECKPOINT_HOST_ROOT,
+            "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -315,13 +322,8 @@ class JobReconciler:
                     f"({build.format_allocation(spec.resources.mode, settings.max_allocation)})",
                     now,
                 )
-            conditions = build.conditions_for_decision(
-                conditions,
-                control.STARTING,
-                "job admitted",
-                now_s=now,
-                generation=generation,
-                deadline_was_past=deadline_was_past,
+            conditions = build.conditions_at_admission(
+                deadline_was_past, now_s=now, generation=generation
             )
             status["conditions"] = conditions
             if not self._write():  # record the start before acting on it
@@ -346,6 +348,10 @@ class JobReconciler:
                         now,
                     )
                 status["deadline"] = deadline_text
+                conditions = build.conditions_for_deadline(
+                    conditions, deadline_was_past, now_s=now, generation=generation
+                )
+                status["conditions"] = conditions
             else:
                 infeasible = build.get_condition(conditions, control.INFEASIBLE) or {}
                 deadline_was_past = (
@@ -606,6 +612,14 @@ class JobReconciler:
                 progress = metrics.prometheus_progress(
                     self.config.prometheus_url, self.namespace, pod_name
                 )
+            elif self.config.scrape_via == SCRAPE_APISERVER:
+                try:
+                    text = self.kube.pod_proxy_get(
+                        self.namespace, pod_name, spec.metrics.port, spec.metrics.path
+                    )
+                except KubeError as exc:
+                    raise metrics.MetricsError(str(exc)) from exc
+                progress = metrics.progress_from_samples(metrics.parse_exposition(text))
             else:
                 url = build.metrics_url(pod, spec.metrics.port, spec.metrics.path)
                 if url is None:
@@ -883,16 +897,32 @@ def dtj_operator_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
 
 
-async def _sleep(seconds: float, wake: asyncio.Event) -> None:
-    """Sleep ``seconds`` or until ``wake`` is set (then clear it)."""
+async def _sleep(seconds: float, wake: asyncio.Event, stopped: kopf.DaemonStopped) -> None:
+    """Sleep ``seconds``, or until ``wake`` is set (then clear it) or the daemon is stopped."""
+
+    async def until_stopped() -> None:
+        await stopped.wait()
+
+    tasks = {asyncio.ensure_future(wake.wait()), asyncio.ensure_future(until_stopped())}
     try:
-        await asyncio.wait_for(wake.wait(), timeout=max(0.0, seconds))
-    except TimeoutError:
-        pass
+        await asyncio.wait(tasks, timeout=max(0.0, seconds), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     wake.clear()
 
 
-@kopf.daemon(API_GROUP, API_VERSION, PLURAL, id="controller", cancellation_timeout=10.0)
+# On deletion (or operator shutdown) kopf sets ``stopped``; the loop notices within its sleep
+# and returns. Only if a period hangs past the backoff is the task cancelled.
+@kopf.daemon(
+    API_GROUP,
+    API_VERSION,
+    PLURAL,
+    id="controller",
+    cancellation_backoff=5.0,
+    cancellation_timeout=10.0,
+)
 async def dtj_controller(
     *,
     body: kopf.Body,
@@ -938,7 +968,7 @@ async def dtj_controller(
             if not keep_going:
                 return
             next_tick = max(next_tick + reconciler.period_s, loop.time())
-            await _sleep(next_tick - loop.time(), wake)
+            await _sleep(next_tick - loop.time(), wake, stopped)
     finally:
         current.wakeups.pop(key, None)
         if stopped:

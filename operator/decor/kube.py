@@ -227,6 +227,34 @@ class Kube:
             raise KubeError(what, *_error_message(exc)) from exc
         return self._json(response[0] if isinstance(response, tuple) else response)
 
+    def pod_proxy_get(self, namespace: str, pod: str, port: int, path: str) -> str:
+        """GET ``path`` on ``pod:port`` through the API server's pod proxy (text body).
+
+        For an operator outside the cluster network (e.g. on a laptop against kind); needs
+        ``get`` on ``pods/proxy``. Raises KubeError.
+        """
+        what = f"proxy GET {namespace}/{pod}:{port}{path}"
+        try:
+            response = self.core.connect_get_namespaced_pod_proxy_with_path(
+                f"{pod}:{port}",
+                namespace,
+                path.lstrip("/"),
+                _preload_content=False,
+                _request_timeout=self.timeout_s,
+            )
+        except _api_exception() as exc:
+            raise KubeError(what, *_error_message(exc)) from exc
+        except (OSError, ValueError) as exc:
+            raise KubeError(what, 0, str(exc)) from exc
+        data = getattr(response, "data", None)
+        if data is None and hasattr(response, "read"):
+            data = response.read()
+        return (
+            data.decode("utf-8", errors="replace")
+            if isinstance(data, bytes | bytearray)
+            else str(data or "")
+        )
+
     # --- events -------------------------------------------------------------------------------
 
     def post_event(self, body: Mapping[str, Any]) -> None:

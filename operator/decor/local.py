@@ -125,7 +125,9 @@ def trainer_env(job: JobSpec, port: int, extra: dict[str, str]) -> dict[str, str
     return env
 
 
-def controller_settings(job: JobSpec, start_s: float, max_cores: float, policy: str) -> control.Settings:
+def controller_settings(
+    job: JobSpec, start_s: float, max_cores: float, policy: str
+) -> control.Settings:
     spec = job.control
     settings = control.Settings(
         mode=job.resources.mode,
@@ -144,7 +146,9 @@ def controller_settings(job: JobSpec, start_s: float, max_cores: float, policy: 
     return settings
 
 
-def request_deadline(name: str, *, deadline: str | None = None, duration: str | None = None) -> dict[str, Any]:
+def request_deadline(
+    name: str, *, deadline: str | None = None, duration: str | None = None
+) -> dict[str, Any]:
     """Ask the running local job ``name`` to move its deadline (used by ``decor deadline``).
 
     ``deadline`` is an RFC 3339 time; ``duration`` is relative to the job's start (like
@@ -192,7 +196,9 @@ def _take_deadline_request(folder: Path) -> float | None:
 def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
     """Run ``job`` to completion (or failure) on this machine and summarise it."""
     if job.resources.mode != "cpu":
-        raise ManifestError("spec.resources.mode", "the local runtime actuates CPU only; use gpu mode on Kubernetes")
+        raise ManifestError(
+            "spec.resources.mode", "the local runtime actuates CPU only; use gpu mode on Kubernetes"
+        )
     policy = options.policy or job.control.policy
     if policy not in ("decor", "decor-nn"):
         raise ManifestError("spec.control.policy", f"must be decor or decor-nn, got {policy!r}")
@@ -229,7 +235,9 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
     limiter.attach(child.pid)
     applied = limiter.apply(state.allocation)
     (registry / RUN_RECORD).write_text(
-        json.dumps({"pid": os.getpid(), "child": child.pid, "start_s": start_s, "out_dir": str(out)})
+        json.dumps(
+            {"pid": os.getpid(), "child": child.pid, "start_s": start_s, "out_dir": str(out)}
+        )
     )
     rows: list[TraceRow] = []
     conditions: set[str] = set()
@@ -248,10 +256,20 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
         if finished_s is not None and deadline_rel > 0:
             deviation = 100.0 * (finished_s - deadline_rel) / deadline_rel
         return RunSummary(
-            name=job.name, policy=policy, exit_code=code, complete=finished_s is not None,
-            deadline_s=deadline_rel, finished_s=finished_s, deviation_pct=deviation,
-            core_seconds=core_seconds, actuations=actuations, min_cores=settings.min_allocation,
-            max_cores=settings.max_allocation, limiter=limiter.kind, out_dir=str(out), error=err,
+            name=job.name,
+            policy=policy,
+            exit_code=code,
+            complete=finished_s is not None,
+            deadline_s=deadline_rel,
+            finished_s=finished_s,
+            deviation_pct=deviation,
+            core_seconds=core_seconds,
+            actuations=actuations,
+            min_cores=settings.min_allocation,
+            max_cores=settings.max_allocation,
+            limiter=limiter.kind,
+            out_dir=str(out),
+            error=err,
             conditions=sorted(conditions),
         )
 
@@ -267,7 +285,10 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
             moved = _take_deadline_request(registry)
             if moved is not None:
                 settings = replace(settings, deadline_s=moved)
-                display(f"deadline moved to {format_time(moved)} ({moved - start_s:.0f}s after start)", True)
+                display(
+                    f"deadline moved to {format_time(moved)} ({moved - start_s:.0f}s after start)",
+                    True,
+                )
             try:
                 progress = scrape_progress(url)
                 last_progress = progress
@@ -275,7 +296,11 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
                 metrics_warned = False
             except MetricsError as exc:
                 obs = None
-                if exit_code is None and not metrics_warned and now - start_s > 10 * settings.period_s:
+                if (
+                    exit_code is None
+                    and not metrics_warned
+                    and now - start_s > 10 * settings.period_s
+                ):
                     display(f"warning: {exc}; holding {applied:g} cores", True)
                     metrics_warned = True
             if exit_code is not None:
@@ -385,7 +410,9 @@ def _status_line(row: TraceRow, settings: control.Settings, start_s: float) -> s
     filled = int(progress * width)
     bar = "#" * filled + "." * (width - filled)
     eta = "?" if row.eta_s is None else f"{row.eta_s:.0f}s"
-    steps = "" if row.steps_done != row.steps_done else f" {row.steps_done:.0f}/{row.steps_total:.0f}"
+    steps = (
+        "" if row.steps_done != row.steps_done else f" {row.steps_done:.0f}/{row.steps_total:.0f}"
+    )
     return (
         f"[{bar}] {progress:6.1%}{steps}  t={row.t_s:.0f}s  ETA {eta} / deadline {row.deadline_s:.0f}s"
         f"  cores {row.allocation:.2f}  {row.condition}"

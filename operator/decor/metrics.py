@@ -112,7 +112,9 @@ def scrape_progress(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Progress:
     return progress_from_samples(parse_exposition(_http_get(url, timeout_s)))
 
 
-def query_prometheus(base_url: str, query: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> float | None:
+def query_prometheus(
+    base_url: str, query: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> float | None:
     """One instant query; the single result's value, None when the result is empty."""
     url = f"{base_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     try:

@@ -163,7 +163,9 @@ def format_time(value: datetime | float) -> str:
 def parse_cpu_cores(value: Any, where: str) -> float:
     """Cores from ``2``, ``0.5``, ``"1.5"`` or millicores ``"250m"``."""
     if isinstance(value, bool):
-        raise ManifestError(where, f"must be cores (e.g. 2 or 0.5) or millicores (500m), got {value!r}")
+        raise ManifestError(
+            where, f"must be cores (e.g. 2 or 0.5) or millicores (500m), got {value!r}"
+        )
     try:
         if isinstance(value, str) and value.strip().endswith("m"):
             cores = float(value.strip()[:-1]) / 1000.0
@@ -214,7 +216,9 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def _reject_unknown(section: dict[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(section) - allowed)
     if unknown:
-        raise ManifestError(f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+        raise ManifestError(
+            f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -233,7 +237,9 @@ def parse_resources(raw: Any) -> ResourceSpec:
     if "max" not in section:
         raise ManifestError(f"{where}.max", "is required")
     max_ = parse(section["max"], f"{where}.max")
-    min_ = parse(section["min"], f"{where}.min") if "min" in section else min(DEFAULT_MIN[mode], max_)
+    min_ = (
+        parse(section["min"], f"{where}.min") if "min" in section else min(DEFAULT_MIN[mode], max_)
+    )
     initial = parse(section["initial"], f"{where}.initial") if "initial" in section else max_
     if min_ > max_:
         raise ManifestError(f"{where}.min", f"must be <= {where}.max ({min_:g} > {max_:g})")
@@ -264,12 +270,19 @@ def parse_control(raw: Any, mode: Mode) -> ControlSpec:
     gains = _mapping(section.get("gains"), f"{where}.gains")
     _reject_unknown(gains, {"k", "tiSeconds"}, f"{where}.gains")
     k = _positive(gains["k"], f"{where}.gains.k") if "k" in gains else None
-    ti_s = _positive(gains["tiSeconds"], f"{where}.gains.tiSeconds") if "tiSeconds" in gains else None
+    ti_s = (
+        _positive(gains["tiSeconds"], f"{where}.gains.tiSeconds") if "tiSeconds" in gains else None
+    )
     restart = section.get("restartCostSeconds")
     if restart is not None:
         restart = _non_negative(restart, f"{where}.restartCostSeconds")
     return ControlSpec(
-        policy=policy, period_s=period_s, safety_margin_s=margin, k=k, ti_s=ti_s, restart_cost_s=restart
+        policy=policy,
+        period_s=period_s,
+        safety_margin_s=margin,
+        k=k,
+        ti_s=ti_s,
+        restart_cost_s=restart,
     )
 
 
@@ -323,7 +336,9 @@ def parse_job(manifest: Any) -> JobSpec:
     metadata = _mapping(manifest.get("metadata"), "metadata")
     name = metadata.get("name")
     if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name or ""):
-        raise ManifestError("metadata.name", f"must be a DNS label (lower case, digits, -), got {name!r}")
+        raise ManifestError(
+            "metadata.name", f"must be a DNS label (lower case, digits, -), got {name!r}"
+        )
     namespace = metadata.get("namespace") or "default"
     spec = _mapping(manifest.get("spec"), "spec")
     if not spec:
@@ -331,8 +346,16 @@ def parse_job(manifest: Any) -> JobSpec:
     _reject_unknown(
         spec,
         {
-            "deadline", "duration", "epochs", "stepsPerEpoch", "resources", "control",
-            "template", "checkpoint", "metrics", "suspend",
+            "deadline",
+            "duration",
+            "epochs",
+            "stepsPerEpoch",
+            "resources",
+            "control",
+            "template",
+            "checkpoint",
+            "metrics",
+            "suspend",
         },
         "spec",
     )
@@ -355,7 +378,9 @@ def parse_job(manifest: Any) -> JobSpec:
     _reject_unknown(checkpoint_raw, {"path"}, "spec.checkpoint")
     checkpoint = CheckpointSpec(path=checkpoint_raw.get("path"))
     if resources.mode == "gpu" and not checkpoint.path:
-        raise ManifestError("spec.checkpoint.path", "is required in gpu mode (GPU changes restart the trainer)")
+        raise ManifestError(
+            "spec.checkpoint.path", "is required in gpu mode (GPU changes restart the trainer)"
+        )
     metrics_raw = _mapping(spec.get("metrics"), "spec.metrics")
     _reject_unknown(metrics_raw, {"port", "path"}, "spec.metrics")
     port = metrics_raw.get("port", DEFAULT_METRICS_PORT)

@@ -51,7 +51,9 @@ class SimResult:
     deadline_s: float  # the final deadline, relative to start
     core_seconds: float
     actuations: int
-    trace: list[tuple[float, float, float, str]] = field(default_factory=list)  # t, progress, alloc, cond
+    trace: list[tuple[float, float, float, str]] = field(
+        default_factory=list
+    )  # t, progress, alloc, cond
     conditions: set[str] = field(default_factory=set)
 
     @property
@@ -88,7 +90,9 @@ def run_closed_loop(
     restart_until = -1.0
     core_seconds = 0.0
     actuations = 0
-    result = SimResult(finished_s=None, deadline_s=settings.deadline_s, core_seconds=0, actuations=0)
+    result = SimResult(
+        finished_s=None, deadline_s=settings.deadline_s, core_seconds=0, actuations=0
+    )
     changes = sorted(deadline_changes)
     horizon = horizon_factor * max(settings.duration_s, 1.0)
     while t < horizon:
@@ -115,7 +119,9 @@ def run_closed_loop(
                     next_step_end = restart_until + plant.step_time_s(decision.allocation, t, rng)
                 else:
                     # The current step continues at the new speed from here on.
-                    speedup = plant.mean_step_time_s(decision.allocation, t) / plant.mean_step_time_s(allocation, t)
+                    speedup = plant.mean_step_time_s(
+                        decision.allocation, t
+                    ) / plant.mean_step_time_s(allocation, t)
                     next_step_end = t + (next_step_end - t) * speedup
                 allocation = decision.allocation
             next_control += settings.period_s

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 import torch
-from decor_trainer.checkpoint import read_checkpoint
+from decor_trainer.checkpoint import StopRequest, read_checkpoint
 from decor_trainer.reporter import ProgressSnapshot
-from decor_trainer.train import main
+from decor_trainer.train import main, parse_args, train
 from prometheus_client.parser import text_string_to_metric_families
 
 # The venv pairs Debian's torch 1.13 (built against NumPy 1.x) with NumPy 2 from PyPI; torch
@@ -239,6 +239,24 @@ def test_unwritable_progress_file_does_not_break_training(tmp_path: Path) -> Non
     args += ["--checkpoint-dir", str(tmp_path / "ckpt")]
     assert main(args, environ={}) == 0
     assert final_state(tmp_path / "ckpt")["step"] == 4
+
+
+def test_crash_resumes_from_the_periodic_checkpoint(tmp_path: Path) -> None:
+    args = tiny_args(tmp_path, "--epochs", "1", "--steps-per-epoch", "6")
+    args += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every-s", "1e-9"]
+    with pytest.raises(RuntimeError, match="fail-at-step 3"):
+        main([*args, "--fail-at-step", "3"], environ={})
+    assert final_state(tmp_path / "ckpt")["step"] == 3  # saved after every step
+    assert main(args, environ={}) == 0
+    assert json.loads((tmp_path / "p.json").read_text())["steps"] == 6
+
+
+def test_stop_requested_during_set_up_saves_and_exits_0(tmp_path: Path) -> None:
+    stop = StopRequest()
+    stop.request(signal.SIGTERM)
+    args = parse_args(tiny_args(tmp_path, "--checkpoint-dir", str(tmp_path / "ckpt")), environ={})
+    assert train(args, stop) == 0
+    assert final_state(tmp_path / "ckpt")["step"] == 0
 
 
 def test_finished_checkpoint_makes_a_rerun_a_no_op(

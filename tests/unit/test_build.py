@@ -613,3 +613,22 @@ def test_pod_names_and_checkpoint_paths() -> None:
     assert (
         build.checkpoint_host_path(body) == f"/var/lib/decor/checkpoints/default/resnet/{JOB_UID}"
     )
+
+
+def test_admission_conditions() -> None:
+    fresh = build.conditions_at_admission(False, now_s=10.0, generation=1)
+    assert statuses(fresh) == {"OnTrack": "Unknown"}
+    past = build.conditions_at_admission(True, now_s=10.0, generation=1)
+    assert statuses(past) == {"OnTrack": "Unknown", "Infeasible": "True"}
+    assert build.get_condition(past, "Infeasible")["reason"] == build.REASON_DEADLINE_IN_PAST  # type: ignore[index]
+
+
+def test_moving_the_deadline_sets_and_clears_deadline_in_past() -> None:
+    ok = build.conditions_for_decision([], control.ON_TRACK, "fine", now_s=1.0)
+    past = build.conditions_for_deadline(ok, True, now_s=2.0)
+    assert build.get_condition(past, "Infeasible")["reason"] == build.REASON_DEADLINE_IN_PAST  # type: ignore[index]
+    future = build.conditions_for_deadline(past, False, now_s=3.0)
+    assert statuses(future)["Infeasible"] == "False"
+    # An Infeasible verdict of the controller's own is not the deadline's to clear.
+    slow = build.conditions_for_decision([], control.INFEASIBLE, "even MAX is late", now_s=1.0)
+    assert build.conditions_for_deadline(slow, False, now_s=2.0) == slow

@@ -199,6 +199,14 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
 
 
+def test_scraping_through_the_api_server_adds_only_pod_proxy(helm: str) -> None:
+    objects = by_kind(render(helm, "trainer.scrapeVia=apiserver"))
+    extra = [r for r in objects["ClusterRole"]["rules"] if r["resources"] == ["pods/proxy"]]
+    assert extra == [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}]
+    container = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "DECOR_SCRAPE_VIA", "value": "apiserver"} in container["env"]
+
+
 def test_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
     objects = by_kind(
         render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG")

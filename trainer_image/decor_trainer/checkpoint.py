@@ -229,6 +229,20 @@ def load_checkpoint(
     data = read_checkpoint(path)
     if data is None:
         return None
+    return apply_checkpoint(data, model=model, optimizer=optimizer, restore_rng=restore_rng)
+
+
+def apply_checkpoint(
+    data: Mapping[str, Any],
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = True,
+) -> TrainingPosition:
+    """Restore what :func:`read_checkpoint` returned into ``model`` and ``optimizer``.
+
+    For callers that inspect ``data["meta"]`` before restoring; returns the position.
+    """
     model.load_state_dict(data["model"])
     if optimizer is not None and data.get("optimizer") is not None:
         optimizer.load_state_dict(data["optimizer"])

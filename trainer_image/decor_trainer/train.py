@@ -28,9 +28,10 @@ import torch
 
 from .checkpoint import (
     PeriodicSaver,
+    StopRequest,
     TrainingPosition,
+    apply_checkpoint,
     checkpoint_path,
-    load_checkpoint,
     read_checkpoint,
     save_checkpoint,
     stop_on_signals,
@@ -268,7 +269,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             level=logging.INFO, format="%(asctime)s decor-trainer %(message)s", stream=sys.stderr
         )
     try:
-        return train(args)
+        # Installed before the (possibly long) set-up: a SIGTERM then still ends in exit 0.
+        with stop_on_signals() as stop:
+            return train(args, stop)
     except UsageError as exc:
         log.error("error: %s", exc)
         return EXIT_USAGE
@@ -282,8 +285,12 @@ def _resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def train(args: argparse.Namespace) -> int:
-    """The training loop for parsed arguments; returns the exit status."""
+def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
+    """The training loop for parsed arguments; returns the exit status.
+
+    The loop ends early, after a checkpoint, once ``stop.requested`` is set (by SIGTERM).
+    """
+    stop = stop if stop is not None else StopRequest()
     torch.set_num_threads(args.threads)
     device = _resolve_device(args.device)
     if args.deterministic:
@@ -323,10 +330,8 @@ def train(args: argparse.Namespace) -> int:
                     f"{', '.join(f'{k}={getattr(config, k)!r}' for k in mismatched)}); "
                     "use another --checkpoint-dir or delete it"
                 )
+            position = apply_checkpoint(existing, model=model, optimizer=optimizer)
             del existing
-            loaded = load_checkpoint(ckpt, model=model, optimizer=optimizer)
-            assert loaded is not None
-            position = loaded
             log.info(
                 "resumed from %s at step %d/%d (epoch %d)",
                 ckpt,
@@ -383,7 +388,7 @@ def train(args: argparse.Namespace) -> int:
     epoch_started = time.monotonic()
     epoch_loss, epoch_steps = 0.0, 0
     try:
-        with stop_on_signals() as stop, reporter:
+        with reporter:
             for step in range(position.step, steps_planned):
                 if stop.requested:
                     break

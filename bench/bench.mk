@@ -1,0 +1,16 @@
+# The benchmark verbs (included by the top Makefile). bench/harness.py says what a grid runs.
+BENCH_ARGS ?=
+
+.PHONY: bench bench-quick bench-smoke bench-report
+
+bench: ## full benchmark grid on the local runtime (T ~ 60 s; hours), then docs/benchmarks/README.md
+	$(PY) bench/harness.py --grid full --report $(BENCH_ARGS)
+
+bench-quick: ## reduced grid (~75 min on a quiet 2-core machine), then docs/benchmarks/README.md
+	$(PY) bench/harness.py --grid quick --report $(BENCH_ARGS)
+
+bench-smoke: ## 2-3 min run of the harness into a temp dir (CI; asserts no performance)
+	$(PY) bench/harness.py --grid smoke --no-wait --report $(BENCH_ARGS)
+
+bench-report: ## regenerate docs/benchmarks/README.md and plots from results.json
+	$(PY) bench/report.py

@@ -1,0 +1,542 @@
+"""The benchmark's pure parts: the grid, the speed curve and its oracle, records, aggregation.
+
+Nothing here runs a job, reads a clock or touches a file: ``harness.py`` does the running,
+``report.py`` the writing, and ``tests/unit/test_bench_report.py`` tests this module.
+
+Vocabulary (units in names):
+
+* **T** (``all_cores_s``): wall time of a workload run at static MAX (all cores) from job
+  start to its last step, measured once per workload when the grid starts (the profile).
+* **scenario**: a deadline rule. The relative deadline is ``factor x T``; a *move* replaces it
+  at ``move_at_fraction`` of the *original* relative deadline by ``move_to x`` the *original*
+  relative deadline (so ``move-0.8`` = 1.8 T, moved at 0.54 T to 0.8 x 1.8 T = 1.44 T); a
+  *disturbance* runs CPU-bound processes outside the job's cgroup from ``disturb_from`` to
+  ``disturb_to`` of the relative deadline.
+* **policy**: ``decor`` and ``decor-nn`` are closed-loop (allocation from MIN to MAX);
+  ``static-max`` holds all cores; ``static-oracle`` holds the constant allocation that the
+  profiled speed curve predicts finishes exactly at the (final) deadline.
+* **feasible** settings: the scenarios whose final deadline is at least 1.4 T (1.5x, 1.8x,
+  2.5x, both moves and the disturbance). 1.0x is reported but is not feasible for a
+  controller: only all cores from the first instant make it, and start-up jitter alone
+  decides the sign of the deviation.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+POLICIES = ("decor", "decor-nn", "static-max", "static-oracle")
+CONTROLLED = ("decor", "decor-nn")
+LATE_TOLERANCE_PCT = 1.0  # "no run late by more than 1%"
+FEASIBLE_MIN_FACTOR = 1.4  # final deadline >= 1.4 T counts as feasible (see module doc)
+# Targets of tracker issue 5.
+TARGET_MEAN_ABS_DEVIATION_PCT = 1.0
+TARGET_CORE_SECONDS_OVER_ORACLE_PCT = 5.0
+TARGET_CLUSTER_MEAN_ABS_DEVIATION_PCT = 1.5
+TARGET_REPORTER_OVERHEAD_RATIO = 0.01
+# A run during which processes outside the benchmark used more than this many cores on
+# average was measured on a busy machine; the harness repeats it.
+NOISY_OTHERS_CORES = 0.25
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A deadline rule, in multiples of the all-cores time T (see the module docstring)."""
+
+    name: str
+    factor: float  # initial relative deadline / T
+    move_to: float | None = None  # new relative deadline / original relative deadline
+    move_at_fraction: float = 0.3  # of the original relative deadline
+    disturb_from: float | None = None  # fraction of the relative deadline
+    disturb_to: float | None = None
+    description: str = ""
+
+    @property
+    def final_factor(self) -> float:
+        """Relative deadline in force at the end, / T."""
+        return self.factor * (self.move_to if self.move_to is not None else 1.0)
+
+    @property
+    def feasible(self) -> bool:
+        return self.final_factor >= FEASIBLE_MIN_FACTOR - 1e-9
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("d1.0", 1.0, description="deadline 1.0 T"),
+        Scenario("d1.5", 1.5, description="deadline 1.5 T"),
+        Scenario("d1.8", 1.8, description="deadline 1.8 T"),
+        Scenario("d2.5", 2.5, description="deadline 2.5 T"),
+        Scenario(
+            "move-0.8",
+            1.8,
+            move_to=0.8,
+            description="1.8 T, moved at 0.54 T (30% of it) to 0.8 x 1.8 T = 1.44 T",
+        ),
+        Scenario(
+            "move-1.3",
+            1.5,
+            move_to=1.3,
+            description="1.5 T, moved at 0.45 T (30% of it) to 1.3 x 1.5 T = 1.95 T",
+        ),
+        Scenario(
+            "disturb",
+            1.8,
+            disturb_from=0.3,
+            disturb_to=0.6,
+            description="1.8 T; a CPU-bound process outside the job's cgroup from 0.54 T to 1.08 T",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class WorkloadSize:
+    """A reference workload and its size (trainer flags)."""
+
+    name: str  # resnet | vgg | lstm
+    width: int
+    batch_size: int
+    extra_args: tuple[str, ...] = ()
+    probe_steps: int = 30  # steps of the first all-cores run that sizes the job
+
+    def trainer_args(self) -> list[str]:
+        return [
+            "--workload", self.name, "--width", str(self.width),
+            "--batch-size", str(self.batch_size), *self.extra_args,
+        ]  # fmt: skip
+
+
+SMALL_SIZES = {
+    "resnet": WorkloadSize("resnet", width=8, batch_size=16),
+    "vgg": WorkloadSize("vgg", width=16, batch_size=32),
+    "lstm": WorkloadSize("lstm", width=64, batch_size=20),
+}
+# The papers' sizes: CIFAR ResNet-18 / VGG-11, medium PTB LSTM. Seconds per step on 2 cores.
+PAPER_SIZES = {
+    "resnet": WorkloadSize("resnet", width=64, batch_size=128, probe_steps=8),
+    "vgg": WorkloadSize("vgg", width=64, batch_size=128, probe_steps=8),
+    "lstm": WorkloadSize(
+        "lstm",
+        width=650,
+        batch_size=20,
+        extra_args=("--vocab-size", "10000", "--seq-len", "35"),
+        probe_steps=8,
+    ),  # fmt: skip
+}
+TINY_SIZE = WorkloadSize("resnet", width=4, batch_size=8, probe_steps=200)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What one benchmark invocation runs. ``reps`` maps policy -> repetitions."""
+
+    name: str
+    workloads: tuple[WorkloadSize, ...]
+    all_cores_target_s: float  # the job is sized so that T is about this
+    scenarios: tuple[str, ...]
+    reps: dict[str, int]
+    # Scenarios each policy runs (default: all). Static MAX does not react to a deadline,
+    # so outside the disturbance its runs differ only in which deadline they are judged by.
+    policy_scenarios: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    profile_fractions: tuple[float, ...] = (0.25, 0.5, 0.75)  # of MAX, besides MAX itself
+    profile_window_s: float = 8.0  # steady-state seconds of each partial-allocation profile
+    min_cores: float = 0.25  # MIN of the controlled policies (both get the same bounds)
+    disturb_processes: int = 1
+
+    def scenarios_of(self, policy: str) -> tuple[str, ...]:
+        allowed = self.policy_scenarios.get(policy)
+        return tuple(s for s in self.scenarios if allowed is None or s in allowed)
+
+
+ALL_SCENARIOS = tuple(SCENARIOS)
+
+
+def make_grid(name: str, *, sizes: str = "small") -> Grid:
+    """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (about 70 min), ``full`` (2 h)."""
+    table = PAPER_SIZES if sizes == "paper" else SMALL_SIZES
+    workloads = tuple(table[w] for w in ("resnet", "vgg", "lstm"))
+    if name == "smoke":
+        return Grid(
+            name="smoke",
+            workloads=(TINY_SIZE,),
+            all_cores_target_s=10.0,
+            scenarios=("move-0.8", "disturb"),
+            reps={"decor": 1, "static-oracle": 1},
+            profile_fractions=(0.5,),
+            profile_window_s=4.0,
+        )
+    if name == "quick":
+        return Grid(
+            name="quick",
+            workloads=workloads,
+            all_cores_target_s=600.0 if sizes == "paper" else 23.0,
+            scenarios=ALL_SCENARIOS,
+            reps={"decor": 2, "decor-nn": 2, "static-max": 1, "static-oracle": 1},
+            policy_scenarios={
+                "static-max": ("d1.0", "disturb"),
+                # at 1.0x the oracle is all cores: the same run as static MAX
+                "static-oracle": tuple(s for s in ALL_SCENARIOS if s != "d1.0"),
+            },
+        )
+    if name == "full":
+        return Grid(
+            name="full",
+            workloads=workloads,
+            all_cores_target_s=900.0 if sizes == "paper" else 60.0,
+            scenarios=ALL_SCENARIOS,
+            reps={"decor": 2, "decor-nn": 2, "static-max": 1, "static-oracle": 1},
+            policy_scenarios={"static-oracle": tuple(s for s in ALL_SCENARIOS if s != "d1.0")},
+        )
+    raise ValueError(f"unknown grid {name!r}; choose smoke, quick or full")
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    workload: str
+    scenario: str
+    policy: str
+    repetition: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.workload}/{self.scenario}/{self.policy}/r{self.repetition}"
+
+
+def plan_runs(grid: Grid, seed: int = 0) -> list[PlannedRun]:
+    """Every run of the grid, in the order to run them.
+
+    Repetitions are the outer loop (a slow drift of the machine spreads over all settings);
+    within one setting (workload, scenario, repetition) the policies run back to back in an
+    order shuffled per setting (deterministic for a given seed).
+    """
+    rng = random.Random(seed)
+    runs: list[PlannedRun] = []
+    for rep in range(max(grid.reps.values())):
+        for workload in grid.workloads:
+            for scenario in grid.scenarios:
+                policies = [
+                    p
+                    for p in POLICIES
+                    if grid.reps.get(p, 0) > rep and scenario in grid.scenarios_of(p)
+                ]
+                rng.shuffle(policies)
+                runs.extend(PlannedRun(workload.name, scenario, p, rep) for p in policies)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------
+# Speed curve and oracle
+
+
+@dataclass(frozen=True)
+class SpeedPoint:
+    """One profiled static allocation: steady rate and start-up time (imports, first step)."""
+
+    cores: float
+    steps_per_s: float
+    startup_s: float
+
+
+def rate_from_samples(
+    samples: Sequence[tuple[float, float]], steps_total: float
+) -> tuple[float, float]:
+    """(steps per second, start-up seconds) from (t_s, steps_done) samples of one static run.
+
+    A least-squares line through the samples taken after the first few steps and before the
+    last one (a sample after completion would flatten the slope); start-up is where the line
+    crosses zero steps. Raises ValueError with fewer than two usable samples.
+    """
+    warmup = max(2.0, 0.05 * steps_total)
+    usable = [
+        (t, s) for t, s in samples
+        if math.isfinite(s) and warmup <= s < steps_total
+    ]  # fmt: skip
+    if len(usable) < 2:
+        raise ValueError(f"only {len(usable)} usable progress samples; the run is too short")
+    mean_t = fmean(t for t, _ in usable)
+    mean_s = fmean(s for _, s in usable)
+    var_t = sum((t - mean_t) ** 2 for t, _ in usable)
+    if var_t <= 0:
+        raise ValueError("progress samples all at one time")
+    rate = sum((t - mean_t) * (s - mean_s) for t, s in usable) / var_t
+    if rate <= 0:
+        raise ValueError("no progress between samples")
+    startup = mean_t - mean_s / rate
+    return rate, max(0.0, startup)
+
+
+def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear interpolation; constant outside the points (sorted by x)."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]
+
+
+def predicted_time_s(curve: Sequence[SpeedPoint], steps: float, cores: float) -> float:
+    """Seconds from start to the last step at a constant ``cores``, from the profiled curve.
+
+    Rate and start-up are interpolated linearly between profiled allocations. Below the
+    smallest one, rate is taken proportional to cores and start-up inversely (both CPU-bound).
+    """
+    pts = sorted(curve, key=lambda p: p.cores)
+    lowest = pts[0]
+    if cores < lowest.cores:
+        scale = cores / lowest.cores
+        return lowest.startup_s / scale + steps / (lowest.steps_per_s * scale)
+    rate = _interp([(p.cores, p.steps_per_s) for p in pts], cores)
+    startup = _interp([(p.cores, p.startup_s) for p in pts], cores)
+    return startup + steps / rate
+
+
+def oracle_allocation(
+    curve: Sequence[SpeedPoint], steps: float, deadline_s: float, min_cores: float, max_cores: float
+) -> float:
+    """The constant allocation (cores, to the millicore) that finishes exactly at ``deadline_s``.
+
+    MAX when even MAX is predicted late; MIN when MIN is predicted early. Bisection, so the
+    curve only needs time to fall as cores rise.
+    """
+    if predicted_time_s(curve, steps, max_cores) >= deadline_s:
+        return max_cores
+    if predicted_time_s(curve, steps, min_cores) <= deadline_s:
+        return min_cores
+    lo, hi = min_cores, max_cores  # time(lo) > deadline >= time(hi)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if predicted_time_s(curve, steps, mid) > deadline_s:
+            lo = mid
+        else:
+            hi = mid
+    return min(max_cores, math.ceil(hi * 1000 - 1e-6) / 1000)
+
+
+def steps_for(target_s: float, steps_per_s: float, startup_s: float, epochs: int = 4) -> int:
+    """Total steps (a multiple of ``epochs``) so that a MAX run takes about ``target_s``."""
+    steps = max(epochs * 5, (target_s - startup_s) * steps_per_s)
+    return int(math.ceil(steps / epochs) * epochs)
+
+
+def core_seconds_to_finish(
+    rows: Sequence[tuple[float, float, float]], initial_cores: float, finished_s: float
+) -> float:
+    """Allocation integrated from the start to the last step.
+
+    ``rows`` are (t_s, cores in effect at t_s, cores requested at t_s) per control period:
+    the initial allocation holds until the first row, each row's request until the next row.
+    (The runtime's own core-seconds run to the end of the control loop, up to one period
+    after the last step; this one is comparable with an oracle's cores x deadline.)
+    """
+    total, t_prev, cores = 0.0, 0.0, initial_cores
+    for t_s, _in_effect, requested in rows:
+        if t_s >= finished_s:
+            break
+        total += cores * (t_s - t_prev)
+        t_prev, cores = t_s, requested
+    return total + cores * max(0.0, finished_s - t_prev)
+
+
+# ---------------------------------------------------------------------------------------
+# Records and aggregation
+
+RECORD_FIELDS = (
+    "workload", "policy", "runtime", "scenario", "deadline_factor", "repetition", "deadline_s",
+    "finished_s", "deviation_pct", "late", "core_seconds", "oracle_core_seconds", "actuations",
+    "machine_cores", "machine_model", "date",
+)  # fmt: skip
+
+
+def record_key(record: dict[str, Any]) -> str:
+    """What identifies a run across an interrupted grid (for ``--resume``)."""
+    return f"{record['runtime']}:{record['workload']}/{record['scenario']}/{record['policy']}/r{record['repetition']}"
+
+
+def valid(record: dict[str, Any]) -> bool:
+    return not record.get("error") and record.get("deviation_pct") is not None
+
+
+@dataclass(frozen=True)
+class CellStats:
+    """Statistics of the valid runs of one (policy, scenario) cell, or of a set of cells."""
+
+    runs: int
+    mean_abs_dev_pct: float
+    max_abs_dev_pct: float
+    mean_dev_pct: float
+    late_over_tol: int  # runs later than LATE_TOLERANCE_PCT
+    mean_cs_over_oracle_pct: float | None  # mean of (core-seconds to finish / oracle - 1)
+    failed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def cell_stats(records: Iterable[dict[str, Any]]) -> CellStats | None:
+    records = list(records)
+    ok = [r for r in records if valid(r)]
+    failed = len(records) - len(ok)
+    if not ok:
+        return None if not records else CellStats(0, math.nan, math.nan, math.nan, 0, None, failed)
+    devs = [float(r["deviation_pct"]) for r in ok]
+    ratios = [
+        100.0 * (_cs(r) / float(r["oracle_core_seconds"]) - 1.0)
+        for r in ok
+        if r.get("oracle_core_seconds")
+    ]
+    return CellStats(
+        runs=len(ok),
+        mean_abs_dev_pct=fmean(abs(d) for d in devs),
+        max_abs_dev_pct=max(abs(d) for d in devs),
+        mean_dev_pct=fmean(devs),
+        late_over_tol=sum(1 for d in devs if d > LATE_TOLERANCE_PCT),
+        mean_cs_over_oracle_pct=fmean(ratios) if ratios else None,
+        failed=failed,
+    )
+
+
+def _cs(record: dict[str, Any]) -> float:
+    """Core-seconds to the last step when known, else the runtime's core-seconds."""
+    value = record.get("core_seconds_to_finish")
+    return float(value if value is not None else record["core_seconds"])
+
+
+def aggregate(records: Sequence[dict[str, Any]], runtime: str = "local") -> dict[str, Any]:
+    """Per (policy, scenario) cells, per-policy totals over the feasible scenarios, targets."""
+    mine = [r for r in records if r.get("runtime", "local") == runtime]
+    scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in mine)]
+    policies = [p for p in POLICIES if any(r["policy"] == p for r in mine)]
+    cells: dict[str, dict[str, CellStats]] = {}
+    for policy in policies:
+        for scenario in scenarios:
+            stats = cell_stats(
+                r for r in mine if r["policy"] == policy and r["scenario"] == scenario
+            )
+            if stats is not None:
+                cells.setdefault(policy, {})[scenario] = stats
+    feasible = {
+        policy: cell_stats(
+            r for r in mine if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible
+        )
+        for policy in policies
+    }
+    undisturbed_feasible = {
+        policy: cell_stats(
+            r for r in mine
+            if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible
+            and SCENARIOS[r["scenario"]].disturb_from is None
+        )
+        for policy in policies
+    }  # fmt: skip
+    return {
+        "runtime": runtime,
+        "scenarios": scenarios,
+        "policies": policies,
+        "cells": cells,
+        "feasible": feasible,
+        "undisturbed_feasible": undisturbed_feasible,
+    }
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    name: str
+    met: bool | None  # None: not measured
+    detail: str
+
+
+def target_checks(
+    summary: dict[str, Any], overhead_ratio: float | None, cluster: dict[str, Any] | None = None
+) -> list[TargetCheck]:
+    """Issue 5's targets against an ``aggregate`` summary (honest: unmeasured is not met)."""
+    feasible = summary["feasible"]
+    decor, nn = feasible.get("decor"), feasible.get("decor-nn")
+    checks: list[TargetCheck] = []
+    if decor is None or decor.runs == 0:
+        checks.append(
+            TargetCheck("decor mean |deviation| <= 1.0% (feasible settings)", None, "no decor runs")
+        )
+    else:
+        checks.append(
+            TargetCheck(
+                f"decor mean |deviation| <= {TARGET_MEAN_ABS_DEVIATION_PCT:.1f}% (feasible settings)",
+                decor.mean_abs_dev_pct <= TARGET_MEAN_ABS_DEVIATION_PCT,
+                f"{decor.mean_abs_dev_pct:.2f}% over {decor.runs} runs",
+            )
+        )
+        checks.append(
+            TargetCheck(
+                f"no decor run late by more than {LATE_TOLERANCE_PCT:.0f}% (feasible settings)",
+                decor.late_over_tol == 0 and decor.failed == 0,
+                f"{decor.late_over_tol} late of {decor.runs}; worst |deviation| {decor.max_abs_dev_pct:.2f}%"
+                + (f"; {decor.failed} failed" if decor.failed else ""),
+            )
+        )
+    if decor is None or nn is None or decor.runs == 0 or nn.runs == 0:
+        checks.append(
+            TargetCheck("decor strictly better than decor-nn", None, "needs runs of both")
+        )
+    else:
+        checks.append(
+            TargetCheck(
+                "decor mean |deviation| strictly lower than decor-nn's",
+                decor.mean_abs_dev_pct < nn.mean_abs_dev_pct,
+                f"decor {decor.mean_abs_dev_pct:.2f}% vs decor-nn {nn.mean_abs_dev_pct:.2f}%",
+            )
+        )
+    cs = summary["undisturbed_feasible"].get("decor")
+    if cs is None or cs.mean_cs_over_oracle_pct is None:
+        checks.append(
+            TargetCheck("decor core-seconds within 5% of the static oracle", None, "no data")
+        )
+    else:
+        checks.append(
+            TargetCheck(
+                f"decor core-seconds within {TARGET_CORE_SECONDS_OVER_ORACLE_PCT:.0f}% of the static oracle (mean, undisturbed feasible)",
+                abs(cs.mean_cs_over_oracle_pct) <= TARGET_CORE_SECONDS_OVER_ORACLE_PCT,
+                f"{cs.mean_cs_over_oracle_pct:+.2f}% over {cs.runs} runs",
+            )
+        )
+    cluster_decor = (cluster or {}).get("feasible", {}).get("decor") if cluster else None
+    if cluster_decor is None or cluster_decor.runs == 0:
+        checks.append(
+            TargetCheck(
+                f"cluster path mean |deviation| <= {TARGET_CLUSTER_MEAN_ABS_DEVIATION_PCT:.1f}%",
+                None,
+                "not measured (no k8s runs in these results)",
+            )
+        )
+    else:
+        checks.append(
+            TargetCheck(
+                f"cluster path mean |deviation| <= {TARGET_CLUSTER_MEAN_ABS_DEVIATION_PCT:.1f}%",
+                cluster_decor.mean_abs_dev_pct <= TARGET_CLUSTER_MEAN_ABS_DEVIATION_PCT,
+                f"{cluster_decor.mean_abs_dev_pct:.2f}% over {cluster_decor.runs} runs",
+            )
+        )
+    if overhead_ratio is None:
+        checks.append(TargetCheck("reporter overhead < 1% of step time", None, "not measured"))
+    else:
+        checks.append(
+            TargetCheck(
+                "reporter overhead < 1% of step time",
+                overhead_ratio < TARGET_REPORTER_OVERHEAD_RATIO,
+                f"{100 * overhead_ratio:.3f}% of a step (worst reference workload)",
+            )
+        )
+    return checks
+
+
+def expected_run_s(policy: str, scenario: Scenario, all_cores_s: float) -> float:
+    """About how long a run takes (for the grid's ETA): its final deadline, or T at MAX."""
+    if policy == "static-max":
+        return all_cores_s * (1.3 if scenario.disturb_from is not None else 1.0)
+    return scenario.final_factor * all_cores_s

@@ -1,0 +1,716 @@
+"""Run the DECOR benchmark grid on this machine: ``python bench/harness.py --grid quick``.
+
+For each reference workload: profile it (a short all-cores probe sizes the job so that an
+all-cores run takes the grid's T; one full all-cores run measures T; short runs at fractions
+of MAX give the speed curve), then run every (scenario, policy, repetition) of the grid
+through the local runtime (``decor.local.run_local``, the same controller and cgroup
+actuator as ``decor run --local``). Policies of one setting run back to back in a shuffled
+order. Deadline moves are sent with ``decor.local.request_deadline`` from a thread; the
+disturbance is CPU-bound Python processes in the harness's own cgroup (not the job's).
+
+Every finished run is appended to ``OUT/results.json`` at once (``--resume`` skips runs
+already there), its compact trace to ``OUT/traces.json``. Then ``bench/report.py`` writes
+``OUT/README.md`` and the plots.
+
+Measurement hygiene (this is a shared 2-core machine): before the grid the harness waits
+until the 1-minute load is below ``--max-load`` and no build or test process runs; before
+every run it waits until processes outside the benchmark use almost no CPU; during every run
+it measures how much CPU those processes took (``others_cores``) and repeats a run that was
+disturbed (kept in ``discarded`` for the record). ``--no-wait`` skips the waiting (smoke).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import random
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import benchlib as bl
+import yaml
+from decor.local import LocalOptions, RunSummary, request_deadline, run_local
+from decor.model import parse_job
+from decor.trace import read_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB_NAME = "decor-bench"
+EPOCHS = 4
+BUSY_PATTERNS = (
+    re.compile(r"\bgo (build|test|install|vet)\b"),
+    re.compile(r"/go-build\d*/"),
+    re.compile(r"\bdebootstrap\b"),
+    re.compile(r"\bpytest\b"),
+    re.compile(r"\bapt-get (install|upgrade|dist-upgrade)\b"),
+    re.compile(r"^/usr/bin/dpkg\b"),
+)
+QUIET_POLL_S = 60.0
+QUIET_TIMEOUT_S = 40 * 60.0
+BETWEEN_RUNS_SAMPLE_S = 2.0
+BETWEEN_RUNS_MAX_WAIT_S = 10 * 60.0
+MAX_RETRIES_NOISY = 2
+PROBE_MIN_S = 5.0  # the all-cores probe must show this many seconds of steady training
+PROBE_ATTEMPTS = 4
+RUN_OVERHEAD_S = 3.0  # harness time per run besides the job (plot, cgroup, sampling)
+BUSY_LOOP = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True:\n    pass\n"
+
+
+def log(message: str) -> None:
+    print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# Machine and quietness
+
+
+def machine_info() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cores": len(os.sched_getaffinity(0)),
+        "model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "hostname": platform.node(),
+    }
+
+
+def load_1m() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def busy_processes() -> list[str]:
+    """Build or test processes of other people (go build, debootstrap, pytest, apt)."""
+    mine = {os.getpid(), os.getppid()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            cmd = (
+                (entry / "cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+                .strip()
+            )
+        except OSError:
+            continue
+        if cmd and any(p.search(cmd) for p in BUSY_PATTERNS):
+            found.append(f"{entry.name}: {cmd[:100]}")
+    return found
+
+
+def cpu_sample() -> tuple[float, float]:
+    """(seconds of CPU busy on the whole machine, CPU seconds of this process and its children)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    busy_s = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy_s, own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:
+    """Mean cores used by processes outside the benchmark between two samples.
+
+    Children count once they are waited for, so sample after every child of the interval
+    has exited (the trainer and the disturbance are children of this process).
+    """
+    if wall_s <= 0:
+        return 0.0
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall_s)
+
+
+def wait_for_quiet(max_load: float, timeout_s: float) -> bool:
+    """Poll until the 1-minute load is below ``max_load`` and no build/test process runs."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        load, busy = load_1m(), busy_processes()
+        if load < max_load and not busy:
+            log(f"machine quiet: load {load:.2f}")
+            return True
+        if time.monotonic() >= deadline:
+            log(
+                f"machine never got quiet within {timeout_s / 60:.0f} min (load {load:.2f}; {len(busy)} busy processes)"
+            )
+            return False
+        what = "; ".join(busy[:3])
+        log(f"waiting for a quiet machine: load {load:.2f}{'; busy: ' + what if busy else ''}")
+        time.sleep(QUIET_POLL_S)
+
+
+def others_now(sample_s: float = BETWEEN_RUNS_SAMPLE_S) -> float:
+    """Cores other processes use right now (sampled while no job of ours runs)."""
+    before, t0 = cpu_sample(), time.monotonic()
+    time.sleep(sample_s)
+    return others_cores(before, cpu_sample(), time.monotonic() - t0)
+
+
+def wait_between_runs(enabled: bool) -> float:
+    """Wait (bounded) until other processes use under NOISY_OTHERS_CORES; return that use."""
+    used = others_now()
+    if not enabled:
+        return used
+    waited_until = time.monotonic() + BETWEEN_RUNS_MAX_WAIT_S
+    while used > bl.NOISY_OTHERS_CORES and time.monotonic() < waited_until:
+        log(f"others use {used:.2f} cores; waiting")
+        time.sleep(15.0)
+        used = others_now()
+    return used
+
+
+# ---------------------------------------------------------------------------------------
+# One run
+
+
+def whole_epochs(steps: int) -> int:
+    """``steps`` rounded up to whole epochs (the manifest gives epochs x steps per epoch)."""
+    return -(-steps // EPOCHS) * EPOCHS
+
+
+def manifest(
+    size: bl.WorkloadSize,
+    steps: int,
+    deadline_s: float,
+    lo: float,
+    hi: float,
+    initial: float,
+    policy: str,
+) -> dict[str, Any]:
+    base = yaml.safe_load((ROOT / "examples" / "resnet-cpu.yaml").read_text())
+    doc = copy.deepcopy(base)
+    doc["metadata"]["name"] = JOB_NAME
+    doc["spec"]["duration"] = f"{deadline_s:.3f}s"
+    doc["spec"]["epochs"] = EPOCHS
+    doc["spec"]["stepsPerEpoch"] = steps // EPOCHS
+    doc["spec"]["resources"] = {
+        "mode": "cpu", "min": f"{round(lo * 1000)}m", "max": f"{round(hi * 1000)}m",
+        "initial": f"{round(initial * 1000)}m",
+    }  # fmt: skip
+    doc["spec"]["control"] = {"policy": policy, "periodSeconds": 1}
+    doc["spec"]["checkpoint"] = {}  # no checkpoint: every run starts from step 0
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["args"] = size.trainer_args() + ["--checkpoint-every-s", "0"]
+    return doc
+
+
+class RunEvents:
+    """Deadline move and disturbance of one run, timed from the job's registered start."""
+
+    def __init__(self, scenario: bl.Scenario, deadline_s: float, disturb_processes: int) -> None:
+        self.scenario = scenario
+        self.deadline_s = deadline_s
+        self.disturb_processes = disturb_processes
+        self.done = threading.Event()
+        self.notes: dict[str, Any] = {}
+        self.busy: list[subprocess.Popen[bytes]] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RunEvents:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self._stop_busy()
+
+    def _start_time(self) -> float | None:
+        record = Path(os.environ["DECOR_STATE_DIR"]) / JOB_NAME / "run.json"
+        while not self.done.is_set():
+            try:
+                return float(json.loads(record.read_text())["start_s"])
+            except (OSError, ValueError, KeyError):
+                self.done.wait(0.02)  # the runtime registers the job right after it starts
+        return None
+
+    def _sleep_until(self, when_s: float) -> bool:
+        return not self.done.wait(max(0.0, when_s - time.time()))
+
+    def _run(self) -> None:
+        sc = self.scenario
+        events: list[tuple[float, str]] = []
+        if sc.move_to is not None:
+            events.append((sc.move_at_fraction * self.deadline_s, "move"))
+        if sc.disturb_from is not None and sc.disturb_to is not None:
+            events.append((sc.disturb_from * self.deadline_s, "disturb-on"))
+            events.append((sc.disturb_to * self.deadline_s, "disturb-off"))
+        if not events:
+            return
+        start = self._start_time()
+        if start is None:
+            return
+        for at_s, what in sorted(events):
+            if not self._sleep_until(start + at_s):
+                return
+            if what == "move":
+                new_s = sc.move_to * self.deadline_s  # type: ignore[operator]
+                try:
+                    request_deadline(JOB_NAME, duration=f"{new_s:.3f}s")
+                    self.notes["moved_at_s"] = round(time.time() - start, 3)
+                except LookupError:
+                    self.notes["moved_at_s"] = None  # the job had already finished
+            elif what == "disturb-on":
+                self.busy = [
+                    subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+                    for _ in range(self.disturb_processes)
+                ]
+                self.notes["disturb_on_s"] = round(time.time() - start, 3)
+            else:
+                self._stop_busy()
+                self.notes["disturb_off_s"] = round(time.time() - start, 3)
+
+    def _stop_busy(self) -> None:
+        for proc in self.busy:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+        self.busy = []
+
+
+def run_once(
+    size: bl.WorkloadSize,
+    steps: int,
+    deadline_s: float,
+    bounds: tuple[float, float, float],
+    policy: str,
+    out_dir: Path,
+    scenario: bl.Scenario | None = None,
+    disturb_processes: int = 1,
+) -> tuple[RunSummary, list[Any], dict[str, Any]]:
+    """One job through the local runtime; (summary, trace rows, notes with others_cores)."""
+    lo, hi, initial = bounds
+    steps = whole_epochs(steps)
+    doc = manifest(
+        size, steps, deadline_s, lo, hi, initial, "decor-nn" if policy == "decor-nn" else "decor"
+    )
+    before, t0 = cpu_sample(), time.monotonic()
+    events = RunEvents(scenario or bl.Scenario("static", 1.0), deadline_s, disturb_processes)
+    with events:
+        summary = run_local(parse_job(doc), LocalOptions(out_dir=out_dir))
+    wall = time.monotonic() - t0
+    notes = dict(events.notes)
+    notes["others_cores"] = round(others_cores(before, cpu_sample(), wall), 3)
+    notes["wall_s"] = round(wall, 2)
+    try:
+        _, rows = read_trace(out_dir / "trace.json")
+    except (OSError, ValueError, KeyError):
+        rows = []
+    return summary, rows, notes
+
+
+# ---------------------------------------------------------------------------------------
+# Profile
+
+
+def measure_static(
+    size: bl.WorkloadSize, cores: float, steps: int, min_steady_s: float, folder: Path
+) -> tuple[float, float]:
+    """(steps/s, start-up s) at a static allocation, from a run with >= ``min_steady_s`` of steps.
+
+    A run too short to show a rate (the trainer may even finish before the first scrape) is
+    repeated with more steps.
+    """
+    steps = whole_epochs(steps)
+    for attempt in range(PROBE_ATTEMPTS):
+        summary, rows, _ = run_once(
+            size, steps, 3600.0, (cores,) * 3, "static", folder / f"c{cores:g}-{attempt}"
+        )
+        rate = 0.0
+        if summary.error is None or "never published progress" in summary.error:
+            try:
+                rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
+                if steps / rate >= min_steady_s:
+                    return rate, startup
+            except ValueError:
+                pass  # too short to see a rate
+        elif summary.error:
+            raise RuntimeError(f"{size.name} at {cores:g} cores failed: {summary.error}")
+        grow = 4.0 if rate <= 0 else max(2.0, 1.5 * min_steady_s * rate / steps)
+        steps = whole_epochs(int(steps * grow))
+        log(f"profile {size.name}: {cores:g} cores too short to measure; again with {steps} steps")
+    raise RuntimeError(f"could not measure {size.name} at {cores:g} cores")
+
+
+def profile_workload(
+    size: bl.WorkloadSize, grid: bl.Grid, max_cores: float, workdir: Path
+) -> dict[str, Any]:
+    """Size the job for the grid's T, measure T at MAX and the speed curve."""
+    folder = workdir / "profile" / size.name
+    log(f"profile {size.name}: probe at {max_cores:g} cores")
+    rate, startup = measure_static(size, max_cores, size.probe_steps, PROBE_MIN_S, folder / "probe")
+    steps = bl.steps_for(grid.all_cores_target_s, rate, startup, EPOCHS)
+    log(f"profile {size.name}: {rate:.2f} steps/s at MAX, start-up {startup:.1f}s -> {steps} steps")
+    full, rows, notes = run_once(size, steps, 3600.0, (max_cores,) * 3, "static", folder / "max")
+    if full.error or full.finished_s is None:
+        raise RuntimeError(f"all-cores run of {size.name} failed: {full.error}")
+    try:
+        rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
+    except ValueError:  # keep the probe's rate; the start-up follows from the measured T
+        startup = max(0.0, full.finished_s - steps / rate)
+    points = [bl.SpeedPoint(max_cores, rate, startup)]
+    for fraction in grid.profile_fractions:
+        cores = round(fraction * max_cores, 3)
+        n = int(rate * fraction * grid.profile_window_s)
+        log(f"profile {size.name}: {cores:g} cores")
+        r, s = measure_static(size, cores, n, 0.8 * grid.profile_window_s, folder)
+        points.append(bl.SpeedPoint(cores, r, s))
+    points.sort(key=lambda p: p.cores)
+    log(
+        f"profile {size.name}: T = {full.finished_s:.1f}s; curve "
+        + ", ".join(f"{p.cores:g}c {p.steps_per_s:.2f}/s" for p in points)
+    )
+    return {
+        "workload": size.name,
+        "size": asdict(size),
+        "steps": steps,
+        "all_cores_s": full.finished_s,
+        "all_cores_others_cores": notes["others_cores"],
+        "curve": [asdict(p) for p in points],
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Results file
+
+
+class Results:
+    """``results.json`` (records, profiles, overhead, machine) and ``traces.json``, saved atomically."""
+
+    def __init__(self, out: Path, grid: bl.Grid, sizes: str, resume: bool) -> None:
+        self.path, self.traces_path = out / "results.json", out / "traces.json"
+        out.mkdir(parents=True, exist_ok=True)
+        fresh: dict[str, Any] = {
+            "grid": grid.name, "sizes": sizes, "machine": machine_info(), "profiles": {},
+            "overhead": None, "records": [], "discarded": [], "started": _now(), "wall_s": {},
+        }  # fmt: skip
+        self.data, self.traces = fresh, {}
+        if self.path.exists():
+            old = json.loads(self.path.read_text())
+            same = old.get("grid") == grid.name and old.get("sizes", "small") == sizes
+            if resume and same:
+                self.data = {**fresh, **old}
+                if self.traces_path.exists():
+                    self.traces = json.loads(self.traces_path.read_text())
+                log(f"resuming: {len(self.data['records'])} runs already in {self.path}")
+            elif old.get("records"):
+                backup = self.path.with_name("results.prev.json")
+                self.path.replace(backup)
+                log(f"previous results ({old.get('grid')} grid) moved to {backup}")
+                if resume:
+                    log("--resume: the previous results are of another grid; starting afresh")
+
+    def done_keys(self) -> set[str]:
+        return {bl.record_key(r) for r in self.data["records"]}
+
+    def add(self, record: dict[str, Any], trace: dict[str, Any] | None) -> None:
+        self.data["records"].append(record)
+        if trace is not None:
+            self.traces[bl.record_key(record)] = trace
+        self.save()
+
+    def save(self) -> None:
+        self.data["updated"] = _now()
+        _atomic_write(self.path, json.dumps(self.data, indent=1))
+        _atomic_write(self.traces_path, json.dumps(self.traces, separators=(",", ":")))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def compact_trace(rows: list[Any], moved_at_s: float | None) -> dict[str, Any]:
+    """What the report plots: time, progress, set point, deadline and cores, rounded."""
+    return {
+        "t_s": [round(r.t_s, 2) for r in rows],
+        "progress": [None if r.progress != r.progress else round(r.progress, 4) for r in rows],
+        "set_point": [round(r.set_point, 4) for r in rows],
+        "deadline_s": [round(r.deadline_s, 2) for r in rows],
+        "cores": [round(r.allocation, 3) for r in rows],
+        "moved_at_s": moved_at_s,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Reporter overhead
+
+
+def measure_overhead(profiles: dict[str, Any]) -> dict[str, Any]:
+    """The reporter's cost per step (decor_trainer.overhead) against each workload's step time."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "decor_trainer.overhead", "--calls", "20000", "--steps", "30"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-500:]}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    tool = json.loads(lines[-1])
+    per_call_s = float(tool["in_process_step_done_us"]) * 1e-6
+    per_workload = {}
+    for name, prof in profiles.items():
+        at_max = max(prof["curve"], key=lambda p: p["cores"])
+        step_s = 1.0 / at_max["steps_per_s"]
+        per_workload[name] = {"step_s": step_s, "ratio": per_call_s / step_s}
+    worst = max((w["ratio"] for w in per_workload.values()), default=None)
+    return {"tool": tool, "per_workload": per_workload, "worst_ratio": worst, "date": _now()}
+
+
+# ---------------------------------------------------------------------------------------
+# The grid
+
+
+def run_grid(args: argparse.Namespace) -> int:
+    grid = bl.make_grid(args.grid, sizes=args.sizes)
+    if args.all_cores_s:
+        grid = replace(grid, all_cores_target_s=args.all_cores_s)
+    if args.workloads:
+        keep = args.workloads.split(",")
+        grid = replace(grid, workloads=tuple(w for w in grid.workloads if w.name in keep))
+    out = Path(
+        args.out
+        or (
+            Path(tempfile.gettempdir()) / "decor-bench-smoke"
+            if grid.name == "smoke"
+            else ROOT / "docs" / "benchmarks"
+        )
+    )
+    workdir = Path(args.workdir or Path(tempfile.gettempdir()) / f"decor-bench-{grid.name}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ["DECOR_STATE_DIR"] = str(workdir / "state")
+    os.environ.pop("DECOR_CHECKPOINT_DIR", None)
+    max_cores = float(len(os.sched_getaffinity(0)))
+    results = Results(out, grid, args.sizes, args.resume)
+    wait = not args.no_wait
+    if wait and not wait_for_quiet(args.max_load, args.quiet_timeout_s):
+        log("not measuring on a busy machine; nothing was run (use --no-wait to force)")
+        return 3
+    grid_started = time.monotonic()
+    for size in grid.workloads:
+        if size.name not in results.data["profiles"]:
+            started = time.monotonic()
+            wait_between_runs(wait)
+            results.data["profiles"][size.name] = profile_workload(size, grid, max_cores, workdir)
+            results.data["wall_s"][f"profile-{size.name}"] = round(time.monotonic() - started, 1)
+            results.save()
+    if results.data.get("overhead") is None:
+        log("reporter overhead")
+        results.data["overhead"] = measure_overhead(results.data["profiles"])
+        results.save()
+    plan = [
+        r
+        for r in bl.plan_runs(grid, seed=args.seed)
+        if f"local:{r.run_id}" not in results.done_keys()
+    ]
+    sizes = {w.name: w for w in grid.workloads}
+    expected = [
+        bl.expected_run_s(
+            r.policy, bl.SCENARIOS[r.scenario], results.data["profiles"][r.workload]["all_cores_s"]
+        )
+        + RUN_OVERHEAD_S
+        for r in plan
+    ]
+    log(f"{len(plan)} runs to do, about {sum(expected) / 60:.0f} min")
+    runs_started, spent_s, expected_done_s = time.monotonic(), 0.0, 0.0
+    for index, (run, expect_s) in enumerate(zip(plan, expected, strict=True)):
+        remaining = sum(expected[index:])
+        pace = spent_s / expected_done_s if expected_done_s > 0 else 1.0
+        log(
+            f"run {index + 1}/{len(plan)}: {run.run_id}  (grid ETA {remaining * pace / 60:.0f} min)"
+        )
+        t0 = time.monotonic()
+        record = execute(run, sizes[run.workload], grid, results, workdir, max_cores, wait)
+        spent_s += time.monotonic() - t0
+        expected_done_s += expect_s
+        dev = record.get("deviation_pct")
+        log(
+            f"  -> finished {record.get('finished_s') or float('nan'):.1f}s of {record['deadline_s']:.1f}s "
+            f"({'n/a' if dev is None else f'{dev:+.2f}%'}), {record['core_seconds']:.1f} core-s "
+            f"(oracle {record['oracle_core_seconds']:.1f}), others {record['others_cores']:.2f} cores"
+        )
+    results.data["wall_s"]["runs"] = round(time.monotonic() - runs_started, 1) + results.data[
+        "wall_s"
+    ].get("runs", 0.0)
+    results.data["wall_s"]["grid_this_invocation"] = round(time.monotonic() - grid_started, 1)
+    results.data["finished"] = _now()
+    results.save()
+    log(f"done: {len(results.data['records'])} runs in {results.path}")
+    return 0
+
+
+def execute(
+    run: bl.PlannedRun,
+    size: bl.WorkloadSize,
+    grid: bl.Grid,
+    results: Results,
+    workdir: Path,
+    max_cores: float,
+    wait: bool,
+) -> dict[str, Any]:
+    """Run one planned run (repeating it if foreign load disturbed it) and store its record."""
+    prof = results.data["profiles"][run.workload]
+    curve = [bl.SpeedPoint(**p) for p in prof["curve"]]
+    steps, all_cores_s = int(prof["steps"]), float(prof["all_cores_s"])
+    scenario = bl.SCENARIOS[run.scenario]
+    deadline_s = scenario.factor * all_cores_s
+    final_deadline_s = scenario.final_factor * all_cores_s
+    oracle_cores = bl.oracle_allocation(curve, steps, final_deadline_s, grid.min_cores, max_cores)
+    oracle_cs = oracle_cores * min(
+        final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores)
+    )
+    if run.policy == "static-max":
+        bounds = (max_cores, max_cores, max_cores)
+    elif run.policy == "static-oracle":
+        bounds = (oracle_cores, oracle_cores, oracle_cores)
+    else:
+        bounds = (grid.min_cores, max_cores, max_cores)
+    record: dict[str, Any] = {}
+    for attempt in range(MAX_RETRIES_NOISY + 1):
+        before_others = wait_between_runs(wait)
+        load = load_1m()
+        out_dir = workdir / "runs" / run.run_id / f"a{attempt}"
+        summary, rows, notes = run_once(
+            size, steps, deadline_s, bounds, run.policy, out_dir, scenario, grid.disturb_processes
+        )
+        finished = summary.finished_s if summary.complete else None
+        cs_finish = None
+        if finished is not None:
+            cs_finish = bl.core_seconds_to_finish(
+                [(r.t_s, r.allocation, r.requested) for r in rows], bounds[2], finished
+            )
+        record = {
+            "workload": run.workload,
+            "policy": run.policy,
+            "runtime": "local",
+            "scenario": run.scenario,
+            "deadline_factor": round(scenario.final_factor, 4),
+            "initial_deadline_factor": scenario.factor,
+            "repetition": run.repetition,
+            "deadline_s": round(summary.deadline_s, 3),
+            "finished_s": None if finished is None else round(finished, 3),
+            "deviation_pct": None
+            if summary.deviation_pct is None
+            else round(summary.deviation_pct, 4),
+            "late": bool(summary.deviation_pct is not None and summary.deviation_pct > 0),
+            "core_seconds": round(summary.core_seconds, 3),
+            "core_seconds_to_finish": None if cs_finish is None else round(cs_finish, 3),
+            "oracle_core_seconds": round(oracle_cs, 3),
+            "oracle_cores": oracle_cores,
+            "actuations": summary.actuations,
+            "cores_min": bounds[0],
+            "cores_max": bounds[1],
+            "steps": steps,
+            "all_cores_s": round(all_cores_s, 3),
+            "machine_cores": results.data["machine"]["cores"],
+            "machine_model": results.data["machine"]["model"],
+            "limiter": summary.limiter,
+            "date": _now(),
+            "load_1m": load,
+            "others_cores_before": round(before_others, 3),
+            "attempt": attempt,
+            "grid": grid.name,
+            "error": summary.error,
+            **notes,
+        }
+        if (
+            notes["others_cores"] <= bl.NOISY_OTHERS_CORES
+            or not wait
+            or attempt == MAX_RETRIES_NOISY
+        ):
+            record["noisy"] = notes["others_cores"] > bl.NOISY_OTHERS_CORES
+            break
+        log(f"  run disturbed by other processes ({notes['others_cores']:.2f} cores); repeating it")
+        results.data["discarded"].append(record)
+    trace = compact_trace(rows, record.get("moved_at_s")) if rows else None
+    results.add(record, trace)
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bench/harness.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--grid", choices=("smoke", "quick", "full"), default="smoke")
+    parser.add_argument(
+        "--sizes",
+        choices=("small", "paper"),
+        default="small",
+        help="workload sizes (paper: the papers' models; hours)",
+    )
+    parser.add_argument(
+        "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
+    )
+    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm")
+    parser.add_argument(
+        "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
+    )
+    parser.add_argument(
+        "--workdir", help="run folders and state (default: $TMPDIR/decor-bench-GRID)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in results.json and do the rest",
+    )
+    parser.add_argument(
+        "--no-wait", action="store_true", help="do not wait for a quiet machine (smoke, CI)"
+    )
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.0,
+        help="1-minute load under which the machine counts as quiet",
+    )
+    parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the policy order per setting")
+    parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
+    args = parser.parse_args(argv)
+    if args.grid == "smoke" and args.sizes == "paper":
+        parser.error("the smoke grid has one tiny size")
+    random.seed(args.seed)
+    code = run_grid(args)
+    if code == 0 and args.report:
+        import report
+
+        out = Path(
+            args.out
+            or (
+                Path(tempfile.gettempdir()) / "decor-bench-smoke"
+                if args.grid == "smoke"
+                else ROOT / "docs" / "benchmarks"
+            )
+        )
+        report.write_report(out)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The benchmark's pure parts: grid planning, speed curve and oracle, aggregation, report text.
+
+The harness itself (real runs) is exercised by ``make bench-smoke``; here only what needs no
+clock, no process and no cgroup.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import benchlib as bl  # noqa: E402
+import report  # noqa: E402
+
+# --------------------------------------------------------------------------------------
+# Grid
+
+
+def test_scenarios_mean_what_the_docs_say() -> None:
+    move_down, move_up = bl.SCENARIOS["move-0.8"], bl.SCENARIOS["move-1.3"]
+    assert move_down.final_factor == pytest.approx(1.44)  # 0.8 x the original 1.8 T
+    assert move_up.final_factor == pytest.approx(1.95)  # 1.3 x the original 1.5 T
+    assert move_down.move_at_fraction == pytest.approx(0.3)
+    feasible = {name for name, s in bl.SCENARIOS.items() if s.feasible}
+    assert feasible == {"d1.5", "d1.8", "d2.5", "move-0.8", "move-1.3", "disturb"}
+
+
+def test_quick_grid_interleaves_policies_per_setting() -> None:
+    grid = bl.make_grid("quick")
+    runs = bl.plan_runs(grid, seed=3)
+    counts = {p: sum(1 for r in runs if r.policy == p) for p in bl.POLICIES}
+    scenarios, workloads = len(bl.SCENARIOS), len(grid.workloads)
+    assert counts == {
+        "decor": 2 * scenarios * workloads,
+        "decor-nn": 2 * scenarios * workloads,
+        "static-max": 2 * workloads,  # 1.0x and the disturbance
+        "static-oracle": (scenarios - 1) * workloads,  # at 1.0x the oracle is static MAX
+    }
+    assert len({r.run_id for r in runs}) == len(runs)
+    # each setting's policies are consecutive; repetition 0 of everything comes first
+    settings = [(r.repetition, r.workload, r.scenario) for r in runs]
+    changes = sum(1 for a, b in zip(settings, settings[1:], strict=False) if a != b)
+    assert changes == len(set(settings)) - 1
+    assert [r.repetition for r in runs] == sorted(r.repetition for r in runs)
+    # the order within a setting is shuffled, reproducibly
+    orders = {
+        tuple(r.policy for r in runs if (r.repetition, r.workload, r.scenario) == s)
+        for s in set(settings)
+    }
+    assert len(orders) > 1
+    assert bl.plan_runs(grid, seed=3) == runs
+
+
+def test_smoke_grid_is_small() -> None:
+    grid = bl.make_grid("smoke")
+    runs = bl.plan_runs(grid)
+    assert len(grid.workloads) == 1 and len(runs) == 4
+    expected = sum(
+        bl.expected_run_s(r.policy, bl.SCENARIOS[r.scenario], grid.all_cores_target_s) for r in runs
+    )
+    assert expected < 120  # plus profile and start-up: under 3 minutes
+
+
+def test_unknown_grid_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown grid"):
+        bl.make_grid("huge")
+
+
+# --------------------------------------------------------------------------------------
+# Speed curve and oracle
+
+LINEAR = [bl.SpeedPoint(c, 10.0 * c, 2.0) for c in (0.5, 1.0, 1.5, 2.0)]  # 10 steps/s per core
+
+
+def test_rate_from_samples_recovers_rate_and_startup() -> None:
+    samples = [(float(t), max(0.0, 5.0 * (t - 3.0))) for t in range(0, 20)]
+    samples.append((20.5, 80.0))  # completed: ignored, or the slope would flatten
+    rate, startup = bl.rate_from_samples(samples, steps_total=80)
+    assert rate == pytest.approx(5.0)
+    assert startup == pytest.approx(3.0)
+
+
+def test_rate_from_samples_needs_two_samples() -> None:
+    with pytest.raises(ValueError, match="too short"):
+        bl.rate_from_samples([(1.0, 0.0), (2.0, 50.0)], steps_total=50)
+
+
+def test_oracle_meets_the_deadline_on_a_linear_curve() -> None:
+    steps = 400  # 20 s of work at 2 cores, + 2 s start-up: T = 22 s
+    assert bl.predicted_time_s(LINEAR, steps, 2.0) == pytest.approx(22.0)
+    deadline = 1.8 * 22.0
+    cores = bl.oracle_allocation(LINEAR, steps, deadline, 0.25, 2.0)
+    assert cores == pytest.approx(steps / (10.0 * (deadline - 2.0)), abs=1e-3)
+    assert bl.predicted_time_s(LINEAR, steps, cores) <= deadline  # rounded up, never late
+    assert bl.predicted_time_s(LINEAR, steps, cores - 0.002) > deadline
+
+
+def test_oracle_interpolates_a_saturating_curve() -> None:
+    curve = [bl.SpeedPoint(1.0, 10.0, 2.0), bl.SpeedPoint(2.0, 14.0, 2.0)]
+    steps = 140  # T = 12 s at 2 cores
+    cores = bl.oracle_allocation(curve, steps, 14.0, 0.25, 2.0)  # needs 140 / 12 steps/s
+    assert cores == pytest.approx(1.0 + (140 / 12 - 10.0) / 4.0, abs=1e-3)
+    rate = 10.0 + 4.0 * (cores - 1.0)
+    assert 2.0 + steps / rate == pytest.approx(14.0, abs=0.01)
+
+
+def test_oracle_clamps_to_the_bounds() -> None:
+    assert bl.oracle_allocation(LINEAR, 400, 10.0, 0.25, 2.0) == 2.0  # infeasible: MAX
+    assert bl.oracle_allocation(LINEAR, 400, 1e6, 0.25, 2.0) == 0.25  # anything will do: MIN
+    # below the lowest profiled point, speed scales with cores (start-up too)
+    assert bl.predicted_time_s(LINEAR, 400, 0.25) == pytest.approx(4.0 + 160.0)
+
+
+def test_steps_for_sizes_an_all_cores_run() -> None:
+    steps = bl.steps_for(23.0, steps_per_s=7.0, startup_s=3.0, epochs=4)
+    assert steps % 4 == 0 and 140 <= steps < 144
+
+
+def test_core_seconds_to_finish_integrates_requests() -> None:
+    # initial 2 cores until t=1, then 1 core asked at t=1, 0.5 at t=3, finished at t=4.5
+    rows = [(1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (3.0, 1.0, 0.5), (4.0, 0.5, 0.5), (5.0, 0.5, 0.5)]
+    assert bl.core_seconds_to_finish(rows, 2.0, 4.5) == pytest.approx(2.0 + 2.0 + 0.75)
+
+
+# --------------------------------------------------------------------------------------
+# Aggregation and the report
+
+
+def rec(
+    policy: str, scenario: str, dev: float, cs: float = 100.0, rep: int = 0, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "workload": "resnet", "policy": policy, "runtime": "local", "scenario": scenario,
+        "deadline_factor": bl.SCENARIOS[scenario].final_factor, "repetition": rep,
+        "deadline_s": 40.0, "finished_s": 40.0 * (1 + dev / 100), "deviation_pct": dev,
+        "late": dev > 0, "core_seconds": cs + 1, "core_seconds_to_finish": cs,
+        "oracle_core_seconds": 100.0, "actuations": 5, "machine_cores": 2,
+        "machine_model": "test cpu", "date": "2026-11-22T10:00:00+00:00", "load_1m": 0.3,
+        "others_cores": 0.02, "limiter": "cgroup-v1", **extra,
+    }  # fmt: skip
+
+
+FAKE = [
+    rec("decor", "d1.5", -0.5, 102.0),
+    rec("decor", "d1.5", 0.7, 104.0, rep=1),
+    rec("decor", "move-0.8", 0.9, 106.0),
+    rec("decor", "disturb", 1.5, 130.0),  # late by more than 1%; excluded from the cost target
+    rec("decor", "d1.0", 4.0, 200.0),  # not feasible: ignored by the targets
+    rec("decor-nn", "d1.5", -3.0, 110.0),
+    rec("decor-nn", "move-0.8", 2.0, 115.0),
+    rec("decor-nn", "disturb", -1.0, 120.0),
+    rec("static-oracle", "d1.5", -0.2, 99.0),
+    rec("static-max", "d1.0", 0.4, 200.0),
+    rec(
+        "decor",
+        "d2.5",
+        0.0,
+        error="trainer exited with code 1",
+        deviation_pct=None,
+        finished_s=None,
+    ),
+]
+
+
+def test_aggregate_cells_and_feasible_totals() -> None:
+    summary = bl.aggregate(FAKE)
+    assert summary["policies"] == ["decor", "decor-nn", "static-max", "static-oracle"]
+    cell = summary["cells"]["decor"]["d1.5"]
+    assert cell.runs == 2 and cell.mean_abs_dev_pct == pytest.approx(0.6)
+    assert cell.max_abs_dev_pct == pytest.approx(0.7) and cell.mean_dev_pct == pytest.approx(0.1)
+    assert cell.mean_cs_over_oracle_pct == pytest.approx(3.0)
+    decor = summary["feasible"]["decor"]
+    assert decor.runs == 4 and decor.failed == 1  # d1.0 excluded, the failed run counted
+    assert decor.mean_abs_dev_pct == pytest.approx((0.5 + 0.7 + 0.9 + 1.5) / 4)
+    assert decor.late_over_tol == 1
+    undisturbed = summary["undisturbed_feasible"]["decor"]
+    assert undisturbed.mean_cs_over_oracle_pct == pytest.approx((2 + 4 + 6) / 3)
+
+
+def test_target_checks_are_honest() -> None:
+    checks = {c.name.split(" (")[0]: c for c in bl.target_checks(bl.aggregate(FAKE), 0.002)}
+    assert checks["decor mean |deviation| <= 1.0%"].met is True  # 0.9%
+    assert checks["no decor run late by more than 1%"].met is False
+    assert checks["decor mean |deviation| strictly lower than decor-nn's"].met is True
+    assert checks["decor core-seconds within 5% of the static oracle"].met is True  # +4%
+    assert checks["cluster path mean |deviation| <= 1.5%"].met is None  # never faked
+    assert checks["reporter overhead < 1% of step time"].met is True
+    unmeasured = bl.target_checks(bl.aggregate([]), None)
+    assert all(c.met is None for c in unmeasured)
+
+
+def test_render_markdown_has_tables_targets_and_machine() -> None:
+    results = {
+        "grid": "quick", "machine": {"cores": 2, "model": "test cpu", "kernel": "6.18"},
+        "records": FAKE, "discarded": [FAKE[0]],
+        "profiles": {"resnet": {"size": {"width": 8, "batch_size": 16}, "steps": 160,
+                                "all_cores_s": 23.0, "curve": [asdict_point(p) for p in LINEAR]}},
+        "overhead": {"tool": {"in_process_step_done_us": 2.0, "progress_file_step_done_us": 30.0,
+                              "tiny_step_ms": 20.0, "in_process_ratio": 1e-4, "progress_file_ratio": 1.5e-3},
+                     "per_workload": {"resnet": {"step_s": 0.1, "ratio": 2e-5}}, "worst_ratio": 2e-5},
+        "wall_s": {"profile-resnet": 60.0, "runs": 3600.0},
+    }  # fmt: skip
+    summary = report.summarize(results)
+    text = report.render_markdown(
+        results, summary, {"deviation": "deviation.png", "trace:decor": "trace-decor.png"}
+    )
+    assert "2 cores, test cpu" in text
+    met = r"| decor mean \|deviation\| <= 1.0% (feasible settings) | 0.90% over 4 runs | **met** |"
+    assert met in text
+    late = "| no decor run late by more than 1% (feasible settings) |"
+    assert late in text and "**NOT met**" in text
+    assert "not measured" in text  # the cluster path
+    assert "0.60 / 0.70 (2)" in text  # decor at 1.5x
+    assert "1 failed" in text
+    assert "![deviation per policy and scenario](deviation.png)" in text
+    assert "![decor](trace-decor.png)" in text
+    assert "1 runs repeated because other processes disturbed them" in text
+    assert "| resnet | width 8, batch 16 | 160 | 23.0 |" in text
+    assert "0.0020%" in text  # reporter / step of the resnet workload
+
+
+def test_report_writes_readme_and_plots(tmp_path: Path) -> None:
+    import json
+
+    results = {"grid": "smoke", "machine": {"cores": 2, "model": "m"}, "records": FAKE[:3],
+               "profiles": {}, "overhead": None}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    key = bl.record_key(FAKE[0])
+    trace = {"t_s": [1.0, 2.0, 3.0], "progress": [None, 0.1, 0.2], "set_point": [0.02, 0.05, 0.07],
+             "deadline_s": [40.0, 40.0, 40.0], "cores": [2.0, 1.0, 1.0], "moved_at_s": None}  # fmt: skip
+    (tmp_path / "traces.json").write_text(json.dumps({key: trace}))
+    readme = report.write_report(tmp_path)
+    text = readme.read_text()
+    assert "trace-decor.png" in text
+    for name in ("deviation.png", "core_seconds.png", "trace-decor.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_record_key_identifies_a_run() -> None:
+    assert bl.record_key(rec("decor", "d1.5", 0.0, rep=1)) == "local:resnet/d1.5/decor/r1"
+    planned = bl.PlannedRun("resnet", "d1.5", "decor", 1)
+    assert f"local:{planned.run_id}" == bl.record_key(rec("decor", "d1.5", 0.0, rep=1))
+    assert not bl.valid(FAKE[-1]) and bl.valid(FAKE[0])
+    assert math.isclose(bl.SCENARIOS["disturb"].final_factor, 1.8)
+
+
+def asdict_point(point: bl.SpeedPoint) -> dict[str, float]:
+    return {"cores": point.cores, "steps_per_s": point.steps_per_s, "startup_s": point.startup_s}
