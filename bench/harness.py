@@ -121,10 +121,10 @@ def busy_processes() -> list[str]:
 
 def cpu_sample() -> tuple[float, float]:
     """(seconds of CPU busy on the whole machine, CPU seconds of this process and its children)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    ticks = [int(x) for x in fields]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    busy_s = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    # user, nice, system, irq, softirq: time this machine's processes ran. Not idle or iowait,
+    # and not steal (the hypervisor's other guests, which no process here can cause).
+    busy_s = (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / os.sysconf("SC_CLK_TCK")
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return busy_s, own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime

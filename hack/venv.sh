@@ -20,7 +20,8 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   rm -rf "$venv"; mkdir -p "$cache"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q --upgrade pip >&2
-  "$venv/bin/pip" install -q -e "$root[operator,trainer,dev]" >&2
+  # numpy<2: Debian's torch 1.13 is built against NumPy 1.x and cannot use NumPy 2.
+  "$venv/bin/pip" install -q -e "$root[operator,trainer,dev]" "numpy<2" >&2
   touch "$venv/.complete"
 else
   # editable install points at this checkout (CI clones elsewhere)

@@ -25,9 +25,6 @@ from decor_trainer.reporter import ProgressSnapshot
 from decor_trainer.train import main, parse_args, train
 from prometheus_client.parser import text_string_to_metric_families
 
-# The venv pairs Debian's torch 1.13 (built against NumPy 1.x) with NumPy 2 from PyPI; torch
-# warns once that its NumPy bridge is off. Nothing here uses that bridge.
-pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy:UserWarning")
 
 TIMEOUT_S = 60.0
 TINY = ["--batch-size", "4", "--width", "4", "--vocab-size", "50", "--seq-len", "8"]

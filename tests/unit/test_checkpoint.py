@@ -21,9 +21,6 @@ from decor_trainer.checkpoint import (
 )
 from decor_trainer.workloads import WorkloadConfig, build_workload
 
-# The venv pairs Debian's torch 1.13 (built against NumPy 1.x) with NumPy 2 from PyPI; torch
-# warns once that its NumPy bridge is off. Nothing here uses that bridge.
-pytestmark = pytest.mark.filterwarnings("ignore:Failed to initialize NumPy:UserWarning")
 
 
 class FakeClock:
