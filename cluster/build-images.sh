@@ -3,8 +3,8 @@
 # containerd (namespace k8s.io):
 #   localhost/decor/trainer:0.1.0   Debian bookworm minbase + python3, python3-torch (CPU),
 #                                   python3-prometheus-client, python3-yaml + decor_trainer
-#   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml,
-#                                   python3-prometheus-client + kopf/kubernetes/requests (PyPI)
+#   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml
+#                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
 #                                   + the decor package
 # Root filesystems come from debootstrap; each stage is cached under $DECOR_CACHE/images keyed
 # by a hash of its inputs; images are OCI archives (one uncompressed layer) made by
@@ -23,7 +23,7 @@ SUITE=bookworm
 TRAINER_IMAGE=localhost/decor/trainer:0.1.0
 OPERATOR_IMAGE=localhost/decor/operator:0.1.0
 TRAINER_APT="python3 python3-torch python3-prometheus-client python3-yaml"
-OPERATOR_APT="python3 python3-prometheus-client python3-yaml"
+OPERATOR_APT="python3 python3-yaml"
 IMG=$DECOR_CACHE/images
 SITE=usr/local/lib/python3.11/dist-packages
 mkdir -p "$IMG"
@@ -216,4 +216,17 @@ chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"
 okey=$(hash_of "operator $apt_base $operator_base v1" "$odir" "$here/oci-pack.py")
 build_image "$OPERATOR_IMAGE" "$okey" "$odir" '["decor", "operator"]' "$apt_base" "$operator_base"
 
+# Drop what older builds left in containerd: the CRI keeps a `sha256:<config>` reference per
+# image it has seen; references whose config no named image uses any more are removed, and
+# containerd's garbage collector then frees their content and snapshots.
+if [ "$do_import" = 1 ]; then
+  keep=" "
+  while read -r ref digest; do
+    cfg=$(ctr_k8s content get "$digest" 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["config"]["digest"])' 2>/dev/null) || continue
+    keep="$keep$cfg "
+  done < <(ctr_k8s images ls 2>/dev/null | awk 'NR > 1 && $1 !~ /^sha256:/ {print $1, $3}')
+  for ref in $(ctr_k8s images ls -q 2>/dev/null | grep '^sha256:' || true); do
+    case "$keep" in *" $ref "*) ;; *) log "removing stale image reference $ref"; ctr_k8s images rm "$ref" >/dev/null 2>&1 || true ;; esac
+  done
+fi
 log "images ready in $((SECONDS - t_all))s: $TRAINER_IMAGE, $OPERATOR_IMAGE"

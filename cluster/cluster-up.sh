@@ -91,7 +91,7 @@ fi
 
 # ------------------------------------------------------------------------------ inputs
 [ -d /sys/fs/cgroup/cpu ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || die "no cgroup hierarchy under /sys/fs/cgroup"
-apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod openssl gcc libc6-dev
+apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev
 "$here/build-k8s.sh"
 "$here/install-tools.sh"
 "$here/pki.sh"
@@ -303,7 +303,7 @@ tlsCertFile: $PKI/kubelet-serving.crt
 tlsPrivateKeyFile: $PKI/kubelet-serving.key
 podLogsDir: $CLUSTER_STATE/pod-logs
 clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
+resolvConf: ""        # no DNS in pods: nothing off this machine is reachable from them anyway
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:

@@ -506,10 +506,19 @@ def conditions_for_decision(
         put(control.INFEASIBLE, *infeasible)
         put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
     elif decision_condition == control.INFEASIBLE:
-        put(control.ON_TRACK, False, REASON_EVEN_MAX_TOO_SLOW, message)
-        put(control.AT_RISK, True, REASON_EVEN_MAX_TOO_SLOW, message)
-        put(control.INFEASIBLE, True, REASON_EVEN_MAX_TOO_SLOW, message)
-        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
+        reason = REASON_DEADLINE_IN_PAST if deadline_was_past else REASON_EVEN_MAX_TOO_SLOW
+        put(control.ON_TRACK, False, reason, message)
+        put(control.AT_RISK, True, reason, message)
+        put(control.INFEASIBLE, True, reason, message)
+        if deadline_was_past:
+            put(control.DEADLINE_MISSED, True, REASON_DEADLINE_PASSED, "the deadline has passed")
+        else:
+            put(
+                control.DEADLINE_MISSED,
+                False,
+                REASON_BEFORE_DEADLINE,
+                "the deadline has not passed",
+            )
     elif decision_condition == control.DEADLINE_MISSED:
         put(control.ON_TRACK, False, REASON_DEADLINE_PASSED, message)
         put(control.AT_RISK, True, REASON_DEADLINE_PASSED, message)

@@ -39,6 +39,9 @@ DEADLINE_MISSED = "DeadlineMissed"  # the deadline passed before the job complet
 STARTING = "Starting"  # not enough progress seen yet to predict anything
 
 AT_RISK_FRACTION_OF_MAX = 0.9
+# The speed fit estimates a fixed per-step cost only from samples this spread out
+# (variance of 1/allocation relative to its mean square); see SpeedFit.coefficients.
+FIT_MIN_SPREAD = 0.05
 
 
 @dataclass(frozen=True)
@@ -150,21 +153,21 @@ class SpeedFit:
     def coefficients(self) -> tuple[float, float] | None:
         """(a, b) in seconds per step, or None before any sample.
 
-        A ridge term pulls b towards 0 so that, before two different allocations have been
-        seen, the fit assumes linear speed-up (step time proportional to 1/allocation).
+        b (the per-step time no core can speed up) is only estimated once the samples span
+        a wide enough range of allocations (relative variance of x >= FIT_MIN_SPREAD); before
+        that the fit goes through the origin, i.e. assumes linear speed-up. A narrow range
+        cannot tell a fixed cost from a slow rate, and extrapolating a spurious b to MAX
+        would call a feasible deadline infeasible.
         """
-        if self.sw <= 0:
+        if self.sw <= 0 or self.sxx <= 0:
             return None
         mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
-        # Ridge on b, scaled to the data so it only matters when var_x ~ 0.
-        ridge = 1e-3 * (mean_x * mean_x)
-        # Minimise E[(y - a x - b)^2] + ridge * b^2  (normal equations, 2x2).
-        exx = self.sxx / self.sw
-        det = exx * (1.0 + ridge) - mean_x * mean_x
-        if det <= 0:
-            return None
-        a = (self.sxy / self.sw * (1.0 + ridge) - mean_x * mean_y) / det
-        b = (mean_y * exx - mean_x * self.sxy / self.sw) / det
+        exx, exy = self.sxx / self.sw, self.sxy / self.sw
+        var_x = exx - mean_x * mean_x
+        if var_x < FIT_MIN_SPREAD * exx:
+            return exy / exx, 0.0
+        a = (exy - mean_x * mean_y) / var_x
+        b = mean_y - a * mean_x
         if a <= 0:  # no measurable speed-up: all of the step time is fixed
             return 0.0, max(mean_y, 1e-9)
         if b < 0:  # a negative floor is unphysical: refit through the origin

@@ -377,10 +377,15 @@ class JobReconciler:
             status["phase"] = build.PHASE_RESTARTING
 
         if current is None:
+            previous = status.get("podName")
+            if previous and status.get("phase") not in (
+                build.PHASE_RESTARTING,
+                build.PHASE_SUSPENDED,
+            ):
+                # The trainer is going or gone without us asking (evicted, deleted, node lost).
+                if not self._pod_lost(body, str(previous), now):
+                    return False
             if terminating:  # the previous trainer is still saving its checkpoint
-                status["phase"] = (
-                    build.PHASE_RESTARTING if status.get("podsCreated") else build.PHASE_PENDING
-                )
                 return self._write()
             return self._create_pod(body, spec, state, now)
 
@@ -511,20 +516,6 @@ class JobReconciler:
         self, body: Mapping[str, Any], spec: JobSpec, state: control.State, now: float
     ) -> bool:
         status = self.status
-        previous = status.get("podName")
-        if previous and status.get("phase") not in (build.PHASE_RESTARTING, build.PHASE_SUSPENDED):
-            # The trainer vanished without us asking (evicted, deleted, node lost).
-            failures = int(status.get("podFailures") or 0) + 1
-            status["podFailures"] = failures
-            self._event(
-                body,
-                build.EVENT_WARNING,
-                build.EVENT_POD_LOST,
-                f"trainer pod {previous} disappeared; recreating it from the last checkpoint",
-                now,
-            )
-            if failures > self.config.max_pod_failures:
-                return self._give_up(body, f"trainer pod lost {failures} times", now)
         index = int(status.get("podsCreated") or 0)
         allocation = state.allocation
         created = None
@@ -564,6 +555,23 @@ class JobReconciler:
             phase=build.PHASE_PENDING if index == 0 else build.PHASE_RESTARTING,
         )
         return self._write()
+
+    def _pod_lost(self, body: Mapping[str, Any], pod_name: str, now: float) -> bool:
+        """Count a trainer pod that went away unasked; False once past the failure budget."""
+        status = self.status
+        failures = int(status.get("podFailures") or 0) + 1
+        status["podFailures"] = failures
+        status["phase"] = build.PHASE_RESTARTING
+        if failures > self.config.max_pod_failures:
+            return self._give_up(body, f"trainer pod lost {failures} times", now)
+        self._event(
+            body,
+            build.EVENT_WARNING,
+            build.EVENT_POD_LOST,
+            f"trainer pod {pod_name} is gone; recreating it from the last checkpoint",
+            now,
+        )
+        return True
 
     def _read_allocation(
         self,
@@ -769,12 +777,17 @@ class JobReconciler:
             ).to_dict()
         delta = finished_s - deadline_s
         deviation = outcome.get("deviationPercent")
+        relative = (
+            f"deviation {deviation:+.2f}%"
+            if deviation is not None
+            else "the deadline was before the start"
+        )
         self._event(
             body,
             build.EVENT_NORMAL,
             build.EVENT_COMPLETED,
             f"finished at {outcome['finishedAt']}, {abs(delta):.1f}s "
-            f"{'after' if delta > 0 else 'before'} the deadline (deviation {deviation:+.2f}%), "
+            f"{'after' if delta > 0 else 'before'} the deadline ({relative}), "
             f"{status.get('resizes', 0)} resizes, {status.get('restarts', 0)} restarts",
             now,
         )
@@ -825,6 +838,8 @@ class JobReconciler:
             condition = build.get_condition(after, type_) or {}
             if condition.get("reason") == build.REASON_DEADLINE_IN_PAST:
                 continue  # announced when the deadline was set
+            if type_ == control.AT_RISK and build.condition_is_true(after, control.INFEASIBLE):
+                continue  # Infeasible says more (and was announced when it turned True)
             self._event(body, build.EVENT_WARNING, reason, str(condition.get("message", "")), now)
         if build.condition_is_true(
             before, control.METRICS_UNAVAILABLE
@@ -1007,9 +1022,11 @@ def start_metrics_server(port: int, registry: CollectorRegistry, address: str = 
         return None
     from prometheus_client import start_http_server
 
-    server, _thread = start_http_server(port, addr=address, registry=registry)
+    started = start_http_server(port, addr=address, registry=registry)
     log.info("operator metrics on http://%s:%d/metrics", address, port)
-    return server
+    # prometheus_client >= 0.17 returns (server, thread); older ones (Debian's) return None
+    # and serve from a daemon thread that ends with the process.
+    return started[0] if isinstance(started, tuple) else None
 
 
 def run_operator(

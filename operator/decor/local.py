@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,7 +102,10 @@ def trainer_command(job: JobSpec) -> list[str]:
     return command
 
 
-def trainer_env(job: JobSpec, port: int, extra: dict[str, str]) -> dict[str, str]:
+def trainer_env(
+    job: JobSpec, port: int, extra: dict[str, str], checkpoint_dir: Path
+) -> dict[str, str]:
+    """The trainer's environment; without spec.checkpoint.path it checkpoints into the run's folder."""
     env = dict(os.environ)
     for item in job.trainer_container.get("env") or []:
         if isinstance(item, dict) and "name" in item and "value" in item:
@@ -119,8 +123,7 @@ def trainer_env(job: JobSpec, port: int, extra: dict[str, str]) -> dict[str, str
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if job.steps_per_epoch is not None:
         env["DECOR_STEPS_PER_EPOCH"] = str(job.steps_per_epoch)
-    if job.checkpoint.path:
-        env["DECOR_CHECKPOINT_DIR"] = job.checkpoint.path
+    env["DECOR_CHECKPOINT_DIR"] = job.checkpoint.path or str(checkpoint_dir)
     env.update(extra)
     return env
 
@@ -206,6 +209,8 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
     max_cores = min(job.resources.max, options.max_cores or cpus, cpus)
     out = options.out_dir
     out.mkdir(parents=True, exist_ok=True)
+    if not job.checkpoint.path:  # the run's own checkpoint: a new run starts from step 0
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
     registry = state_dir() / job.name
     registry.mkdir(parents=True, exist_ok=True)
     (registry / DEADLINE_REQUEST).unlink(missing_ok=True)
@@ -225,7 +230,7 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
     with open(log_path, "wb") as log:
         child = subprocess.Popen(
             command,
-            env=trainer_env(job, port, options.extra_env),
+            env=trainer_env(job, port, options.extra_env, out / "checkpoint"),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -296,6 +301,7 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
                 metrics_warned = False
             except MetricsError as exc:
                 obs = None
+                exit_code = child.poll()  # a trainer that just finished closes its endpoint
                 if (
                     exit_code is None
                     and not metrics_warned

@@ -25,7 +25,6 @@ from decor_trainer.reporter import ProgressSnapshot
 from decor_trainer.train import main, parse_args, train
 from prometheus_client.parser import text_string_to_metric_families
 
-
 TIMEOUT_S = 60.0
 TINY = ["--batch-size", "4", "--width", "4", "--vocab-size", "50", "--seq-len", "8"]
 TINY += ["--threads", "1", "--seed", "3"]

@@ -632,3 +632,20 @@ def test_moving_the_deadline_sets_and_clears_deadline_in_past() -> None:
     # An Infeasible verdict of the controller's own is not the deadline's to clear.
     slow = build.conditions_for_decision([], control.INFEASIBLE, "even MAX is late", now_s=1.0)
     assert build.conditions_for_deadline(slow, False, now_s=2.0) == slow
+
+
+def test_a_deadline_in_the_past_stays_the_reason_through_infeasible_decisions() -> None:
+    # The control law answers a deadline before the start with Infeasible at MAX.
+    result = build.conditions_for_decision(
+        [], control.INFEASIBLE, "already past", now_s=1.0, deadline_was_past=True
+    )
+    infeasible = build.get_condition(result, control.INFEASIBLE)
+    assert infeasible is not None
+    assert (infeasible["status"], infeasible["reason"]) == ("True", build.REASON_DEADLINE_IN_PAST)
+    assert statuses(result)["DeadlineMissed"] == "True"
+
+
+def test_outcome_of_a_job_whose_deadline_preceded_its_start() -> None:
+    outcome = build.build_outcome(finished_s=200.0, deadline_s=50.0, start_s=100.0)
+    assert outcome["late"] is True
+    assert "deviationPercent" not in outcome

@@ -22,7 +22,6 @@ from decor_trainer.checkpoint import (
 from decor_trainer.workloads import WorkloadConfig, build_workload
 
 
-
 class FakeClock:
     def __init__(self) -> None:
         self.now = 0.0

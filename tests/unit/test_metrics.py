@@ -9,7 +9,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-
 from decor.metrics import (
     MetricsError,
     observation_from_progress,
@@ -49,7 +48,9 @@ def test_parse_exposition_keeps_unlabelled_samples() -> None:
         ({"decor_steps_completed_total": float("nan"), "decor_steps_planned": 5.0}, "implausible"),
     ],
 )
-def test_malformed_progress_is_rejected_with_a_reason(samples: dict[str, float], reason: str) -> None:
+def test_malformed_progress_is_rejected_with_a_reason(
+    samples: dict[str, float], reason: str
+) -> None:
     with pytest.raises(MetricsError, match=reason):
         progress_from_samples(samples)
 
@@ -60,7 +61,9 @@ def test_observation_is_stamped_with_the_last_step_time() -> None:
     assert obs.time_s == 1795860000.25
     assert (obs.steps_done, obs.steps_total, obs.allocation) == (120.0, 400.0, 1.5)
     # a clock skew that puts the stamp in the future is clipped to now
-    assert observation_from_progress(progress, now_s=1795859999.0, allocation=1).time_s == 1795859999.0
+    assert (
+        observation_from_progress(progress, now_s=1795859999.0, allocation=1).time_s == 1795859999.0
+    )
 
 
 class _Server:
@@ -129,7 +132,10 @@ def test_prometheus_queries_select_the_pod(server: _Server) -> None:
         ("decor_steps_planned", "200"),
         ("decor_last_step_timestamp_seconds", "1795860000"),
     ]:
-        server.routes[f"max({name}{selector})"] = (200, _prom([{"metric": {}, "value": [0, value]}]))
+        server.routes[f"max({name}{selector})"] = (
+            200,
+            _prom([{"metric": {}, "value": [0, value]}]),
+        )
     progress = prometheus_progress(server.url, "ns", "job-trainer")
     assert (progress.steps_done, progress.steps_planned) == (50, 200)
     assert progress.last_step_time_s == 1795860000

@@ -41,6 +41,7 @@ from .reporter import (
     DEFAULT_METRICS_PORT,
     ENV_CHECKPOINT_DIR,
     ENV_EPOCHS,
+    ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
     ENV_PROGRESS_FILE,
     ENV_STEPS_PER_EPOCH,
@@ -195,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--metrics-address",
-        default=DEFAULT_BIND_ADDRESS,
-        help="bind address of the endpoint (default: %(default)s)",
+        help=f"bind address of the endpoint (default: ${ENV_METRICS_ADDRESS} or "
+        f"{DEFAULT_BIND_ADDRESS})",
     )
     p.add_argument(
         "--progress-file",
@@ -256,6 +257,8 @@ def parse_args(
         args.checkpoint_dir = env.get(ENV_CHECKPOINT_DIR, "").strip() or None
     if args.progress_file is None:
         args.progress_file = env.get(ENV_PROGRESS_FILE, "").strip() or None
+    if args.metrics_address is None:
+        args.metrics_address = env.get(ENV_METRICS_ADDRESS, "").strip() or DEFAULT_BIND_ADDRESS
     if args.threads is None:
         args.threads = default_threads()
     return args
