@@ -40,7 +40,12 @@ def manifest(name: str, epochs: int, duration_s: float, **resources: Any) -> dic
     doc["spec"]["resources"] = {"mode": "cpu", "min": "250m", "max": str(CPUS), **resources}
     doc["spec"]["checkpoint"] = {}
     doc["spec"]["template"]["spec"]["containers"][0]["args"] = [
-        "--workload", "resnet", "--batch-size", "16", "--width", "8",
+        "--workload",
+        "resnet",
+        "--batch-size",
+        "16",
+        "--width",
+        "8",
     ]
     return doc
 
@@ -69,7 +74,9 @@ def test_cgroup_limiter_writes_the_quota() -> None:
     try:
         assert limiter.apply(0.5) == pytest.approx(0.5)
         assert limiter.apply(1.25) == pytest.approx(1.25)
-        quota_file = limiter.group / ("cpu.cfs_quota_us" if limiter.kind == "cgroup-v1" else "cpu.max")
+        quota_file = limiter.group / (
+            "cpu.cfs_quota_us" if limiter.kind == "cgroup-v1" else "cpu.max"
+        )
         assert quota_file.read_text().split()[0] == "125000"
     finally:
         limiter.close()
@@ -86,12 +93,16 @@ def test_deadline_that_forces_throttling_is_met(tmp_path: Path) -> None:
     assert result.error is None, result.error
     summary, rows = read_trace(tmp_path / "run" / "trace.json")
     allocations = [r.allocation for r in rows]
-    changes = sum(1 for a, b in zip(allocations, allocations[1:], strict=False) if abs(a - b) > 1e-9)
+    changes = sum(
+        1 for a, b in zip(allocations, allocations[1:], strict=False) if abs(a - b) > 1e-9
+    )
     assert changes >= 3, f"quota changed only {changes} times: {allocations}"
     assert all(0.25 - 1e-9 <= a <= CPUS + 1e-9 for a in allocations)
     assert min(allocations) < CPUS * 0.8, "the deadline should have forced throttling"
     assert result.deviation_pct is not None
-    assert abs(result.deviation_pct) <= 10.0, f"finished {result.deviation_pct:+.1f}% off the deadline"
+    assert abs(result.deviation_pct) <= 10.0, (
+        f"finished {result.deviation_pct:+.1f}% off the deadline"
+    )
     assert summary["deviation_pct"] == pytest.approx(result.deviation_pct)
     assert (tmp_path / "run" / "trace.png").stat().st_size > 1000
 
@@ -132,7 +143,10 @@ def test_moving_the_deadline_earlier_raises_the_allocation(tmp_path: Path) -> No
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "decor.cli", *args],
-        capture_output=True, text=True, timeout=120, env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
