@@ -104,7 +104,7 @@ class WorkloadSize:
     width: int
     batch_size: int
     extra_args: tuple[str, ...] = ()
-    probe_steps: int = 30  # steps of the first all-cores run that sizes the job
+    probe_steps: int = 150  # steps of the first all-cores run that sizes the job
 
     def trainer_args(self) -> list[str]:
         return [

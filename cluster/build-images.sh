@@ -7,14 +7,14 @@
 #                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
 #                                   + the decor package
 # Root filesystems come from debootstrap; each stage is cached under $DECOR_CACHE/images keyed
-# by a hash of its inputs; images are OCI archives (one uncompressed layer) made by
-# cluster/oci-pack.py and imported with `ctr images import`. Equivalent to
+# by a hash of its inputs; images are OCI archives made by cluster/oci-pack.py (uncompressed
+# layers: the apt/pip stages, then the project's code) and imported with `ctr images import`. Equivalent to
 # trainer_image/Dockerfile and operator/Dockerfile (what `make kind-up` builds with Docker).
 # Options: --no-import (only build the archives).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-LOG_TAG=images
+export LOG_TAG=images
 . "$here/lib.sh"
 need_root
 do_import=1; [ "${1:-}" = --no-import ] && do_import=0
@@ -127,7 +127,7 @@ stage1() { # stage1 NAME "PACKAGES" -> prints the rootfs directory
     echo "apt_s $((SECONDS - t))" > "$dir/.complete"
     log "$name: done in $((SECONDS - t))s ($(du -sh --exclude=.complete "$dir" | cut -f1))"
     # older versions of this stage
-    find "$IMG" -maxdepth 1 -name "$name-*" -not -name "$name-$k" -exec rm -rf {} + 2>/dev/null || true
+    find "$IMG" -maxdepth 1 -name "$name-*" -not -name "$name-$k" -not -name "$name-$k.layer.*" -exec rm -rf {} + 2>/dev/null || true
   else
     log "cached: $dir"
   fi
@@ -151,7 +151,7 @@ if [ ! -f "$operator_base/.complete" ]; then
     -r "$here/operator-image-requirements.txt" >&2
   rm -rf "$operator_base.tmp/$SITE/bin"
   echo "pip_s $((SECONDS - t)) apt_base $apt_base" > "$operator_base.tmp/.complete"
-  find "$IMG" -maxdepth 1 -name "operator-base-*" -not -name "operator-base-$operator_base_key*" -exec rm -rf {} + 2>/dev/null || true
+  find "$IMG" -maxdepth 1 -name "operator-base-*" -not -name "operator-base-$operator_base_key" -not -name "operator-base-$operator_base_key.*" -exec rm -rf {} + 2>/dev/null || true
   mv "$operator_base.tmp" "$operator_base"
   log "operator: pip done in $((SECONDS - t))s"
 else
@@ -166,33 +166,40 @@ image_key_in_containerd() { # the decor.key label of NAME in containerd, or noth
 }
 containerd_up() { [ -S "$CONTAINERD_SOCK" ] && ctr_k8s version >/dev/null 2>&1; }
 
-build_image() { # build_image NAME KEY EXTRA_DIR CMD_JSON ROOTFS...
-  local name=$1 key=$2 extra=$3 cmd=$4; shift 4
+build_image() { # build_image NAME KEY CMD_JSON LAYER_DIR...: one layer per directory
+  local name=$1 key=$2 cmd=$3; shift 3
   local short=${name#localhost/decor/}; short=${short%%:*}
-  local archive=$IMG/$short-$key.oci.tar t
-  if [ ! -f "$archive" ]; then
-    log "$short: packing $name ($archive)"
+  local t args=() r
+  for r in "$@"; do args+=(--layer "$r"); done
+  args+=(--name "$name" --cmd "$cmd" --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1
+         --workdir / --label "org.opencontainers.image.title=$short" --label "dev.decor.key=$key")
+  if [ "$do_import" = 0 ]; then
+    local archive=$IMG/$short-$key.oci.tar
+    if [ -f "$archive" ]; then log "$short: cached archive $archive"; return 0; fi
     t=$SECONDS
-    local args=() r
-    for r in "$@" "$extra"; do args+=(--rootfs "$r"); done
-    python3 "$here/oci-pack.py" "${args[@]}" --name "$name" --out "$archive" \
-      --cmd "$cmd" --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1 --workdir / \
-      --label "org.opencontainers.image.title=$short" --label "dev.decor.key=$key"
+    python3 "$here/oci-pack.py" "${args[@]}" --out "$archive"
     find "$IMG" -maxdepth 1 -name "$short-*.oci.tar" -not -name "$short-$key.oci.tar" -delete
-    log "$short: packed in $((SECONDS - t))s ($(du -h "$archive" | cut -f1))"
-  else
-    log "$short: cached archive $archive"
+    log "$short: archive $archive in $((SECONDS - t))s ($(du -h "$archive" | cut -f1))"
+    return 0
   fi
-  [ "$do_import" = 1 ] || return 0
-  containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first (archives are built and cached)"
+  containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first"
   if [ "$(image_key_in_containerd "$name")" = "$key" ]; then
     log "$short: $name already in containerd (key $key)"
     return 0
   fi
-  log "$short: importing into containerd (namespace k8s.io)"
+  # Layers containerd already holds (the big base layers, from an earlier import) are left
+  # out of the archive: the import then takes seconds.
   t=$SECONDS
-  ctr_k8s images import "$archive" >&2
+  local present archive
+  present=$(mktemp "$IMG/.present-XXXXXX"); archive=$(mktemp "$IMG/.import-XXXXXX.oci.tar")
+  ctr_k8s content ls -q > "$present" 2>/dev/null || : > "$present"
+  python3 "$here/oci-pack.py" "${args[@]}" --present "$present" --out "$archive"
+  log "$short: packed in $((SECONDS - t))s ($(du -h "$archive" | cut -f1)); importing into containerd (namespace k8s.io)"
+  t=$SECONDS
+  ctr_k8s images import "$archive" >&2 || { rm -f "$present" "$archive"; die "ctr images import failed for $name"; }
   ctr_k8s images label "$name" "decor.key=$key" >/dev/null
+  rm -f "$present" "$archive"
+  find "$IMG" -maxdepth 1 -name "$short-*.oci.tar" -delete  # --no-import archives are stale now
   log "$short: imported in $((SECONDS - t))s"
 }
 
@@ -204,7 +211,7 @@ cp -r "$root/trainer_image/decor_trainer" "$tdir/$SITE/"
 find "$tdir" -name '__pycache__' -prune -exec rm -rf {} +
 chmod -R u=rwX,go=rX "$tdir"
 tkey=$(hash_of "trainer $trainer_base v1" "$tdir" "$here/oci-pack.py")
-build_image "$TRAINER_IMAGE" "$tkey" "$tdir" '["python3", "-m", "decor_trainer.train"]' "$trainer_base"
+build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$trainer_base" "$tdir"
 
 # operator: the decor package + a `decor` command
 [ -d "$root/operator/decor" ] || die "operator/decor not found in $root"
@@ -214,7 +221,7 @@ find "$odir" -name '__pycache__' -prune -exec rm -rf {} +
 printf '#!/usr/bin/python3\nimport sys\nfrom decor.cli import main\nsys.exit(main())\n' > "$odir/usr/local/bin/decor"
 chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"
 okey=$(hash_of "operator $apt_base $operator_base v1" "$odir" "$here/oci-pack.py")
-build_image "$OPERATOR_IMAGE" "$okey" "$odir" '["decor", "operator"]' "$apt_base" "$operator_base"
+build_image "$OPERATOR_IMAGE" "$okey" '["decor", "operator"]' "$apt_base" "$operator_base" "$odir"
 
 # Drop what older builds left in containerd: the CRI keeps a `sha256:<config>` reference per
 # image it has seen; references whose config no named image uses any more are removed, and

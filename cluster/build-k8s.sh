@@ -4,7 +4,7 @@
 # compile once. Output: $K8S_BIN (outside the repo, keyed by version).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=build-k8s
+export LOG_TAG=build-k8s
 . "$here/lib.sh"
 
 bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy etcd)

@@ -6,21 +6,33 @@
 # `cluster-down.sh --purge` also removes the image store and the whole state dir.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=cluster-down
+export LOG_TAG=cluster-down
 . "$here/lib.sh"
 need_root
 purge=0; [ "${1:-}" = --purge ] && purge=1
 
 pid_of() { local f=$CLUSTER_RUN/$1.pid; [ -f "$f" ] && [ -d "/proc/$(cat "$f")" ] && cat "$f"; }
-stop_daemon() { # stop_daemon NAME [TIMEOUT]: SIGTERM, then SIGKILL after TIMEOUT seconds
-  local name=$1 timeout=${2:-20} pid
-  pid=$(pid_of "$name") || { rm -f "$CLUSTER_RUN/$name.pid"; return 0; }
-  log "stopping $name (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  local end=$((SECONDS + timeout))
-  while [ -d "/proc/$pid" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done
-  if [ -d "/proc/$pid" ]; then log "$name did not exit; SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; sleep 0.5; fi
-  rm -f "$CLUSTER_RUN/$name.pid"
+stop_daemons() { # stop_daemons TIMEOUT NAME...: SIGTERM to all, SIGKILL to those left after TIMEOUT s
+  local timeout=$1; shift
+  local name pid pids=() names=()
+  for name in "$@"; do
+    if pid=$(pid_of "$name"); then pids+=("$pid"); names+=("$name"); kill -TERM "$pid" 2>/dev/null || true; fi
+    rm -f "$CLUSTER_RUN/$name.pid"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  log "stopping ${names[*]}"
+  local end=$((SECONDS + timeout)) alive
+  while :; do
+    alive=0
+    for pid in "${pids[@]}"; do [ -d "/proc/$pid" ] && alive=1; done
+    [ $alive = 0 ] && return 0
+    [ $SECONDS -ge $end ] && break
+    sleep 0.2
+  done
+  for pid in "${pids[@]}"; do
+    [ -d "/proc/$pid" ] && { log "pid $pid did not exit in ${timeout}s; SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; }
+  done
+  sleep 0.5
 }
 # PIDs whose command line names our containerd socket (the runc shims it spawned)
 our_shims() {
@@ -36,25 +48,24 @@ ctr_k8s() { /usr/bin/ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
 # 1. Let the kubelet stop pods the proper way (CNI teardown) while the API is there.
 if [ -n "$(pid_of kubelet || true)" ] && [ -n "$(pid_of kube-apiserver || true)" ] && [ -x "$TOOLS_BIN/kubectl" ]; then
   kc() { timeout 60 "$TOOLS_BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
-  stop_daemon kube-controller-manager; stop_daemon kube-scheduler
+  stop_daemons 10 kube-controller-manager kube-scheduler   # nothing re-creates or re-binds pods
   if kc get pods -A --no-headers 2>/dev/null | grep -q .; then
-    log "deleting all pods (kubelet tears them down)"
+    log "deleting all pods (the kubelet stops them)"
     kc delete pods --all --all-namespaces --grace-period=1 --wait=false >/dev/null 2>&1 || true
-    end=$((SECONDS + 60))
-    while [ $SECONDS -lt $end ]; do
-      [ -z "$(ctr_k8s tasks ls -q 2>/dev/null)" ] && break
-      sleep 1
-    done
+    end=$((SECONDS + 10))
+    while [ $SECONDS -lt $end ] && kc get pods -A --no-headers 2>/dev/null | grep -q .; do sleep 0.5; done
+    # pods already terminating with a long grace period do not shorten it: force those
+    kc delete pods --all --all-namespaces --force --grace-period=0 >/dev/null 2>&1 || true
+    end=$((SECONDS + 3))    # sandboxes (CNI teardown) follow shortly; the rest is killed below
+    while [ $SECONDS -lt $end ] && [ -n "$(ctr_k8s tasks ls -q 2>/dev/null)" ]; do sleep 0.5; done
   fi
 fi
 
-# 2. Daemons, kubelet first so nothing restarts containers.
-stop_daemon kubelet 30
-stop_daemon kube-proxy
-stop_daemon kube-scheduler
-stop_daemon kube-controller-manager
-stop_daemon kube-apiserver 5   # it drains watches for long; the data is wiped anyway
-stop_daemon etcd
+# 2. Daemons, kubelet first so nothing restarts containers. The API server drains watches
+#    for long on SIGTERM; the cluster's data is wiped anyway, so it gets 5 s.
+stop_daemons 30 kubelet
+stop_daemons 5 kube-proxy kube-scheduler kube-controller-manager kube-apiserver
+stop_daemons 10 etcd
 
 # 3. Whatever containers are left: kill them through containerd, then the shims.
 if [ -n "$(pid_of containerd || true)" ]; then
@@ -66,7 +77,7 @@ if [ -n "$(pid_of containerd || true)" ]; then
   done
   for c in $(ctr_k8s containers ls -q 2>/dev/null); do ctr_k8s containers delete "$c" >/dev/null 2>&1 || true; done
 fi
-stop_daemon containerd
+stop_daemons 10 containerd
 for pid in $(our_shims); do
   log "killing leftover shim $pid"
   # the shim's container processes live in its cgroup; kill them with it

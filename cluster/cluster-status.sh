@@ -2,7 +2,7 @@
 # Show the test bed's processes, node and pods. Exit 0 when the node is Ready, 1 otherwise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=cluster-status
+export LOG_TAG=cluster-status
 . "$here/lib.sh"
 up=0
 for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet; do

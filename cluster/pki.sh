@@ -2,7 +2,7 @@
 # Generate the test bed's certificates with openssl into $PKI (once; reused while present).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-LOG_TAG=pki
+export LOG_TAG=pki
 . "$here/lib.sh"
 
 mkdir -p "$PKI"; chmod 700 "$PKI"; cd "$PKI"

@@ -398,7 +398,12 @@ class JobReconciler:
             )
         if phase == "Failed":
             return self._pod_failed(body, current, container, now)
-        recreated = int(status.get("podsCreated") or 0) > 1
+        trainer_status = build.container_status(current, container) or {}
+        # A replacement pod, or a trainer the kubelet restarts in place after a crash.
+        recreated = (
+            int(status.get("podsCreated") or 0) > 1
+            or int(trainer_status.get("restartCount") or 0) > 0
+        )
         if phase != "Running" or not build.container_running(current, container):
             status["phase"] = build.PHASE_RESTARTING if recreated else build.PHASE_PENDING
             status["podName"] = pod_name
