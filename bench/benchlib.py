@@ -529,7 +529,7 @@ def target_checks(
             TargetCheck(
                 "reporter overhead < 1% of step time",
                 overhead_ratio < TARGET_REPORTER_OVERHEAD_RATIO,
-                f"{100 * overhead_ratio:.3f}% of a step (worst reference workload)",
+                f"{100 * overhead_ratio:.4f}% of a step (worst reference workload)",
             )
         )
     return checks

@@ -49,8 +49,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         per_workload[workload] = bl.aggregate(mine)
     loads = [float(r["load_1m"]) for r in records if r.get("load_1m") is not None]
     others = [float(r["others_cores"]) for r in records if r.get("others_cores") is not None]
+    quiet = bl.aggregate([r for r in records if not r.get("noisy")], "local")
     return {
         "local": local,
+        "local_quiet": quiet,
         "cluster": cluster,
         "checks": bl.target_checks(local, ratio, cluster),
         "per_workload": per_workload,
@@ -127,6 +129,20 @@ def render_markdown(
         ["target", "measured", "status"],
         [[c.name, c.detail, _status(c.met)] for c in summary["checks"]],
     )
+    if summary["noisy"]:
+        quiet = summary["local_quiet"]["feasible"]
+        parts = [
+            f"{policy} {_pct(cell.mean_abs_dev_pct)}% ({cell.runs} runs)"
+            for policy in bl.CONTROLLED
+            if (cell := quiet.get(policy)) is not None and cell.runs
+        ]
+        out += [
+            "",
+            f"Without the {summary['noisy']} runs that other processes disturbed (others > "
+            f"{bl.NOISY_OTHERS_CORES} cores), mean |deviation| over the feasible settings: "
+            + ("; ".join(parts) or "no runs left")
+            + ".",
+        ]
     out += [
         "",
         "Feasible settings: final deadline >= 1.4 T (1.5x, 1.8x, 2.5x, both moves, the "

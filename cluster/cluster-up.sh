@@ -91,7 +91,7 @@ fi
 
 # ------------------------------------------------------------------------------ inputs
 [ -d /sys/fs/cgroup/cpu ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || die "no cgroup hierarchy under /sys/fs/cgroup"
-apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev
+apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev prometheus
 "$here/build-k8s.sh"
 "$here/install-tools.sh"
 "$here/pki.sh"

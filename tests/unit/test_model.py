@@ -74,10 +74,10 @@ def test_example_manifest_loads() -> None:
     assert job.namespace == "default"
     assert (job.duration_s, job.deadline) == (90.0, None)
     assert (job.epochs, job.steps_per_epoch) == (4, 60)
-    assert (job.resources.mode, job.resources.min, job.resources.max) == ("cpu", 0.25, 2.0)
+    assert (job.resources.mode, job.resources.min, job.resources.max) == ("cpu", 0.5, 2.0)
     assert job.resources.initial == 2.0
     assert (job.control.policy, job.control.period_s) == ("decor", 1.0)
-    assert job.checkpoint.path == "/tmp/decor-checkpoints/resnet-demo"
+    assert job.checkpoint.path is None  # local runs checkpoint into their own folder
     assert (job.metrics.port, job.metrics.path) == (9100, "/metrics")
     assert job.trainer_container["name"] == "trainer"
     assert job.deadline_s(1000.0) == 1090.0
