@@ -28,8 +28,8 @@ demo: ## run a reference training job to a 90 s deadline on this machine
 	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo
 
 lint: ## ruff + mypy
-	$(VENV)/bin/ruff check operator trainer_image tests
-	$(VENV)/bin/ruff format --check operator trainer_image tests
+	$(VENV)/bin/ruff check operator trainer_image tests bench
+	$(VENV)/bin/ruff format --check operator trainer_image tests bench
 	$(VENV)/bin/mypy operator/decor
 
 -include cluster/cluster.mk

@@ -154,9 +154,10 @@ def test_metrics_sidecar_is_a_native_sidecar_sharing_the_progress_volume() -> No
     assert {"name": build.PROGRESS_VOLUME, "mountPath": build.PROGRESS_DIR} in trainer[
         "volumeMounts"
     ]
-    assert {"name": build.PROGRESS_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["spec"][
-        "volumes"
-    ]
+    assert {
+        "name": build.PROGRESS_VOLUME,
+        "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"},
+    } in pod["spec"]["volumes"]
 
 
 def test_sidecar_image_can_be_overridden() -> None:
