@@ -253,7 +253,7 @@ def rate_from_samples(
     last one (a sample after completion would flatten the slope); start-up is where the line
     crosses zero steps. Raises ValueError with fewer than two usable samples.
     """
-    warmup = max(2.0, 0.05 * steps_total)
+    warmup = max(2.0, 0.1 * steps_total)  # the first steps are slower (allocator, caches)
     usable = [
         (t, s) for t, s in samples
         if math.isfinite(s) and warmup <= s < steps_total

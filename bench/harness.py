@@ -63,8 +63,10 @@ BETWEEN_RUNS_SAMPLE_S = 2.0
 BETWEEN_RUNS_MAX_WAIT_S = 10 * 60.0
 MAX_RETRIES_NOISY = 2  # a grid run disturbed by others is repeated at most this often
 PROFILE_RETRIES_NOISY = 8  # the profile decides every deadline and oracle: be stricter
-PROBE_MIN_S = 5.0  # the all-cores probe must show this many seconds of steady training
+PROBE_MIN_S = 8.0  # the all-cores probe must show this many seconds of steady training
 PROBE_ATTEMPTS = 4
+SIZING_ATTEMPTS = 3  # all-cores runs to get T within SIZING_TOLERANCE of the grid's target
+SIZING_TOLERANCE = 0.1
 RUN_OVERHEAD_S = 3.0  # harness time per run besides the job (plot, cgroup, sampling)
 BUSY_LOOP = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True:\n    pass\n"
 
@@ -386,15 +388,22 @@ def profile_workload(
     rate, startup = measure_static(
         size, max_cores, size.probe_steps, PROBE_MIN_S, folder / "probe", wait
     )
-    steps = bl.steps_for(grid.all_cores_target_s, rate, startup, EPOCHS)
-    log(f"profile {size.name}: {rate:.2f} steps/s at MAX, start-up {startup:.1f}s -> {steps} steps")
-    full, rows, notes = run_static_clean(size, steps, max_cores, folder / "max", wait)
-    if full.error or full.finished_s is None:
-        raise RuntimeError(f"all-cores run of {size.name} failed: {full.error}")
-    try:
-        rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
-    except ValueError:  # keep the probe's rate; the start-up follows from the measured T
-        startup = max(0.0, full.finished_s - steps / rate)
+    target_s = grid.all_cores_target_s
+    for attempt in range(SIZING_ATTEMPTS):
+        steps = bl.steps_for(target_s, rate, startup, EPOCHS)
+        log(
+            f"profile {size.name}: {rate:.2f} steps/s at MAX, start-up {startup:.1f}s -> {steps} steps"
+        )
+        full, rows, notes = run_static_clean(size, steps, max_cores, folder / f"max{attempt}", wait)
+        if full.error or full.finished_s is None:
+            raise RuntimeError(f"all-cores run of {size.name} failed: {full.error}")
+        try:
+            rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
+        except ValueError:  # keep the probe's rate; the start-up follows from the measured T
+            startup = max(0.0, full.finished_s - steps / rate)
+        if abs(full.finished_s - target_s) <= SIZING_TOLERANCE * target_s:
+            break
+        log(f"profile {size.name}: T = {full.finished_s:.1f}s, not ~{target_s:g}s; resizing")
     points = [bl.SpeedPoint(max_cores, rate, startup)]
     for fraction in grid.profile_fractions:
         cores = round(fraction * max_cores, 3)
