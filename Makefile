@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell bash hack/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv test unit integration e2e demo lint bench bench-smoke
+.PHONY: help venv test unit integration e2e demo crds lint
 
 help: ## list the verbs
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first)
 
 demo: ## run a reference training job to a 90 s deadline on this machine
 	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo
+
+crds: ## copy the CRD (single source: crds/) into the chart
+	cp crds/*.yaml helm/decor/crds/
 
 lint: ## ruff + mypy
 	$(VENV)/bin/ruff check operator trainer_image tests bench
