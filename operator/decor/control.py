@@ -69,6 +69,9 @@ class Settings:
     model_memory_s: float = 20.0
     # decor, GPU: seconds of progress lost to one checkpoint + restart (learned as it runs).
     restart_cost_s: float = 30.0
+    # decor, CPU: no decrease once less than this fraction of D is left before the target:
+    # a late decrease saves few core-seconds and every model error then lands past it.
+    endgame_ratio: float = 0.1
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
 
@@ -413,6 +416,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         abs(wanted - current) < settings.quantum
         and settings.min_allocation <= current <= settings.max_allocation
     ):
+        target = current
+    if target < current and horizon < settings.endgame_ratio * settings.duration_s:
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)

@@ -33,7 +33,10 @@ from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, p
 from decor.trace import TraceRow, plot_trace, write_trace
 
 METRICS_HOST = "127.0.0.1"
-STOP_GRACE_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
+STOP_GRACE_S = 10.0
+# The trainer keeps /metrics up this long after its last step (ended early by our SIGTERM),
+# so that the finish time is the last step's own time stamp, not the process's exit.
+METRICS_LINGER_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
 DEADLINE_REQUEST = "deadline-request.json"
 RUN_RECORD = "run.json"
 
@@ -115,6 +118,7 @@ def trainer_env(
             "DECOR_EPOCHS": str(job.epochs),
             "DECOR_METRICS_PORT": str(port),
             "DECOR_METRICS_ADDRESS": METRICS_HOST,
+            "DECOR_METRICS_LINGER_S": str(METRICS_LINGER_S),
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -322,6 +326,7 @@ def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
             if len(rows) % 10 == 0:
                 write_trace(rows, summary(None, -1, None).to_dict(), trace_path)
             if obs is not None and obs.complete:
+                os.killpg(child.pid, signal.SIGTERM)  # ends the trainer's metrics linger
                 exit_code = child.wait(timeout=60)
                 break
     except KeyboardInterrupt:

@@ -42,6 +42,7 @@ from .reporter import (
     ENV_CHECKPOINT_DIR,
     ENV_EPOCHS,
     ENV_METRICS_ADDRESS,
+    ENV_METRICS_LINGER_S,
     ENV_METRICS_PORT,
     ENV_PROGRESS_FILE,
     ENV_STEPS_PER_EPOCH,
@@ -195,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"${ENV_METRICS_PORT} or {DEFAULT_METRICS_PORT})",
     )
     p.add_argument(
+        "--metrics-linger-s",
+        type=float,
+        help=f"after the last step, keep serving /metrics this long or until SIGTERM "
+        f"(default: ${ENV_METRICS_LINGER_S} or 0)",
+    )
+    p.add_argument(
         "--metrics-address",
         help=f"bind address of the endpoint (default: ${ENV_METRICS_ADDRESS} or "
         f"{DEFAULT_BIND_ADDRESS})",
@@ -257,6 +264,12 @@ def parse_args(
         args.checkpoint_dir = env.get(ENV_CHECKPOINT_DIR, "").strip() or None
     if args.progress_file is None:
         args.progress_file = env.get(ENV_PROGRESS_FILE, "").strip() or None
+    if args.metrics_linger_s is None:
+        raw = env.get(ENV_METRICS_LINGER_S, "").strip()
+        try:
+            args.metrics_linger_s = float(raw) if raw else 0.0
+        except ValueError:
+            parser.error(f"${ENV_METRICS_LINGER_S} must be a number of seconds, got {raw!r}")
     if args.metrics_address is None:
         args.metrics_address = env.get(ENV_METRICS_ADDRESS, "").strip() or DEFAULT_BIND_ADDRESS
     if args.threads is None:
@@ -431,6 +444,13 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
                     epoch_started, epoch_loss, epoch_steps = now, 0.0, 0
                 if saver.due() and save("periodic"):
                     saver.saved()
+            if not stop.requested and reporter.port is not None and args.metrics_linger_s > 0:
+                # Keep /metrics up a moment (or until SIGTERM) so that a controller sees the
+                # final step and its time stamp before the process is gone.
+                linger_until = time.monotonic() + args.metrics_linger_s
+                while not stop.requested and time.monotonic() < linger_until:
+                    time.sleep(0.02)
+                stop = StopRequest()  # a SIGTERM that only ended the linger is not a stop
             if stop.requested:
                 log.info(
                     "signal %s: stopping at step %d/%d",
