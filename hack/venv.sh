@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DECOR_CACHE:-/var/cache/decor}
-key=$(sha256sum "$root/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)
+key=$(cat "$root/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)  # content, not path
 venv="$cache/venv-$key"
 log() { printf '[venv] %s\n' "$*" >&2; }
 if ! /usr/bin/python3 -c 'import torch, venv' 2>/dev/null; then
