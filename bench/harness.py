@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import platform
@@ -77,6 +78,31 @@ def log(message: str) -> None:
 
 # ---------------------------------------------------------------------------------------
 # Machine and quietness
+
+
+def code_hash() -> str:
+    """Hash of what a run executes: the controller, the local runtime and the trainer.
+
+    Every record carries it; the grid stops if it changes under a running grid (the trainer
+    is started fresh per run, so a mid-grid edit would mix versions of the code measured).
+    """
+    digest = hashlib.sha256()
+    for folder in (ROOT / "operator" / "decor", ROOT / "trainer_image" / "decor_trainer"):
+        for path in sorted(folder.glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def git_head() -> str:
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        return proc.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 def machine_info() -> dict[str, Any]:
@@ -439,12 +465,17 @@ class Results:
         out.mkdir(parents=True, exist_ok=True)
         fresh: dict[str, Any] = {
             "grid": grid.name, "sizes": sizes, "machine": machine_info(), "profiles": {},
+            "code_hash": code_hash(), "git_head": git_head(),
             "overhead": None, "records": [], "discarded": [], "started": _now(), "wall_s": {},
         }  # fmt: skip
         self.data, self.traces = fresh, {}
         if self.path.exists():
             old = json.loads(self.path.read_text())
-            same = old.get("grid") == grid.name and old.get("sizes", "small") == sizes
+            same = (
+                old.get("grid") == grid.name
+                and old.get("sizes", "small") == sizes
+                and old.get("code_hash") == fresh["code_hash"]
+            )
             if resume and same:
                 self.data = {**fresh, **old}
                 if self.traces_path.exists():
@@ -455,7 +486,9 @@ class Results:
                 self.path.replace(backup)
                 log(f"previous results ({old.get('grid')} grid) moved to {backup}")
                 if resume:
-                    log("--resume: the previous results are of another grid; starting afresh")
+                    log(
+                        "--resume: the previous results are of another grid or code; starting afresh"
+                    )
 
     def done_keys(self) -> set[str]:
         return {bl.record_key(r) for r in self.data["records"]}
@@ -576,6 +609,10 @@ def run_grid(args: argparse.Namespace) -> int:
     log(f"{len(plan)} runs to do, about {sum(expected) / 60:.0f} min")
     runs_started, spent_s, expected_done_s = time.monotonic(), 0.0, 0.0
     for index, (run, expect_s) in enumerate(zip(plan, expected, strict=True)):
+        if code_hash() != results.data["code_hash"]:
+            log("the controller, runtime or trainer code changed under the grid; stopping so that")
+            log("the results measure one version (run again; --resume keeps runs of the same code)")
+            return 4
         remaining = sum(expected[index:])
         pace = spent_s / expected_done_s if expected_done_s > 0 else 1.0
         log(
@@ -672,6 +709,7 @@ def execute(
             "others_cores_before": round(before_others, 3),
             "attempt": attempt,
             "grid": grid.name,
+            "code_hash": results.data["code_hash"],
             "error": summary.error,
             **notes,
         }
@@ -690,6 +728,7 @@ def execute(
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    log(f"received {signal.Signals(signum).name}")
     raise KeyboardInterrupt
 
 
@@ -737,7 +776,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.grid == "smoke" and args.sizes == "paper":
         parser.error("the smoke grid has one tiny size")
     random.seed(args.seed)
-    signal.signal(signal.SIGTERM, _interrupt)  # stop like Ctrl-C: trainer stopped, cgroup removed
+    for signum in (
+        signal.SIGTERM,
+        signal.SIGINT,
+    ):  # stop like Ctrl-C: trainer stopped, cgroup removed
+        signal.signal(signum, _interrupt)
     try:
         code = run_grid(args)
     except KeyboardInterrupt:

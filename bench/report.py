@@ -118,6 +118,11 @@ def render_markdown(
         f"{_pct(summary['others_max'])} cores; {summary['discarded']} runs repeated because other "
         f"processes disturbed them, {summary['noisy']} kept although disturbed",
     ]
+    if results.get("code_hash"):
+        out.append(
+            f"- **Code measured**: git `{results.get('git_head', '?')}`, hash of the controller, "
+            f"runtime and trainer sources `{results['code_hash']}`"
+        )
     wall = results.get("wall_s", {})
     if wall:
         profile_s = sum(v for k, v in wall.items() if k.startswith("profile-"))
