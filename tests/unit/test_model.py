@@ -73,7 +73,7 @@ def test_example_manifest_loads() -> None:
     assert job.name == "resnet-demo"
     assert job.namespace == "default"
     assert (job.duration_s, job.deadline) == (90.0, None)
-    assert (job.epochs, job.steps_per_epoch) == (4, 60)
+    assert (job.epochs, job.steps_per_epoch) == (4, 120)
     assert (job.resources.mode, job.resources.min, job.resources.max) == ("cpu", 0.5, 2.0)
     assert job.resources.initial == 2.0
     assert (job.control.policy, job.control.period_s) == ("decor", 1.0)
