@@ -7,7 +7,7 @@ PY = $(VENV)/bin/python
 .PHONY: help venv test unit integration e2e demo crds lint
 
 help: ## list the verbs
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 venv: ## create or reuse the Python environment (cached outside the repo)
 	@echo $(VENV)

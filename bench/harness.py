@@ -22,7 +22,6 @@ disturbed (kept in ``discarded`` for the record). ``--no-wait`` skips the waitin
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
@@ -42,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-import yaml
 from decor.local import LocalOptions, RunSummary, request_deadline, run_local
 from decor.model import parse_job
 from decor.trace import read_trace
@@ -66,8 +64,7 @@ MAX_RETRIES_NOISY = 2  # a grid run disturbed by others is repeated at most this
 PROFILE_RETRIES_NOISY = 8  # the profile decides every deadline and oracle: be stricter
 PROBE_MIN_S = 8.0  # the all-cores probe must show this many seconds of steady training
 PROBE_ATTEMPTS = 4
-SIZING_ATTEMPTS = 3  # all-cores runs to get T within SIZING_TOLERANCE of the grid's target
-SIZING_TOLERANCE = 0.1
+SIZING_ATTEMPTS = 3  # all-cores runs to get T within the grid's sizing tolerance
 RUN_OVERHEAD_S = 3.0  # harness time per run besides the job (plot, cgroup, sampling)
 BUSY_LOOP = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True:\n    pass\n"
 
@@ -227,21 +224,37 @@ def manifest(
     initial: float,
     policy: str,
 ) -> dict[str, Any]:
-    base = yaml.safe_load((ROOT / "examples" / "resnet-cpu.yaml").read_text())
-    doc = copy.deepcopy(base)
-    doc["metadata"]["name"] = JOB_NAME
-    doc["spec"]["duration"] = f"{deadline_s:.3f}s"
-    doc["spec"]["epochs"] = EPOCHS
-    doc["spec"]["stepsPerEpoch"] = steps // EPOCHS
-    doc["spec"]["resources"] = {
-        "mode": "cpu", "min": f"{round(lo * 1000)}m", "max": f"{round(hi * 1000)}m",
-        "initial": f"{round(initial * 1000)}m",
-    }  # fmt: skip
-    doc["spec"]["control"] = {"policy": policy, "periodSeconds": 1}
-    doc["spec"]["checkpoint"] = {}  # no checkpoint: every run starts from step 0
-    container = doc["spec"]["template"]["spec"]["containers"][0]
-    container["args"] = size.trainer_args() + ["--checkpoint-every-s", "0"]
-    return doc
+    """The DeadlineTrainingJob of one run (self-contained: independent of examples/)."""
+    return {
+        "apiVersion": "decor.dev/v1alpha1",
+        "kind": "DeadlineTrainingJob",
+        "metadata": {"name": JOB_NAME},
+        "spec": {
+            "duration": f"{deadline_s:.3f}s",
+            "epochs": EPOCHS,
+            "stepsPerEpoch": steps // EPOCHS,
+            "resources": {
+                "mode": "cpu",
+                "min": f"{round(lo * 1000)}m",
+                "max": f"{round(hi * 1000)}m",
+                "initial": f"{round(initial * 1000)}m",
+            },  # fmt: skip
+            "control": {"policy": policy, "periodSeconds": 1},
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "command": ["python3", "-m", "decor_trainer.train"],
+                            # no periodic checkpoint: every run starts from step 0 in its own folder
+                            "args": size.trainer_args() + ["--checkpoint-every-s", "0"],
+                        }
+                    ]
+                }
+            },
+            "metrics": {"port": 9100, "path": "/metrics"},
+        },
+    }
 
 
 class RunEvents:
@@ -427,16 +440,23 @@ def profile_workload(
             rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
         except ValueError:  # keep the probe's rate; the start-up follows from the measured T
             startup = max(0.0, full.finished_s - steps / rate)
-        if abs(full.finished_s - target_s) <= SIZING_TOLERANCE * target_s:
+        if abs(full.finished_s - target_s) <= grid.sizing_tolerance * target_s:
             break
         log(f"profile {size.name}: T = {full.finished_s:.1f}s, not ~{target_s:g}s; resizing")
-    points = [bl.SpeedPoint(max_cores, rate, startup)]
+    points = [
+        bl.time_point(max_cores, steps, full.finished_s, [(r.t_s, r.steps_done) for r in rows])
+    ]
     for fraction in grid.profile_fractions:
+        # The whole job at each allocation: a short window's rate does not carry over to a
+        # full run (warm-up, throttling pattern), and the oracle must predict full runs.
         cores = round(fraction * max_cores, 3)
-        n = int(rate * fraction * grid.profile_window_s)
-        log(f"profile {size.name}: {cores:g} cores")
-        r, s = measure_static(size, cores, n, 0.8 * grid.profile_window_s, folder, wait)
-        points.append(bl.SpeedPoint(cores, r, s))
+        log(f"profile {size.name}: the whole job at {cores:g} cores")
+        run, rows, _ = run_static_clean(size, steps, cores, folder / f"c{cores:g}", wait)
+        if run.error or run.finished_s is None:
+            raise RuntimeError(f"{size.name} at {cores:g} cores failed: {run.error}")
+        points.append(
+            bl.time_point(cores, steps, run.finished_s, [(r.t_s, r.steps_done) for r in rows])
+        )
     points.sort(key=lambda p: p.cores)
     log(
         f"profile {size.name}: T = {full.finished_s:.1f}s; curve "
@@ -460,7 +480,9 @@ def profile_workload(
 class Results:
     """``results.json`` (records, profiles, overhead, machine) and ``traces.json``, saved atomically."""
 
-    def __init__(self, out: Path, grid: bl.Grid, sizes: str, resume: bool) -> None:
+    def __init__(
+        self, out: Path, grid: bl.Grid, sizes: str, resume: bool, runtime: str = "local"
+    ) -> None:
         self.path, self.traces_path = out / "results.json", out / "traces.json"
         out.mkdir(parents=True, exist_ok=True)
         fresh: dict[str, Any] = {
@@ -469,7 +491,9 @@ class Results:
             "overhead": None, "records": [], "discarded": [], "started": _now(), "wall_s": {},
         }  # fmt: skip
         self.data, self.traces = fresh, {}
-        if self.path.exists():
+        if runtime == "k8s":
+            self._open_k8s(fresh, resume)
+        elif self.path.exists():
             old = json.loads(self.path.read_text())
             same = (
                 old.get("grid") == grid.name
@@ -489,6 +513,31 @@ class Results:
                     log(
                         "--resume: the previous results are of another grid or code; starting afresh"
                     )
+
+    def _open_k8s(self, fresh: dict[str, Any], resume: bool) -> None:
+        """Cluster runs join the results file as they find it (the local grid's records,
+        profiles and code hash stay). Without --resume the earlier k8s runs are dropped; with
+        it those of the current code are kept and skipped."""
+        if not self.path.exists():
+            return
+        self.data = {**fresh, **json.loads(self.path.read_text())}
+        if self.traces_path.exists():
+            self.traces = json.loads(self.traces_path.read_text())
+        current = fresh["code_hash"]
+
+        def keep(r: dict[str, Any]) -> bool:
+            return r.get("runtime") != "k8s" or (resume and r.get("code_hash") == current)
+
+        dropped = [r for r in self.data["records"] if not keep(r)]
+        self.data["records"] = [r for r in self.data["records"] if keep(r)]
+        for r in dropped:
+            self.traces.pop(bl.record_key(r), None)
+        k8s = self.data.get("k8s") or {}
+        if not resume or k8s.get("code_hash") != current:
+            k8s = {}
+        self.data["k8s"] = {**k8s, "code_hash": current, "git_head": fresh["git_head"]}
+        kept = sum(1 for r in self.data["records"] if r.get("runtime") == "k8s")
+        log(f"k8s runs join {self.path}: {kept} kept, {len(dropped)} earlier ones dropped")
 
     def done_keys(self) -> set[str]:
         return {bl.record_key(r) for r in self.data["records"]}
@@ -556,6 +605,8 @@ def measure_overhead(profiles: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_grid(args: argparse.Namespace) -> int:
+    if args.runtime == "k8s":
+        return run_grid_k8s(args)
     grid = bl.make_grid(args.grid, sizes=args.sizes)
     if args.all_cores_s:
         grid = replace(grid, all_cores_target_s=args.all_cores_s)
@@ -727,6 +778,227 @@ def execute(
     return record
 
 
+# ---------------------------------------------------------------------------------------
+# The cluster subset (--runtime k8s; bench/k8s_bench.py)
+
+
+def run_grid_k8s(args: argparse.Namespace) -> int:
+    """The k8s subset on the cluster in $KUBECONFIG, through the checkout's operator."""
+    import k8s_bench as kb
+
+    base = bl.make_grid("quick", sizes=args.sizes)
+    grid = kb.k8s_grid(base, disturb=args.k8s_disturb)
+    if args.all_cores_s:
+        grid = replace(grid, all_cores_target_s=args.all_cores_s)
+    if args.workloads:
+        keep = args.workloads.split(",")
+        grid = replace(grid, workloads=tuple(w for w in base.workloads if w.name in keep))
+    if args.scenarios:
+        grid = replace(grid, scenarios=tuple(args.scenarios.split(",")))
+    if args.policies:
+        grid = replace(grid, reps={p: 1 for p in args.policies.split(",")})
+    out = Path(args.out or ROOT / "docs" / "benchmarks")
+    workdir = Path(args.workdir or Path(tempfile.gettempdir()) / "decor-bench-k8s")
+    workdir.mkdir(parents=True, exist_ok=True)
+    cluster = kb.Cluster()
+    max_cores = kb.pod_max_cores(
+        cluster.node_cpu(), cluster.other_requests(), machine_info()["cores"]
+    )
+    results = Results(out, grid, args.sizes, args.resume, runtime="k8s")
+    meta = results.data["k8s"]
+    meta.update(grid=grid.name, max_cores=max_cores, kubeconfig=cluster.kubeconfig)
+    meta.setdefault("profiles", {})
+    if not args.no_wait and not wait_for_quiet(args.max_load, args.quiet_timeout_s):
+        log("not measuring on a busy machine; nothing was run (use --no-wait to force)")
+        return 3
+    cluster.apply_crd()
+    started = time.monotonic()
+    with kb.OperatorProcess(workdir / "operator.log"):
+        log(f"operator (this checkout, out of cluster) started; log {workdir / 'operator.log'}")
+        for size in grid.workloads:
+            if size.name not in meta["profiles"]:
+                t0 = time.monotonic()
+                local = results.data.get("profiles", {}).get(size.name)
+                meta["profiles"][size.name] = profile_k8s(cluster, size, grid, max_cores, local)
+                results.data["wall_s"][f"k8s-profile-{size.name}"] = round(time.monotonic() - t0, 1)
+                results.save()
+        done = results.done_keys()
+        plan = [r for r in bl.plan_runs(grid, seed=args.seed) if f"k8s:{r.run_id}" not in done]
+        log(f"{len(plan)} k8s runs to do")
+        for index, run in enumerate(plan):
+            if code_hash() != meta["code_hash"]:
+                log("the controller, runtime or trainer code changed under the grid; stopping")
+                return 4
+            log(f"k8s run {index + 1}/{len(plan)}: {run.run_id}")
+            size = next(w for w in grid.workloads if w.name == run.workload)
+            record = execute_k8s(run, size, grid, results, cluster, max_cores)
+            dev = record.get("deviation_pct")
+            log(
+                f"  -> finished {record.get('finished_s') or float('nan'):.1f}s of "
+                f"{record['deadline_s']:.1f}s ({'n/a' if dev is None else f'{dev:+.2f}%'}), "
+                f"{record['core_seconds']:.1f} core-s, {record['actuations']} resizes"
+                + (f"; ERROR {record['error']}" if record.get("error") else "")
+            )
+    results.data["wall_s"]["k8s_this_invocation"] = round(time.monotonic() - started, 1)
+    results.save()
+    log(
+        f"done: {sum(1 for r in results.data['records'] if r.get('runtime') == 'k8s')} k8s runs in {results.path}"
+    )
+    return 0
+
+
+def profile_k8s(
+    cluster: Any,
+    size: bl.WorkloadSize,
+    grid: bl.Grid,
+    max_cores: float,
+    local: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """T on the cluster path: one static-MAX job (pod start-up differs from the local runtime).
+
+    The job has the local profile's steps when that profile is of the same size; otherwise
+    a static-MAX probe on the cluster sizes it for the grid's T.
+    """
+
+    same = local is not None and local.get("size") == json.loads(json.dumps(asdict(size)))
+    if same:
+        assert local is not None
+        steps, source = int(local["steps"]), "local profile"
+    else:
+        probe = whole_epochs(size.probe_steps)
+        log(f"k8s profile {size.name}: probe at {max_cores:g} cores, {probe} steps")
+        kr = _static_k8s(cluster, size, probe, max_cores, "probe")
+        rate, startup = bl.rate_from_samples(kr.progress, probe)
+        steps, source = (
+            bl.steps_for(grid.all_cores_target_s, rate, startup, EPOCHS),
+            "cluster probe",
+        )
+    log(f"k8s profile {size.name}: static MAX ({max_cores:g} cores), {steps} steps ({source})")
+    kr = _static_k8s(cluster, size, steps, max_cores, "max")
+    assert kr.outcome is not None and kr.outcome.finished_s is not None
+    all_cores_s = kr.outcome.finished_s
+    log(
+        f"k8s profile {size.name}: T = {all_cores_s:.1f}s on the cluster"
+        + (f" (local {float(local['all_cores_s']):.1f}s)" if same and local else "")
+    )
+    return {
+        "workload": size.name, "size": asdict(size), "steps": steps, "steps_source": source,
+        "all_cores_s": all_cores_s, "max_cores": max_cores,
+        "local_all_cores_s": float(local["all_cores_s"]) if same and local else None,
+        "start_lag_s": kr.notes.get("start_lag_s"), "date": _now(),
+    }  # fmt: skip
+
+
+def _static_k8s(cluster: Any, size: bl.WorkloadSize, steps: int, cores: float, hint: str) -> Any:
+    import k8s_bench as kb
+
+    doc = manifest(size, whole_epochs(steps), 3600.0, cores, cores, cores, "decor")
+    kr = kb.run_job(cluster, doc, bl.Scenario("static", 1.0), 3600.0, cores, f"profile-{hint}")
+    if kr.error or kr.outcome is None or kr.outcome.finished_s is None:
+        raise RuntimeError(f"static run of {size.name} on the cluster failed: {kr.error}")
+    return kr
+
+
+def execute_k8s(
+    run: bl.PlannedRun,
+    size: bl.WorkloadSize,
+    grid: bl.Grid,
+    results: Results,
+    cluster: Any,
+    max_cores: float,
+) -> dict[str, Any]:
+    """One planned run as a DeadlineTrainingJob on the cluster; its record (runtime k8s)."""
+    import k8s_bench as kb
+
+    prof = results.data["k8s"]["profiles"][run.workload]
+    steps, all_cores_s = int(prof["steps"]), float(prof["all_cores_s"])
+    scenario = bl.SCENARIOS[run.scenario]
+    deadline_s = scenario.factor * all_cores_s
+    final_deadline_s = scenario.final_factor * all_cores_s
+    # The oracle from the local speed curve, its start-up shifted to the cluster's T.
+    local = results.data.get("profiles", {}).get(run.workload)
+    oracle_cores = oracle_cs = None
+    if (
+        local
+        and int(local["steps"]) == steps
+        and local.get("size") == json.loads(json.dumps(asdict(size)))
+    ):
+        curve = kb.shifted_curve([bl.SpeedPoint(**p) for p in local["curve"]], steps, all_cores_s)
+        oracle_cores = bl.oracle_allocation(
+            curve, steps, final_deadline_s, grid.min_cores, max_cores
+        )
+        oracle_cs = oracle_cores * min(
+            final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores)
+        )
+    lo, hi, initial = grid.min_cores, max_cores, max_cores
+    doc = manifest(size, whole_epochs(steps), deadline_s, lo, hi, initial, run.policy)
+    load = load_1m()
+    kr = kb.run_job(cluster, doc, scenario, deadline_s, initial, run.run_id, grid.disturb_processes)
+    o = kr.outcome
+    finished = o.finished_s if o is not None and not kr.error else None
+    cs_finish = kr.core_seconds_to_finish(initial)
+    record: dict[str, Any] = {
+        "workload": run.workload,
+        "policy": run.policy,
+        "runtime": "k8s",
+        "scenario": run.scenario,
+        "deadline_factor": round(scenario.final_factor, 4),
+        "initial_deadline_factor": scenario.factor,
+        "repetition": run.repetition,
+        "deadline_s": round(kr.deadline_s, 3),
+        "finished_s": None if finished is None else round(finished, 3),
+        "deviation_pct": None
+        if o is None or o.deviation_pct is None
+        else round(o.deviation_pct, 4),
+        "late": bool(o is not None and o.deviation_pct is not None and o.deviation_pct > 0),
+        "core_seconds": round(kr.core_seconds(initial), 3),
+        "core_seconds_to_finish": None if cs_finish is None else round(cs_finish, 3),
+        "oracle_core_seconds": None if oracle_cs is None else round(oracle_cs, 3),
+        "oracle_cores": oracle_cores,
+        "actuations": o.resizes if o is not None else 0,
+        "allocation_changes_seen": kb.count_changes(kr.samples),
+        "cores_min": lo,
+        "cores_max": hi,
+        "steps": steps,
+        "all_cores_s": round(all_cores_s, 3),
+        "machine_cores": results.data["machine"]["cores"],
+        "machine_model": results.data["machine"]["model"],
+        "limiter": "kubernetes in-place resize (operator out of cluster)",
+        "date": _now(),
+        "load_1m": load,
+        "grid": grid.name,
+        "code_hash": results.data["k8s"]["code_hash"],
+        "namespace": kr.namespace,
+        "error": kr.error,
+        **kr.notes,
+    }
+    results.add(record, _k8s_trace(kr, steps, deadline_s) if o is not None else None)
+    return record
+
+
+def _k8s_trace(kr: Any, steps: int, deadline_s: float) -> dict[str, Any]:
+    """The compact trace (as compact_trace) from the cluster samples, 0.5 s apart."""
+    start = kr.outcome.start_s
+    moved = kr.notes.get("moved_at_s")
+    rows = [(t - start, c) for t, c in kr.samples if t >= start]
+    progress = dict(kr.progress)
+    t_s = [round(t, 2) for t, _ in rows]
+    in_force = [kr.deadline_s if moved is not None and t >= moved else deadline_s for t in t_s]
+    return {
+        "t_s": t_s,
+        "progress": [
+            None if t not in progress else round(progress[t] / steps, 4)
+            for t in (t for t, _ in rows)
+        ],
+        "set_point": [
+            round(t / d, 4) if d > 0 else 1.0 for t, d in zip(t_s, in_force, strict=True)
+        ],
+        "deadline_s": [round(d, 2) for d in in_force],
+        "cores": [None if c is None else round(c, 3) for _, c in rows],
+        "moved_at_s": moved,
+    }
+
+
 def _interrupt(signum: int, frame: object) -> None:
     log(f"received {signal.Signals(signum).name}")
     raise KeyboardInterrupt
@@ -772,8 +1044,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy order per setting")
     parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
+    parser.add_argument(
+        "--runtime",
+        choices=("local", "k8s"),
+        default="local",
+        help="local: the grid through decor.local; k8s: the cluster subset (resnet; d1.5, "
+        "d1.8, d2.5, move-0.8; decor and decor-nn; 1 repetition) on $KUBECONFIG through the "
+        "checkout's operator, appended to OUT/results.json (--grid is ignored)",
+    )
+    parser.add_argument("--k8s-disturb", action="store_true", help="k8s: add the disturb scenario")
+    parser.add_argument(
+        "--scenarios", help="k8s: comma-separated scenarios instead of the subset's"
+    )
+    parser.add_argument(
+        "--policies", help="k8s: comma-separated policies instead of decor,decor-nn"
+    )
     args = parser.parse_args(argv)
-    if args.grid == "smoke" and args.sizes == "paper":
+    if args.grid == "smoke" and args.sizes == "paper" and args.runtime == "local":
         parser.error("the smoke grid has one tiny size")
     random.seed(args.seed)
     for signum in (
@@ -793,7 +1080,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out
             or (
                 Path(tempfile.gettempdir()) / "decor-bench-smoke"
-                if args.grid == "smoke"
+                if args.grid == "smoke" and args.runtime == "local"
                 else ROOT / "docs" / "benchmarks"
             )
         )

@@ -129,7 +129,7 @@ def render_markdown(
         out.append(
             f"- **Wall time**: profiles {_minutes(profile_s)}, runs {_minutes(wall.get('runs'))}"
         )
-    out += ["", "## Targets (tracker issue 5)", ""]
+    out += ["", "## Targets", ""]
     out += _table(
         ["target", "measured", "status"],
         [[c.name, c.detail, _status(c.met)] for c in summary["checks"]],

@@ -63,27 +63,34 @@ class Settings:
     ti_s: float = 12.0
     # decor: aim this long before the deadline; None -> max(margin_min_s, margin_ratio * D).
     safety_margin_s: float | None = None
-    safety_margin_ratio: float = 0.004
-    safety_margin_min_s: float = 0.25
-    # decor: samples older than this weigh e^-1 in the speed fit (tracks slow-downs).
-    model_memory_s: float = 20.0
+    safety_margin_ratio: float = 0.002
+    safety_margin_min_s: float = 0.1
+    # decor: samples this many periods old weigh e^-1 in the speed fit (tracks slow-downs).
+    model_memory_periods: float = 10.0
     # decor, GPU: seconds of progress lost to one checkpoint + restart (learned as it runs).
     restart_cost_s: float = 30.0
-    # decor, CPU: no decrease once less than this fraction of D is left before the target:
-    # a late decrease saves few core-seconds and every model error then lands past it.
-    endgame_ratio: float = 0.1
+    # decor, CPU: keep the allocation while the one needed is within this fraction of it.
+    deadband_ratio: float = 0.02
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
 
     @property
     def quantum(self) -> float:
-        """Allocation step: 0.05 core (CFS quota granularity used by DECOR-NN) or 1 GPU."""
-        return 0.05 if self.mode == "cpu" else 1.0
+        """Allocation step: 1 GPU; for CPU 0.05 core under decor-nn (its published
+        granularity), 0.01 core under decor (10 millicores: fine enough to aim at the
+        deadline, coarse enough for every runtime's CPU limit)."""
+        if self.mode != "cpu":
+            return 1.0
+        return 0.05 if self.policy == "decor-nn" else 0.01
 
     @property
     def late_progress(self) -> float:
         """DECOR-NN jumps to MAX past the deadline while progress is below this."""
         return 0.99 if self.mode == "cpu" else 0.995
+
+    @property
+    def model_memory_s(self) -> float:
+        return self.model_memory_periods * self.period_s
 
     @property
     def duration_s(self) -> float:
@@ -226,11 +233,10 @@ def clamp(value: float, settings: Settings) -> float:
     return min(settings.max_allocation, max(settings.min_allocation, value))
 
 
-def quantize(value: float, settings: Settings, *, up: bool = False) -> float:
-    """Round to the allocation quantum (nearest, or up), then clamp to [MIN, MAX]."""
+def quantize(value: float, settings: Settings) -> float:
+    """Round to the nearest allocation quantum, then clamp to [MIN, MAX]."""
     q = settings.quantum
-    steps = math.ceil(value / q - 1e-9) if up else round(value / q)
-    return clamp(round(steps * q, 6), settings)
+    return clamp(round(round(value / q) * q, 6), settings)
 
 
 def decide(
@@ -409,15 +415,15 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         wanted = a / (needed_step_s - b) if a > 0 else settings.min_allocation
     if settings.mode == "gpu":
         return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost)
-    # CPU: dead-band of one quantum around the current allocation, else round up.
+    # CPU: keep the allocation inside a relative dead-band, else move to the nearest quantum.
+    # Re-planning every period absorbs the dead-band's error, and as the horizon shrinks that
+    # error (a fraction of the time left) shrinks with it.
     current = obs.allocation if not obs.pending else state.allocation
-    target = quantize(wanted, settings, up=True)
+    target = quantize(wanted, settings)
     if (
-        abs(wanted - current) < settings.quantum
+        abs(wanted - current) <= settings.deadband_ratio * current
         and settings.min_allocation <= current <= settings.max_allocation
     ):
-        target = current
-    if target < current and horizon < settings.endgame_ratio * settings.duration_s:
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)

@@ -91,6 +91,18 @@ def test_rate_from_samples_needs_two_samples() -> None:
         bl.rate_from_samples([(1.0, 0.0), (2.0, 50.0)], steps_total=50)
 
 
+def test_time_point_reproduces_the_measured_finish() -> None:
+    samples = [(float(t), max(0.0, 5.0 * (t - 3.0))) for t in range(0, 20)]
+    point = bl.time_point(1.0, 80, 19.4, samples)  # steady 5 steps/s; finished later than 19 s
+    assert point.steps_per_s == pytest.approx(5.0)
+    assert bl.predicted_time_s([point], 80, 1.0) == pytest.approx(19.4)
+
+
+def test_time_point_without_a_rate_takes_the_average() -> None:
+    point = bl.time_point(2.0, 50, 10.0, [(1.0, 0.0)])
+    assert (point.steps_per_s, point.startup_s) == (5.0, 0.0)
+
+
 def test_oracle_meets_the_deadline_on_a_linear_curve() -> None:
     steps = 400  # 20 s of work at 2 cores, + 2 s start-up: T = 22 s
     assert bl.predicted_time_s(LINEAR, steps, 2.0) == pytest.approx(22.0)

@@ -1,0 +1,134 @@
+"""The pure parts of the benchmark's cluster runtime (bench/k8s_bench.py); no cluster."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import benchlib as bl  # noqa: E402
+import k8s_bench as kb  # noqa: E402
+
+
+def test_k8s_grid_is_the_cluster_subset() -> None:
+    grid = kb.k8s_grid(bl.make_grid("quick"))
+    assert grid.name == "k8s"
+    assert [w.name for w in grid.workloads] == ["resnet"]
+    assert grid.scenarios == ("d1.5", "d1.8", "d2.5", "move-0.8")
+    runs = bl.plan_runs(grid)
+    assert len(runs) == 8
+    assert {r.policy for r in runs} == {"decor", "decor-nn"}
+    assert {r.repetition for r in runs} == {0}
+    assert "disturb" in kb.k8s_grid(bl.make_grid("quick"), disturb=True).scenarios
+
+
+def test_run_keys_of_k8s_records_do_not_collide_with_local_ones() -> None:
+    record = {"workload": "resnet", "scenario": "d1.5", "policy": "decor", "repetition": 0}
+    local = bl.record_key({**record, "runtime": "local"})
+    k8s = bl.record_key({**record, "runtime": "k8s"})
+    assert local != k8s and k8s == "k8s:resnet/d1.5/decor/r0"
+
+
+def test_cluster_manifest_adds_image_pull_policy_and_memory() -> None:
+    doc = {
+        "apiVersion": "decor.dev/v1alpha1",
+        "kind": "DeadlineTrainingJob",
+        "metadata": {"name": "x"},
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer", "args": ["a"]}]}}},
+    }
+    out = kb.cluster_manifest(doc, "decor-bench", image="img:1")
+    container = out["spec"]["template"]["spec"]["containers"][0]
+    assert out["metadata"] == {"name": "decor-bench"}
+    assert container["image"] == "img:1" and container["imagePullPolicy"] == "Never"
+    assert container["resources"]["limits"]["memory"]
+    assert "image" not in doc["spec"]["template"]["spec"]["containers"][0]  # a copy
+
+
+@pytest.mark.parametrize(
+    ("quantity", "cores"),
+    [("1500m", 1.5), ("2", 2.0), ("0.5", 0.5), (2, 2.0), ("250000u", 0.25), (None, None)],
+)
+def test_parse_cpu(quantity: object, cores: float | None) -> None:
+    assert kb.parse_cpu(quantity) == cores
+
+
+def test_pod_cpu_limit_prefers_the_applied_resources() -> None:
+    pod = {
+        "spec": {"containers": [{"name": "trainer", "resources": {"limits": {"cpu": "2"}}}]},
+        "status": {
+            "containerStatuses": [
+                {"name": "metrics", "resources": {"limits": {}}},
+                {"name": "trainer", "resources": {"limits": {"cpu": "750m"}}},
+            ]
+        },
+    }
+    assert kb.pod_cpu_limit(pod) == 0.75
+    del pod["status"]
+    assert kb.pod_cpu_limit(pod) == 2.0
+    assert kb.pod_cpu_limit({}) is None
+
+
+def test_integrate_cores_piecewise_constant() -> None:
+    samples = [(101.0, 2.0), (102.0, None), (103.0, 1.0), (105.0, 0.5), (120.0, 0.25)]
+    # initial 2 from 100 to 101, 2 to 103 (None keeps it), 1 to 105, 0.5 to 110
+    assert kb.integrate_cores(samples, 100.0, 110.0, 2.0) == pytest.approx(2 + 4 + 2 + 2.5)
+    assert kb.integrate_cores([], 0.0, 10.0, 1.5) == pytest.approx(15.0)
+    assert kb.integrate_cores(samples, 110.0, 110.0, 2.0) == 0.0
+    # samples before the start only set the value in force at the start
+    assert kb.integrate_cores([(90.0, 1.0)], 100.0, 104.0, 2.0) == pytest.approx(4.0)
+
+
+def test_count_changes() -> None:
+    assert kb.count_changes([(0, None), (1, 2.0), (2, 2.0), (3, 1.5), (4, None), (5, 1.0)]) == 2
+
+
+def test_outcome_of() -> None:
+    assert kb.outcome_of({"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}) is None
+    status = {
+        "phase": "Succeeded",
+        "startTime": "2026-01-01T00:00:00Z",
+        "resizes": 7,
+        "outcome": {
+            "finishedAt": "2026-01-01T00:00:30Z",
+            "finishedAtSeconds": 1767225630.25,
+            "deviationPercent": -1.5,
+            "late": False,
+        },
+    }
+    o = kb.outcome_of(status)
+    assert o is not None
+    assert o.start_s == 1767225600.0
+    assert o.finished_s == pytest.approx(30.25)
+    assert (o.deviation_pct, o.late, o.resizes, o.phase) == (-1.5, False, 7, "Succeeded")
+    failed = kb.outcome_of({"phase": "Failed", "startTime": "2026-01-01T00:00:00Z"})
+    assert failed is not None and failed.finished_s is None and failed.deviation_pct is None
+
+
+def test_schedule_of_scenarios() -> None:
+    assert kb.schedule(bl.SCENARIOS["d1.5"], 30.0) == []
+    assert kb.schedule(bl.SCENARIOS["move-0.8"], 36.0) == [(pytest.approx(10.8), "move")]
+    assert [w for _, w in kb.schedule(bl.SCENARIOS["disturb"], 36.0)] == [
+        "disturb-on",
+        "disturb-off",
+    ]
+    assert json.loads(kb.deadline_patch(28.8)) == {"spec": {"duration": "28.800s"}}
+
+
+def test_pod_max_cores_leaves_room_for_the_sidecar() -> None:
+    assert kb.pod_max_cores(2.0, 0.0, 2) == 1.99
+    assert kb.pod_max_cores(4.0, 0.5, 2) == 1.49
+    assert kb.unschedulable({}) is None
+    pod = {"status": {"conditions": [{"type": "PodScheduled", "reason": "Unschedulable",
+                                      "message": "Insufficient cpu"}]}}  # fmt: skip
+    assert kb.unschedulable(pod) == "Insufficient cpu"
+
+
+def test_shifted_curve_predicts_the_cluster_t() -> None:
+    curve = [bl.SpeedPoint(1.0, 25.0, 2.0), bl.SpeedPoint(2.0, 50.0, 1.5)]
+    shifted = kb.shifted_curve(curve, 1000, 24.0)
+    assert bl.predicted_time_s(shifted, 1000, 2.0) == pytest.approx(24.0)
+    assert shifted[0].startup_s == pytest.approx(4.5)  # the same +2.5 s start-up
