@@ -87,6 +87,51 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
+
+
+def records_of(results: dict[str, Any], runtime: str) -> list[dict[str, Any]]:
+    return [r for r in results.get("records", []) if r.get("runtime", "local") == runtime]
+
+
+def _cluster_section(cluster: dict[str, Any] | None, records: list[dict[str, Any]]) -> list[str]:
+    """The cluster path: the same jobs as DeadlineTrainingJobs on the test bed."""
+    if cluster is None or not records:
+        return []
+    out = [
+        "",
+        "## Cluster path",
+        "",
+        "The same jobs as DeadlineTrainingJobs on the single-node test bed (kube-apiserver, "
+        "kubelet and containerd built from source, Kubernetes 1.35): the operator reads progress "
+        "from Prometheus and resizes the pod in place. Deadlines are factors of T measured on the "
+        "cluster (one all-cores job there; pod start-up included). Core-seconds integrate the "
+        "pod's CPU limit as the kubelet reports it.",
+        "",
+    ]
+    out += _table(
+        ["scenario", *cluster["policies"]],
+        [
+            [scenario] + [
+                f"{_pct(c.mean_dev_pct, signed=True)} ({c.runs})"
+                if (c := cluster["cells"].get(p, {}).get(scenario)) else "–"
+                for p in cluster["policies"]
+            ]
+            for scenario in cluster["scenarios"]
+        ]
+        + [
+            ["**mean |dev|, feasible**"] + [
+                f"**{_pct(c.mean_abs_dev_pct)}** ({c.runs})"
+                if (c := cluster["feasible"].get(p)) and c.runs else "–"
+                for p in cluster["policies"]
+            ]
+        ],
+    )  # fmt: skip
+    out += ["", "Cells: signed deviation from the deadline in % (runs)."]
+    return out
+
+
 def _minutes(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds / 60:.0f} min"
 
@@ -176,7 +221,10 @@ def render_markdown(
         "core to MAX all cores, starting at MAX, control period 1 s.",
         "- `static-max`: all cores for the whole run. `static-oracle`: the constant allocation "
         "that the profiled speed curve predicts finishes exactly at the final deadline, "
-        "run for real.",
+        "run for real. The curve comes from whole static runs of the job at 1/4, 1/2, 3/4 of "
+        "MAX and at MAX, interpolated between them; it is exact at those allocations, so what "
+        "the oracle runs miss by is the run-to-run spread of this machine plus the "
+        "interpolation.",
         "",
         "## Deviation from the deadline",
         "",
@@ -269,6 +317,7 @@ def render_markdown(
             ],
             pw_rows,
         )
+    out += _cluster_section(summary["cluster"], records_of(results, "k8s"))
     traces = [k for k in images if k.startswith("trace:")]
     if traces:
         out += ["", "## Progress against the set point", "",
@@ -316,15 +365,15 @@ def render_markdown(
     if records:
         out += ["", "## Every run", "", "<details><summary>all records</summary>", ""]
         out += _table(
-            ["workload", "scenario", "policy", "rep", "deadline s", "finished s", "dev %",
+            ["runtime", "workload", "scenario", "policy", "rep", "deadline s", "finished s", "dev %",
              "core-s", "oracle core-s", "actuations", "load", "others"],
             [
-                [r["workload"], r["scenario"], r["policy"], str(r["repetition"]),
+                [r.get("runtime", "local"), r["workload"], r["scenario"], r["policy"], str(r["repetition"]),
                  f"{r['deadline_s']:.1f}",
                  "–" if r.get("finished_s") is None else f"{r['finished_s']:.1f}",
                  _pct(r.get("deviation_pct"), signed=True),
                  f"{r.get('core_seconds_to_finish') or r['core_seconds']:.1f}",
-                 f"{r['oracle_core_seconds']:.1f}", str(r["actuations"]),
+                 _num(r.get("oracle_core_seconds")), str(r["actuations"]),
                  _pct(r.get("load_1m")), _pct(r.get("others_cores"))]
                 for r in records
             ],
@@ -336,8 +385,9 @@ def render_markdown(
         "",
         "```bash",
         "make bench-smoke     # 2-3 min: exercises the harness, asserts nothing about performance",
-        "make bench-quick     # ~75 min: 3 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
+        "make bench-quick     # ~90 min: 3 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
         "make bench           # the full grid (T ~ 60 s): several hours",
+        "make bench-k8s       # ~12 min: the cluster subset (test bed up, runs, test bed down)",
         "python bench/report.py   # this page, from results.json",
         "```",
         "",
