@@ -71,6 +71,10 @@ class Settings:
     restart_cost_s: float = 30.0
     # decor, CPU: keep the allocation while the one needed is within this fraction of it.
     deadband_ratio: float = 0.02
+    # decor, CPU: no decrease once less than this fraction of D is left before the target:
+    # a late decrease saves few core-seconds, and the fit, learned at higher quotas, tends to
+    # overestimate the speed below them, with no time left to correct.
+    endgame_ratio: float = 0.1
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
 
@@ -424,6 +428,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         abs(wanted - current) <= settings.deadband_ratio * current
         and settings.min_allocation <= current <= settings.max_allocation
     ):
+        target = current
+    if target < current and horizon < settings.endgame_ratio * settings.duration_s:
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)
