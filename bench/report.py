@@ -95,7 +95,9 @@ def records_of(results: dict[str, Any], runtime: str) -> list[dict[str, Any]]:
     return [r for r in results.get("records", []) if r.get("runtime", "local") == runtime]
 
 
-def _cluster_section(cluster: dict[str, Any] | None, records: list[dict[str, Any]]) -> list[str]:
+def _cluster_section(
+    cluster: dict[str, Any] | None, records: list[dict[str, Any]], code_hash: str | None
+) -> list[str]:
     """The cluster path: the same jobs as DeadlineTrainingJobs on the test bed."""
     if cluster is None or not records:
         return []
@@ -107,7 +109,12 @@ def _cluster_section(cluster: dict[str, Any] | None, records: list[dict[str, Any
         "kubelet and containerd built from source, Kubernetes 1.35): the operator reads progress "
         "from Prometheus and resizes the pod in place. Deadlines are factors of T measured on the "
         "cluster (one all-cores job there; pod start-up included). Core-seconds integrate the "
-        "pod's CPU limit as the kubelet reports it.",
+        "pod's CPU limit as the kubelet reports it."
+        + (
+            f" Code measured: controller, runtime and trainer hash `{code_hash}`."
+            if code_hash
+            else ""
+        ),
         "",
     ]
     out += _table(
@@ -317,7 +324,9 @@ def render_markdown(
             ],
             pw_rows,
         )
-    out += _cluster_section(summary["cluster"], records_of(results, "k8s"))
+    out += _cluster_section(
+        summary["cluster"], records_of(results, "k8s"), (results.get("k8s") or {}).get("code_hash")
+    )
     traces = [k for k in images if k.startswith("trace:")]
     if traces:
         out += ["", "## Progress against the set point", "",
