@@ -75,6 +75,11 @@ class Settings:
     # a late decrease saves few core-seconds, and the fit, learned at higher quotas, tends to
     # overestimate the speed below them, with no time left to correct.
     endgame_ratio: float = 0.1
+    # decor, CPU: plan to finish the remaining steps this fraction of the time left (until
+    # the end game) early: a reserve that absorbs a slow-down without needing MAX. It shrinks
+    # with the horizon and is zero when the end game starts, so a steady job still finishes
+    # on target.
+    reserve_ratio: float = 0.05
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
 
@@ -412,7 +417,9 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         )
     # Remaining time measured from the sample; work done since the sample is unknown.
     horizon = settings.target_s - obs.time_s
-    needed_step_s = horizon / remaining if remaining > 0 else math.inf
+    endgame_s = settings.endgame_ratio * settings.duration_s
+    reserve_s = settings.reserve_ratio * max(0.0, horizon - endgame_s)
+    needed_step_s = (horizon - reserve_s) / remaining if remaining > 0 else math.inf
     if needed_step_s <= b:
         wanted = settings.max_allocation
     else:
@@ -429,7 +436,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         and settings.min_allocation <= current <= settings.max_allocation
     ):
         target = current
-    if target < current and horizon < settings.endgame_ratio * settings.duration_s:
+    if target < current and horizon < endgame_s:
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)
