@@ -344,6 +344,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             fit = fit.add(
                 1.0 / obs.allocation, dt / dsteps, dsteps, obs.time_s, settings.model_memory_s
             )
+    # CPU: a resize that was seen pending has taken effect by this sample.
+    settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
         if obs.steps_done > state.last_steps and settings.mode == "gpu":
             # First progress after a restart: the gap is (roughly) what a restart costs.
@@ -437,6 +439,11 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     ):
         target = current
     if target < current and horizon < endgame_s:
+        target = current
+    if settled_now:
+        # The interval that ends here ran partly at the old allocation, so it taught the
+        # model nothing; hold one period to measure the new one. Without this, a model that
+        # is off asks for a change each time the previous one settles and never learns.
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)

@@ -659,8 +659,15 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
     kube: Any, namespace: str, operator: OperatorProcess, trainer_image: str
 ) -> None:
     name = "lost"
+    # 800 steps cost 0.12-0.18 core-s each here: 180 s needs 0.5-0.8 cores, well inside
+    # 250m-1500m even after the time lost to the recreation (400 steps needed ~0.27 cores on a
+    # fast day, at MIN, and the job finished 11% early).
     manifest = job_manifest(
-        name, trainer_image, duration="180s", extra_args=["--step-log", "/ckpt/steps.log"]
+        name,
+        trainer_image,
+        steps_per_epoch=200,
+        duration="180s",
+        extra_args=["--step-log", "/ckpt/steps.log"],
     )
     job = create_job(kube, namespace, manifest)
 
@@ -685,7 +692,7 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
     assert "resumed from" in logs, logs[-2000:]
     step_log = Path(CHECKPOINT_HOST_ROOT, namespace, name, job["metadata"]["uid"], "steps.log")
     steps = [int(line) for line in read_node_file(step_log).split()]
-    assert sorted(steps) == list(range(400)), "steps repeated or lost across the recreation"
+    assert sorted(steps) == list(range(800)), "steps repeated or lost across the recreation"
     # One lost pod costs the trainer's restart, which the controller makes up for.
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
 
@@ -825,7 +832,12 @@ def test_prometheus_outage_holds_the_allocation_and_recovers(
     kube.wait_for(prometheus.ready, 60, "Prometheus to be ready")
     operator.prometheus_url = prometheus.url
     operator.start()
-    create_job(kube, namespace, job_manifest(name, trainer_image, duration="180s"))
+    # 800 steps (0.12-0.18 core-s each): the job can still meet 180 s after running at MAX
+    # until Prometheus first scrapes it (with 400 steps, 65% of the job was done by then and
+    # even MIN finished 31% early).
+    create_job(
+        kube, namespace, job_manifest(name, trainer_image, steps_per_epoch=200, duration="180s")
+    )
 
     def pod_with_ip() -> Any:
         pods = [p for p in trainer_pods(kube, namespace, name) if p.status.pod_ip]

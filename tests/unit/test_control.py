@@ -392,6 +392,30 @@ def test_decor_never_stacks_a_request_on_a_pending_one() -> None:
     assert decision.allocation == 2.0
 
 
+def test_decor_cpu_measures_one_period_after_a_resize_settles() -> None:
+    # The model believes 0.8/u; the job really runs 0.2/u. A resize 3.0 -> 2.0 was seen
+    # pending; at t = 50 it has settled (500 steps done). The interval that ends here ran
+    # partly at 3.0, so nothing is learned and the allocation is held (even though the
+    # plan, from the wrong model, wants far more).
+    settings = cpu_settings(D_DECOR, "decor")
+    state = replace(
+        fitted_decor_state(2.0, a=0.8),
+        last_time_s=49.0,
+        last_steps=496.0,
+        last_change_s=47.0,
+        change_pending_since_s=47.0,
+    )
+    settled = decide(state, observation(50, 500, 2.0, total=1000), settings, 50)
+    assert settled.allocation == 2.0
+    assert settled.state.fit == state.fit
+    assert settled.state.change_pending_since_s is None
+    # Next period: a clean interval at 2.0 (10 steps in 1 s: 0.1 s = 0.2/2) is learned, and
+    # the plan follows the better model down.
+    nxt = decide(settled.state, observation(51, 510, 2.0, total=1000), settings, 51)
+    assert nxt.state.fit != state.fit
+    assert nxt.allocation < 2.0
+
+
 # decor GPU: step time 2.4/g s; at t = 100 s, 600 of 1000 steps remain at 3 GPUs.
 # finish at 3 GPUs: 100 + 600 * .8 = 580 s; at 2 GPUs: 100 + 30 (restart) + 600 * 1.2 = 850 s.
 
