@@ -431,9 +431,14 @@ def _cs(record: dict[str, Any]) -> float:
     return float(value if value is not None else record["core_seconds"])
 
 
+def of_runtime(records: Sequence[dict[str, Any]], runtime: str) -> list[dict[str, Any]]:
+    """The records measured on ``runtime`` ("local" or "k8s"; older records are local)."""
+    return [r for r in records if r.get("runtime", "local") == runtime]
+
+
 def aggregate(records: Sequence[dict[str, Any]], runtime: str = "local") -> dict[str, Any]:
     """Per (policy, scenario) cells, per-policy totals over the feasible scenarios, targets."""
-    mine = [r for r in records if r.get("runtime", "local") == runtime]
+    mine = of_runtime(records, runtime)
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in mine)]
     policies = [p for p in POLICIES if any(r["policy"] == p for r in mine)]
     cells: dict[str, dict[str, CellStats]] = {}

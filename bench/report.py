@@ -36,16 +36,12 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """Aggregates, target checks and run statistics of a results document."""
     records = results.get("records", [])
     local = bl.aggregate(records, "local")
-    cluster = (
-        bl.aggregate(records, "k8s") if any(r.get("runtime") == "k8s" for r in records) else None
-    )
+    cluster = bl.aggregate(records, "k8s") if bl.of_runtime(records, "k8s") else None
     overhead = results.get("overhead") or {}
     ratio = overhead.get("worst_ratio")
     per_workload = {}
     for workload in sorted({r["workload"] for r in records}):
-        mine = [
-            r for r in records if r["workload"] == workload and r.get("runtime", "local") == "local"
-        ]
+        mine = [r for r in records if r["workload"] == workload]
         per_workload[workload] = bl.aggregate(mine)
     loads = [float(r["load_1m"]) for r in records if r.get("load_1m") is not None]
     others = [float(r["others_cores"]) for r in records if r.get("others_cores") is not None]
@@ -91,15 +87,9 @@ def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def records_of(results: dict[str, Any], runtime: str) -> list[dict[str, Any]]:
-    return [r for r in results.get("records", []) if r.get("runtime", "local") == runtime]
-
-
-def _cluster_section(
-    cluster: dict[str, Any] | None, records: list[dict[str, Any]], code_hash: str | None
-) -> list[str]:
+def _cluster_section(cluster: dict[str, Any] | None, code_hash: str | None) -> list[str]:
     """The cluster path: the same jobs as DeadlineTrainingJobs on the test bed."""
-    if cluster is None or not records:
+    if cluster is None:
         return []
     out = [
         "",
@@ -324,9 +314,7 @@ def render_markdown(
             ],
             pw_rows,
         )
-    out += _cluster_section(
-        summary["cluster"], records_of(results, "k8s"), (results.get("k8s") or {}).get("code_hash")
-    )
+    out += _cluster_section(summary["cluster"], (results.get("k8s") or {}).get("code_hash"))
     traces = [k for k in images if k.startswith("trace:")]
     if traces:
         out += ["", "## Progress against the set point", "",
