@@ -96,6 +96,14 @@ apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtoo
 "$here/install-tools.sh"
 "$here/pki.sh"
 
+# A test bed whose processes were killed without cluster-down (the machine or its session
+# ended mid-run) leaves its etcd data and pods behind; started on that data, the cluster
+# would bring the old pods back and the node would start out partly taken. Clear it first.
+if ! running etcd etcd && { [ -d "$ETCD_DATA" ] || [ -d "$KUBELET_DIR" ]; }; then
+  log "found leftovers of a test bed that was not taken down; clearing them (cluster-down)"
+  bash "$here/cluster-down.sh"
+fi
+
 mkdir -p "$CLUSTER_RUN" "$CLUSTER_STATE" "$KUBELET_DIR" "$CNI_CONF_DIR" "$CONTAINERD_ROOT" "$CLUSTER_STATE/config"
 # keep the previous run's logs one generation back
 if [ -d "$LOGS" ] && ! running etcd etcd && ! running kubelet kubelet; then
