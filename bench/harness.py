@@ -91,6 +91,24 @@ def code_hash() -> str:
     return digest.hexdigest()[:12]
 
 
+def foreign_modules() -> list[str]:
+    """Modules a run executes that this checkout does not hold.
+
+    The project's venv is shared by checkouts (it is keyed by content) and its editable
+    install points at the last checkout that ran ``hack/venv.sh``; the trainer the runs
+    start imports from there. A grid must measure the code whose hash it records.
+    """
+    import decor
+    import decor_trainer
+
+    found = []
+    for module in (decor, decor_trainer):
+        path = Path(module.__file__ or "").resolve()
+        if ROOT not in path.parents:
+            found.append(f"{module.__name__} from {path.parent}")
+    return found
+
+
 def git_head() -> str:
     try:
         proc = subprocess.run(
@@ -1062,6 +1080,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.grid == "smoke" and args.sizes == "paper" and args.runtime == "local":
         parser.error("the smoke grid has one tiny size")
+    foreign = foreign_modules()
+    if foreign:
+        log(f"this Python imports {', '.join(foreign)}, not this checkout ({ROOT});")
+        log("run `bash hack/venv.sh` here first (make bench-* does)")
+        return 2
     random.seed(args.seed)
     for signum in (
         signal.SIGTERM,
