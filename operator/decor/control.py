@@ -26,6 +26,7 @@ Times are Unix seconds (floats); allocations are cores (CPU) or GPU counts (whol
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -80,6 +81,11 @@ class Settings:
     # with the horizon and is zero when the end game starts, so a steady job still finishes
     # on target.
     reserve_ratio: float = 0.05
+    # decor, CPU, above one core: a need between whole-core levels n and n + 1 alternates the
+    # two. The upper level is left once this many periods at the lower one are owed, the
+    # lower one once level_up_periods at the upper one are (sooner: being behind is riskier).
+    level_hold_periods: float = 3.0
+    level_up_periods: float = 2.0
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
 
@@ -208,6 +214,8 @@ class State:
     restart_cost_s: float | None = None  # decor GPU: learned cost of one restart
     change_pending_since_s: float | None = None
     decisions: int = 0
+    level_credit_s: float = 0.0  # decor CPU: seconds owed at the upper whole-core level
+    level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -216,6 +224,7 @@ class State:
     def from_dict(raw: dict[str, Any]) -> State:
         data = dict(raw)
         data["fit"] = SpeedFit(**data.get("fit", {}))
+        data["level_fit"] = SpeedFit(**data.get("level_fit", {}))
         return State(**data)
 
 
@@ -236,6 +245,15 @@ def initial_state(settings: Settings, initial_allocation: float | None = None) -
         )
     start = settings.max_allocation if initial_allocation is None else initial_allocation
     return State(policy="decor", allocation=clamp(start, settings))
+
+
+def usable_cores(allocation: float, settings: Settings) -> float:
+    """What a trainer can use of an allocation: GPUs, or a CPU limit's cores below one core and
+    its whole cores from one core up. The reference trainer runs one thread per whole core
+    of its limit (``decor_trainer.threads``): a limit of 1.6 cores runs as fast as 1."""
+    if settings.mode != "cpu" or allocation < 1.0:
+        return allocation
+    return float(math.floor(allocation + 1e-6))
 
 
 def clamp(value: float, settings: Settings) -> float:
@@ -327,7 +345,7 @@ def _nn_condition(
 
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
-    fit = state.fit
+    fit, level_fit = state.fit, state.level_fit
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
     )
@@ -341,9 +359,14 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         dsteps = obs.steps_done - state.last_steps
         stable = not obs.pending and pending_since is None
         if dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs):
-            fit = fit.add(
-                1.0 / obs.allocation, dt / dsteps, dsteps, obs.time_s, settings.model_memory_s
-            )
+            # CPU: one fit below one core (one thread, throttled), one at whole cores (as
+            # many threads); one core belongs to both.
+            cores = usable_cores(obs.allocation, settings)
+            sample = (dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
+            if settings.mode != "cpu" or cores <= 1.0:
+                fit = fit.add(1.0 / cores, *sample)
+            if settings.mode == "cpu" and cores >= 1.0:
+                level_fit = level_fit.add(1.0 / cores, *sample)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -364,6 +387,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     base = replace(
         state,
         fit=fit,
+        level_fit=level_fit,
         last_time_s=obs.time_s,
         last_steps=obs.steps_done,
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
@@ -382,15 +406,11 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             "the deadline was already past when the job started; running at MAX",
             None,
         )
-    coeffs = fit.coefficients()
-    if coeffs is None:
+    step_time = _step_time_model(fit, level_fit, settings)
+    if step_time is None:
         return Decision(
             allocation=state.allocation, state=base, condition=STARTING, message="measuring speed"
         )
-    a, b = coeffs
-
-    def step_time(u: float) -> float:
-        return a / u + b
 
     eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
     if now >= settings.deadline_s:
@@ -422,24 +442,38 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     endgame_s = settings.endgame_ratio * settings.duration_s
     reserve_s = settings.reserve_ratio * max(0.0, horizon - endgame_s)
     needed_step_s = (horizon - reserve_s) / remaining if remaining > 0 else math.inf
-    if needed_step_s <= b:
-        wanted = settings.max_allocation
-    else:
-        wanted = a / (needed_step_s - b) if a > 0 else settings.min_allocation
     if settings.mode == "gpu":
         return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost)
-    # CPU: keep the allocation inside a relative dead-band, else move to the nearest quantum.
-    # Re-planning every period absorbs the dead-band's error, and as the horizon shrinks that
-    # error (a fraction of the time left) shrinks with it.
     current = obs.allocation if not obs.pending else state.allocation
-    target = quantize(wanted, settings)
-    if (
-        abs(wanted - current) <= settings.deadband_ratio * current
-        and settings.min_allocation <= current <= settings.max_allocation
-    ):
-        target = current
+    credit_s = 0.0
+    top = usable_cores(settings.max_allocation, settings)
+    if step_time(1.0) > needed_step_s and top >= 2.0:
+        # More than one core: alternate the two whole-core levels around the need.
+        lower = max(n for n in range(1, int(top) + 1) if step_time(n) > needed_step_s)
+        if lower >= top:
+            wanted, target = settings.max_allocation, settings.max_allocation
+        else:
+            v_lower, v_upper = 1.0 / step_time(lower), 1.0 / step_time(lower + 1)
+            fraction = (1.0 / needed_step_s - v_lower) / (v_upper - v_lower)
+            wanted = lower + min(1.0, max(0.0, fraction))
+            target, credit_s = _whole_core_level(
+                lower, fraction, current, state.level_credit_s, settings
+            )
+    else:
+        # Up to one core, speed is proportional to the quota: the model's cores for the
+        # needed step time. Keep the allocation inside a relative dead-band, else move to
+        # the nearest quantum. Re-planning every period absorbs the dead-band's error, and as
+        # the horizon shrinks that error (a fraction of the time left) shrinks with it.
+        wanted = _cores_for(needed_step_s, step_time, min(1.0, settings.max_allocation), settings)
+        target = quantize(wanted, settings)
+        if (
+            abs(wanted - current) <= settings.deadband_ratio * current
+            and settings.min_allocation <= current <= settings.max_allocation
+        ):
+            target = current
     if target < current and horizon < endgame_s:
-        target = current
+        # End game: no decrease below one core (whole-core levels were both measured).
+        target = min(current, max(target, 1.0))
     if settled_now:
         # The interval that ends here ran partly at the old allocation, so it taught the
         # model nothing; hold one period to measure the new one. Without this, a model that
@@ -447,13 +481,107 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         target = current
     condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     eta = obs.time_s + remaining * step_time(target)
-    message = f"needs {wanted:.2f} cores; step time {a:.3f}/u + {b:.3f} s"
+    message = (
+        f"needs {wanted:.2f} cores; step time {step_time(1.0):.4f} s at 1 core, "
+        f"{step_time(settings.max_allocation):.4f} s at MAX"
+    )
+    base = replace(base, level_credit_s=credit_s)
     return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
 
 
+def _whole_core_level(
+    lower: int, fraction: float, current: float, credit_s: float, settings: Settings
+) -> tuple[float, float]:
+    """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
+    need that takes the upper level a ``fraction`` of the time.
+
+    The credit counts the seconds owed at the upper level (``fraction`` per second at the
+    lower one, ``fraction - 1`` at the upper one); the lower level is left once
+    ``level_up_periods`` are owed, the upper one once ``level_hold_periods`` at the lower
+    one are: the two alternate in proportion, with few resizes, erring early.
+    """
+    fraction = min(1.0, max(0.0, fraction))
+    at = usable_cores(current, settings)
+    if at not in (lower, lower + 1):  # a new pair of levels: start at the nearer one
+        return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
+    upper_now = at == lower + 1
+    # Owed time is >= 0 at the lower level and <= 0 at the upper one; a credit of the other
+    # sign was left by the previous pair of levels.
+    credit_s = max(0.0, credit_s) if not upper_now else min(0.0, credit_s)
+    credit_s += (fraction - (1.0 if upper_now else 0.0)) * settings.period_s
+    if upper_now:
+        down_s = settings.level_hold_periods * settings.period_s
+        level = lower if credit_s < -down_s else lower + 1
+    else:
+        up_s = settings.level_up_periods * settings.period_s
+        level = lower + 1 if credit_s > up_s else lower
+    if level != at:
+        credit_s = 0.0
+    return clamp(float(level), settings), credit_s
+
+
+def _step_time_model(
+    fit: SpeedFit, level_fit: SpeedFit, settings: Settings
+) -> Callable[[float], float] | None:
+    """Seconds per step at an allocation, from what was measured; None before any sample.
+
+    GPU: one fit, a/g + b. CPU: below one core the sub-core fit (one thread, throttled:
+    proportional to the quota when only the whole-core fit exists), at whole cores the
+    whole-core fit (proportional to cores from one core when only the sub-core fit exists).
+    """
+    sub, whole = fit.coefficients(), level_fit.coefficients()
+    if settings.mode != "cpu":
+        if sub is None:
+            return None
+        a, b = sub
+        return lambda g: a / g + b
+    if sub is None and whole is None:
+        return None
+
+    def at_one_core(coeffs: tuple[float, float]) -> float:
+        return coeffs[0] + coeffs[1]
+
+    def step_time(u: float) -> float:
+        cores = usable_cores(u, settings)
+        if cores < 1.0:
+            if sub is not None:
+                return sub[0] / cores + sub[1]
+            assert whole is not None
+            return at_one_core(whole) / cores
+        if whole is not None:
+            return whole[0] / cores + whole[1]
+        assert sub is not None
+        return at_one_core(sub) / cores
+
+    return step_time
+
+
+def _cores_for(
+    step_s: float, step_time: Callable[[float], float], high: float, settings: Settings
+) -> float:
+    """The smallest allocation up to ``high`` whose step time is at most ``step_s`` (``high``
+    when none is), to a thousandth of a core; step time falls as cores rise."""
+    if step_time(high) > step_s:
+        return high
+    lo, hi = 0.0, high
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if mid > 0 and step_time(mid) <= step_s:
+            hi = mid
+        else:
+            lo = mid
+    return max(settings.min_allocation, hi)
+
+
 def _same_allocation_held(state: State, obs: Observation) -> bool:
-    """The interval's progress belongs to one allocation: what we asked is what ran."""
-    return abs(state.allocation - obs.allocation) < 1e-6
+    """The interval's progress belongs to one allocation: what we asked is what ran, and no
+    change was asked for after the interval began (a sample can be seconds old)."""
+    changed_within = (
+        state.last_change_s is not None
+        and state.last_time_s is not None
+        and state.last_change_s > state.last_time_s
+    )
+    return abs(state.allocation - obs.allocation) < 1e-6 and not changed_within
 
 
 def _decide_gpu(

@@ -17,7 +17,11 @@ from decor.control import Decision, Observation, Settings, State, decide, initia
 
 @dataclass(frozen=True)
 class Plant:
-    """Step time (s) = (a / min(u, saturation) + b) * slowdown, times noise.
+    """Step time (s) = (a / min(cores(u), saturation) + b) * slowdown, times noise.
+
+    ``cores(u)`` is what the trainer can use of a limit of ``u`` cores: ``u`` below one core,
+    and from one core up the whole cores only when ``whole_threads`` (the reference trainer
+    runs one thread per whole core of its limit: ``decor_trainer.threads``), else ``u``.
 
     ``slowdowns``: (from_s, until_s, factor) windows relative to the start, factor > 1 slower.
     ``noise``: relative standard deviation of each step's time.
@@ -30,9 +34,15 @@ class Plant:
     noise: float = 0.0
     slowdowns: tuple[tuple[float, float, float], ...] = ()
     restart_s: float = 0.0
+    whole_threads: bool = False
+
+    def usable_cores(self, allocation: float) -> float:
+        if self.whole_threads and allocation >= 1.0:
+            return float(math.floor(allocation + 1e-9))
+        return allocation
 
     def mean_step_time_s(self, allocation: float, elapsed_s: float) -> float:
-        base = self.a / min(allocation, self.saturation) + self.b
+        base = self.a / min(self.usable_cores(allocation), self.saturation) + self.b
         for start, until, factor in self.slowdowns:
             if start <= elapsed_s < until:
                 base *= factor

@@ -85,6 +85,46 @@ def test_cgroup_limiter_writes_the_quota() -> None:
     assert not limiter.group.exists()
 
 
+@pytest.mark.skipif(CPUS < 2, reason="needs 2 CPUs to see the thread count change")
+def test_trainer_threads_follow_a_real_quota(tmp_path: Path) -> None:
+    """Under a 1-core quota the trainer runs 1 thread; raised to 2 cores, it runs 2."""
+    limiter = make_limiter("decor-test-threads")
+    if not isinstance(limiter, CgroupV1Limiter | CgroupV2Limiter):
+        pytest.fail(f"this machine should allow cgroups as root; got {limiter.note}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DECOR_")}
+    command = [sys.executable, "-m", "decor_trainer.train", "--workload", "resnet"]
+    command += ["--width", "4", "--batch-size", "4", "--epochs", "1", "--steps-per-epoch"]
+    command += ["100000", "--progress-file", str(tmp_path / "progress.json")]
+    lines: list[str] = []
+    try:
+        limiter.apply(1.0)
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=limiter.preexec,
+        ) as proc:  # fmt: skip
+            reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+            reader.start()
+            try:
+                deadline = time.monotonic() + 60
+                while not any("training resnet" in line for line in lines):
+                    assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+                    time.sleep(0.1)
+                limiter.apply(float(CPUS))
+                while not any("CPU limit changed" in line for line in lines):
+                    assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+                    time.sleep(0.1)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+                reader.join(10)
+    finally:
+        limiter.close()
+    started = next(line for line in lines if "training resnet" in line)
+    changed = next(line for line in lines if "CPU limit changed" in line)
+    assert "with 1 (following the CPU limit) threads" in started
+    assert f"CPU limit changed: {CPUS} threads" in changed
+
+
 def test_deadline_that_forces_throttling_is_met(tmp_path: Path, all_cores_s: float) -> None:
     deadline_s = 1.8 * all_cores_s
     doc = manifest("throttled", epochs=EPOCHS, duration_s=deadline_s)

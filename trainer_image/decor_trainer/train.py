@@ -48,6 +48,7 @@ from .reporter import (
     ENV_STEPS_PER_EPOCH,
     ProgressReporter,
 )
+from .threads import ThreadFollower
 from .workloads import WORKLOADS, WorkloadConfig, build_workload
 
 log = logging.getLogger("decor_trainer.train")
@@ -70,20 +71,6 @@ RESUME_KEYS = ("name", "width", "batch_size", "seed", "vocab_size", "seq_len")
 
 class UsageError(Exception):
     """Arguments or environment that cannot work; reported with exit status 2."""
-
-
-def default_threads() -> int:
-    """CPUs this process may run on (its affinity mask), at least 1.
-
-    Deliberately not derived from the CPU quota: DECOR resizes the quota (CFS
-    ``cpu.max``) while training runs, and PyTorch's intra-op thread pool is sized once at
-    start. With one thread per usable CPU the process can use whatever quota it is given
-    later; the kernel's CFS throttling, not the thread count, enforces the limit.
-    """
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -173,9 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--threads",
         type=_int_at_least(1),
-        help="PyTorch intra-op threads (default: CPUs in the affinity mask, NOT the CPU "
-        "quota: the quota changes while training runs and the thread pool cannot follow; "
-        "CFS throttling enforces the quota)",
+        help="PyTorch intra-op threads, fixed (default: follow the CPU limit: its whole "
+        "cores, at least 1, at most the CPUs in the affinity mask, re-read about once a "
+        "second while training, since DECOR resizes the limit; see decor_trainer.threads)",
     )
     p.add_argument(
         "--checkpoint-dir",
@@ -272,8 +259,6 @@ def parse_args(
             parser.error(f"${ENV_METRICS_LINGER_S} must be a number of seconds, got {raw!r}")
     if args.metrics_address is None:
         args.metrics_address = env.get(ENV_METRICS_ADDRESS, "").strip() or DEFAULT_BIND_ADDRESS
-    if args.threads is None:
-        args.threads = default_threads()
     return args
 
 
@@ -307,7 +292,13 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     The loop ends early, after a checkpoint, once ``stop.requested`` is set (by SIGTERM).
     """
     stop = stop if stop is not None else StopRequest()
-    torch.set_num_threads(args.threads)
+    # A fixed --threads, or threads that follow the CPU limit (re-read between steps).
+    follower = None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    else:
+        follower = ThreadFollower(torch.set_num_threads)
+        follower.poll()
     device = _resolve_device(args.device)
     if args.deterministic:
         # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises.
@@ -391,14 +382,14 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
         progress_file=args.progress_file,
     )
     log.info(
-        "training %s (width %d, batch %d) for %d epochs x %d steps on %s with %d threads",
+        "training %s (width %d, batch %d) for %d epochs x %d steps on %s with %s threads",
         config.name,
         config.width,
         config.batch_size,
         args.epochs,
         steps_per_epoch,
         device,
-        args.threads,
+        args.threads if follower is None else f"{follower.threads} (following the CPU limit)",
     )
     saver = PeriodicSaver(args.checkpoint_every_s)
     epoch_started = time.monotonic()
@@ -408,6 +399,12 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
             for step in range(position.step, steps_planned):
                 if stop.requested:
                     break
+                if follower is not None:
+                    before = follower.threads
+                    if follower.poll() != before:
+                        log.info(
+                            "CPU limit changed: %d threads from step %d", follower.threads, step
+                        )
                 if args.fail_at_step is not None and step == args.fail_at_step:
                     raise RuntimeError(f"--fail-at-step {step}: failing on purpose (test hook)")
                 inputs, targets = workload.batch(step)
