@@ -536,20 +536,20 @@ class Results:
         """Cluster runs join the results file as they find it (the local grid's records,
         profiles and code hash stay). Without --resume the earlier k8s runs are dropped; with
         it those of the current code are kept and skipped."""
-        if not self.path.exists():
-            return
-        self.data = {**fresh, **json.loads(self.path.read_text())}
-        if self.traces_path.exists():
-            self.traces = json.loads(self.traces_path.read_text())
         current = fresh["code_hash"]
+        dropped: list[dict[str, Any]] = []
+        if self.path.exists():
+            self.data = {**fresh, **json.loads(self.path.read_text())}
+            if self.traces_path.exists():
+                self.traces = json.loads(self.traces_path.read_text())
 
-        def keep(r: dict[str, Any]) -> bool:
-            return r.get("runtime") != "k8s" or (resume and r.get("code_hash") == current)
+            def keep(r: dict[str, Any]) -> bool:
+                return r.get("runtime") != "k8s" or (resume and r.get("code_hash") == current)
 
-        dropped = [r for r in self.data["records"] if not keep(r)]
-        self.data["records"] = [r for r in self.data["records"] if keep(r)]
-        for r in dropped:
-            self.traces.pop(bl.record_key(r), None)
+            dropped = [r for r in self.data["records"] if not keep(r)]
+            self.data["records"] = [r for r in self.data["records"] if keep(r)]
+            for r in dropped:
+                self.traces.pop(bl.record_key(r), None)
         k8s = self.data.get("k8s") or {}
         if not resume or k8s.get("code_hash") != current:
             k8s = {}

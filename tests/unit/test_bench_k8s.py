@@ -132,3 +132,12 @@ def test_shifted_curve_predicts_the_cluster_t() -> None:
     shifted = kb.shifted_curve(curve, 1000, 24.0)
     assert bl.predicted_time_s(shifted, 1000, 2.0) == pytest.approx(24.0)
     assert shifted[0].startup_s == pytest.approx(4.5)  # the same +2.5 s start-up
+
+
+def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
+    import harness
+
+    grid = kb.k8s_grid(bl.make_grid("quick"))
+    results = harness.Results(tmp_path / "new", grid, "small", resume=True, runtime="k8s")
+    assert results.data["k8s"]["code_hash"] == harness.code_hash()
+    assert results.data["records"] == []
