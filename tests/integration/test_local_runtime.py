@@ -96,33 +96,38 @@ def test_trainer_threads_follow_a_real_quota(tmp_path: Path) -> None:
     command += ["--width", "4", "--batch-size", "4", "--epochs", "1", "--steps-per-epoch"]
     command += ["100000", "--progress-file", str(tmp_path / "progress.json")]
     lines: list[str] = []
+    started, changed = threading.Event(), threading.Event()
+
+    def read(stream: Any) -> None:
+        for line in stream:
+            lines.append(line)
+            if "training resnet" in line:
+                started.set()
+            if "CPU limit changed" in line:
+                changed.set()
+
     try:
         limiter.apply(1.0)
         with subprocess.Popen(
             command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             preexec_fn=limiter.preexec,
         ) as proc:  # fmt: skip
-            reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+            reader = threading.Thread(target=read, args=(proc.stderr,), daemon=True)
             reader.start()
             try:
-                deadline = time.monotonic() + 60
-                while not any("training resnet" in line for line in lines):
-                    assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
-                    time.sleep(0.1)
+                assert started.wait(60), "".join(lines)
                 limiter.apply(float(CPUS))
-                while not any("CPU limit changed" in line for line in lines):
-                    assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
-                    time.sleep(0.1)
+                assert changed.wait(30), "".join(lines)
             finally:
                 proc.terminate()
                 proc.wait(30)
                 reader.join(10)
     finally:
         limiter.close()
-    started = next(line for line in lines if "training resnet" in line)
-    changed = next(line for line in lines if "CPU limit changed" in line)
-    assert "with 1 (following the CPU limit) threads" in started
-    assert f"CPU limit changed: {CPUS} threads" in changed
+    start_line = next(line for line in lines if "training resnet" in line)
+    change_line = next(line for line in lines if "CPU limit changed" in line)
+    assert "with 1 (following the CPU limit) threads" in start_line
+    assert f"CPU limit changed: {CPUS} threads" in change_line
 
 
 def test_deadline_that_forces_throttling_is_met(tmp_path: Path, all_cores_s: float) -> None:
