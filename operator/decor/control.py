@@ -247,13 +247,16 @@ def initial_state(settings: Settings, initial_allocation: float | None = None) -
     return State(policy="decor", allocation=clamp(start, settings))
 
 
+def thread_cores(limit: float) -> float:
+    """The cores a trainer with one thread per whole core of its CPU limit can use: all of a
+    limit below one core, its whole cores from one core up (``decor_trainer.threads``): a limit
+    of 1.6 cores runs as fast as 1."""
+    return limit if limit < 1.0 else float(math.floor(limit + 1e-6))
+
+
 def usable_cores(allocation: float, settings: Settings) -> float:
-    """What a trainer can use of an allocation: GPUs, or a CPU limit's cores below one core and
-    its whole cores from one core up. The reference trainer runs one thread per whole core
-    of its limit (``decor_trainer.threads``): a limit of 1.6 cores runs as fast as 1."""
-    if settings.mode != "cpu" or allocation < 1.0:
-        return allocation
-    return float(math.floor(allocation + 1e-6))
+    """What a trainer can use of an allocation: GPUs, or :func:`thread_cores` of a CPU limit."""
+    return thread_cores(allocation) if settings.mode == "cpu" else allocation
 
 
 def clamp(value: float, settings: Settings) -> float:
@@ -455,7 +458,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         else:
             v_lower, v_upper = 1.0 / step_time(lower), 1.0 / step_time(lower + 1)
             fraction = (1.0 / needed_step_s - v_lower) / (v_upper - v_lower)
-            wanted = lower + min(1.0, max(0.0, fraction))
+            fraction = min(1.0, max(0.0, fraction))
+            wanted = lower + fraction
             target, credit_s = _whole_core_level(
                 lower, fraction, current, state.level_credit_s, settings
             )
@@ -500,7 +504,6 @@ def _whole_core_level(
     ``level_up_periods`` are owed, the upper one once ``level_hold_periods`` at the lower
     one are: the two alternate in proportion, with few resizes, erring early.
     """
-    fraction = min(1.0, max(0.0, fraction))
     at = usable_cores(current, settings)
     if at not in (lower, lower + 1):  # a new pair of levels: start at the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0

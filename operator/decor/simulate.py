@@ -12,7 +12,15 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from decor.control import Decision, Observation, Settings, State, decide, initial_state
+from decor.control import (
+    Decision,
+    Observation,
+    Settings,
+    State,
+    decide,
+    initial_state,
+    thread_cores,
+)
 
 
 @dataclass(frozen=True)
@@ -37,9 +45,7 @@ class Plant:
     whole_threads: bool = False
 
     def usable_cores(self, allocation: float) -> float:
-        if self.whole_threads and allocation >= 1.0:
-            return float(math.floor(allocation + 1e-9))
-        return allocation
+        return thread_cores(allocation) if self.whole_threads else allocation
 
     def mean_step_time_s(self, allocation: float, elapsed_s: float) -> float:
         base = self.a / min(self.usable_cores(allocation), self.saturation) + self.b
