@@ -304,17 +304,29 @@ def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
     return points[-1][1]
 
 
+def _threads(cores: float) -> int:
+    """The trainer's thread count at a CPU limit: one per whole core, at least one
+    (``decor.control.thread_cores``)."""
+    return max(1, math.floor(cores + 1e-6))
+
+
 def predicted_time_s(curve: Sequence[SpeedPoint], steps: float, cores: float) -> float:
     """Seconds from start to the last step at a constant ``cores``, from the profiled curve.
 
-    Rate and start-up are interpolated linearly between profiled allocations. Below the
-    smallest one, rate is taken proportional to cores and start-up inversely (both CPU-bound).
+    The trainer runs one thread per whole core of its limit, so speed is a staircase above
+    one core: a limit runs as fast as the profiled allocations with its thread count, rate
+    and start-up interpolated linearly between them and constant beyond them (1.7 cores as
+    fast as the 1.5-core profile, not halfway to the 2-thread 2.0). Below the smallest
+    allocation, rate is taken proportional to cores and start-up inversely (both CPU-bound).
     """
     pts = sorted(curve, key=lambda p: p.cores)
     lowest = pts[0]
     if cores < lowest.cores:
         scale = cores / lowest.cores
         return lowest.startup_s / scale + steps / (lowest.steps_per_s * scale)
+    same = [p for p in pts if _threads(p.cores) == _threads(cores)]
+    below = [p for p in pts if p.cores <= cores]
+    pts = same or below[-1:]  # no profile with this thread count: the nearest one below
     rate = _interp([(p.cores, p.steps_per_s) for p in pts], cores)
     startup = _interp([(p.cores, p.startup_s) for p in pts], cores)
     return startup + steps / rate
@@ -326,7 +338,8 @@ def oracle_allocation(
     """The constant allocation (cores, to the millicore) that finishes exactly at ``deadline_s``.
 
     MAX when even MAX is predicted late; MIN when MIN is predicted early. Bisection, so the
-    curve only needs time to fall as cores rise.
+    curve only needs time to fall as cores rise; on the thread staircase a deadline that one
+    thread cannot meet takes the next whole core.
     """
     if predicted_time_s(curve, steps, max_cores) >= deadline_s:
         return max_cores

@@ -113,13 +113,29 @@ def test_oracle_meets_the_deadline_on_a_linear_curve() -> None:
     assert bl.predicted_time_s(LINEAR, steps, cores - 0.002) > deadline
 
 
-def test_oracle_interpolates_a_saturating_curve() -> None:
-    curve = [bl.SpeedPoint(1.0, 10.0, 2.0), bl.SpeedPoint(2.0, 14.0, 2.0)]
-    steps = 140  # T = 12 s at 2 cores
-    cores = bl.oracle_allocation(curve, steps, 14.0, 0.25, 2.0)  # needs 140 / 12 steps/s
-    assert cores == pytest.approx(1.0 + (140 / 12 - 10.0) / 4.0, abs=1e-3)
-    rate = 10.0 + 4.0 * (cores - 1.0)
-    assert 2.0 + steps / rate == pytest.approx(14.0, abs=0.01)
+def test_oracle_interpolates_below_one_core() -> None:
+    curve = [bl.SpeedPoint(0.5, 6.0, 2.0), bl.SpeedPoint(1.0, 10.0, 2.0)]
+    steps = 80  # 10 s at 1 core
+    cores = bl.oracle_allocation(curve, steps, 10.0, 0.25, 1.0)  # needs 80 / 10 steps/s
+    assert cores == pytest.approx(1.0, abs=1e-3)
+    cores = bl.oracle_allocation(curve, steps, 2.0 + 80 / 8.0, 0.25, 1.0)  # needs 8 steps/s
+    assert cores == pytest.approx(0.75, abs=1e-3)
+
+
+def test_oracle_follows_the_thread_staircase() -> None:
+    # one thread per whole core: 1.5 cores run one thread, barely faster than 1.0; 2 threads at 2.0
+    curve = [
+        bl.SpeedPoint(1.0, 10.0, 2.0),
+        bl.SpeedPoint(1.5, 10.5, 2.0),
+        bl.SpeedPoint(2.0, 16.0, 2.0),
+    ]
+    steps = 160  # T = 12 s at 2 cores
+    assert bl.predicted_time_s(curve, steps, 1.9) == pytest.approx(2.0 + 160 / 10.5)  # one thread
+    assert bl.predicted_time_s(curve, steps, 1.25) == pytest.approx(2.0 + 160 / 10.25)
+    assert bl.oracle_allocation(curve, steps, 16.0, 0.25, 2.0) == 2.0  # one thread cannot: 2 cores
+    assert bl.oracle_allocation(curve, steps, 18.0, 0.25, 2.0) == pytest.approx(1.0, abs=1e-3)
+    # a cluster MAX below two cores never gets the second thread
+    assert bl.predicted_time_s(curve, steps, 1.99) == pytest.approx(2.0 + 160 / 10.5)
 
 
 def test_oracle_clamps_to_the_bounds() -> None:
