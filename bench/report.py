@@ -219,9 +219,12 @@ def render_markdown(
         "- `static-max`: all cores for the whole run. `static-oracle`: the constant allocation "
         "that the profiled speed curve predicts finishes exactly at the final deadline, "
         "run for real. The curve comes from whole static runs of the job at 1/4, 1/2, 3/4 of "
-        "MAX and at MAX, interpolated between them; it is exact at those allocations, so what "
-        "the oracle runs miss by is the run-to-run spread of this machine plus the "
-        "interpolation.",
+        "MAX and at MAX. The trainer runs one thread per whole core of its limit, so the curve "
+        "is a staircase above one core: a limit is interpolated only between profiled "
+        "allocations with its thread count (1.7 cores run like the 1.5-core profile) and a "
+        "deadline one thread cannot meet takes the next whole core. The curve is exact at the "
+        "profiled allocations, so what the oracle runs miss by is the run-to-run spread of "
+        "this machine plus the interpolation.",
         "",
         "## Deviation from the deadline",
         "",
