@@ -216,6 +216,7 @@ class State:
     decisions: int = 0
     level_credit_s: float = 0.0  # decor CPU: seconds owed at the upper whole-core level
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
+    fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,7 +349,7 @@ def _nn_condition(
 
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
-    fit, level_fit = state.fit, state.level_fit
+    fit, level_fit, fewest = state.fit, state.level_fit, state.fewest_cores_measured
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
     )
@@ -370,6 +371,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 fit = fit.add(1.0 / cores, *sample)
             if settings.mode == "cpu" and cores >= 1.0:
                 level_fit = level_fit.add(1.0 / cores, *sample)
+                fewest = min(cores, fewest if fewest is not None else math.inf)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -391,6 +393,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         state,
         fit=fit,
         level_fit=level_fit,
+        fewest_cores_measured=fewest,
         last_time_s=obs.time_s,
         last_steps=obs.steps_done,
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
@@ -461,7 +464,15 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             fraction = min(1.0, max(0.0, fraction))
             wanted = lower + fraction
             target, credit_s = _whole_core_level(
-                lower, fraction, current, state.level_credit_s, settings
+                lower,
+                fraction,
+                current,
+                state.level_credit_s,
+                settings,
+                # Only MAX measured (the job's start), and no hurry: measure the lower level.
+                probe_lower=fewest is not None
+                and fewest >= top
+                and lower + fraction <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation,
             )
     else:
         # Up to one core, speed is proportional to the quota: the model's cores for the
@@ -494,7 +505,12 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
 
 
 def _whole_core_level(
-    lower: int, fraction: float, current: float, credit_s: float, settings: Settings
+    lower: int,
+    fraction: float,
+    current: float,
+    credit_s: float,
+    settings: Settings,
+    probe_lower: bool = False,
 ) -> tuple[float, float]:
     """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
     need that takes the upper level a ``fraction`` of the time.
@@ -503,8 +519,18 @@ def _whole_core_level(
     lower one, ``fraction - 1`` at the upper one); the lower level is left once
     ``level_up_periods`` are owed, the upper one once ``level_hold_periods`` at the lower
     one are: the two alternate in proportion, with few resizes, erring early.
+
+    ``probe_lower``: every interval measured so far ran at MAX (a job starts there), so the
+    whole-core fit assumes linear speed-up down to the lower level. Speed-up is sub-linear,
+    so the lower level runs at least as fast as assumed: go there now and stay until it is
+    measured, counting the upper level's share as owed, instead of spending that share
+    first. A job whose extra threads add little (one core as fast as two) learns it in a few
+    periods, not after a run at MAX.
     """
     at = usable_cores(current, settings)
+    if probe_lower:  # to the lower level, and stay there until an interval is measured
+        owed_s = max(0.0, credit_s) if at == lower else 0.0
+        return clamp(float(lower), settings), owed_s + fraction * settings.period_s
     if at not in (lower, lower + 1):  # a new pair of levels: start at the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
     upper_now = at == lower + 1

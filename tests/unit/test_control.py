@@ -376,9 +376,14 @@ def test_decor_cpu_alternates_whole_core_levels_above_one_core(
     current: float, credit_s: float, want: float, credit_after_s: float, why: str
 ) -> None:
     # 1.6122 cores needed: between the levels 1 and 2, the upper one 61.22% of the time (the
-    # speed is proportional to cores here). The trainer runs one thread per whole core of its
-    # limit, so 1.61 cores would run as fast as 1.
-    state = replace(fitted_decor_state(current), level_credit_s=credit_s)
+    # speed is proportional to cores here, measured at both levels). The trainer runs one
+    # thread per whole core of its limit, so 1.61 cores would run as fast as 1.
+    state = replace(
+        fitted_decor_state(current),
+        level_fit=both_levels_fit(),
+        fewest_cores_measured=1.0,
+        level_credit_s=credit_s,
+    )
     decision = decide(
         state, observation(50, 500, current, total=1000), cpu_settings(D_DECOR, "decor"), 50
     )
@@ -386,6 +391,56 @@ def test_decor_cpu_alternates_whole_core_levels_above_one_core(
     assert decision.state.level_credit_s == pytest.approx(credit_after_s, abs=1e-3), why
     assert decision.condition == ON_TRACK
     assert decision.eta_s == pytest.approx(50 + 500 * 0.4 / want)
+
+
+def both_levels_fit(a: float = 0.4) -> SpeedFit:
+    """A whole-core fit that has measured step time = a/u at 1 and 2 cores."""
+    return SpeedFit().add(1.0, a, 100, 10.0, 20.0).add(0.5, a / 2, 100, 10.0, 20.0)
+
+
+@pytest.mark.parametrize(
+    ("current", "measured_at", "want", "why"),
+    [
+        (4.0, 4.0, 1.0, "only MAX measured (the start): probe the lower level of (1, 2)"),
+        (2.0, 2.0, 2.0, "a level below MAX measured: the usual alternation, from the upper"),
+        (0.8, None, 2.0, "from below one core: a new pair starts at the nearer level"),
+        (2.0, 1.0, 2.0, "the lower level measured (the upper not yet): no probe"),
+    ],
+)
+def test_decor_cpu_probes_an_unmeasured_lower_level(
+    current: float, measured_at: float | None, want: float, why: str
+) -> None:
+    # 1.6122 cores needed as above; a whole-core fit from MAX alone assumes linear speed-up,
+    # which the lower level runs at least at.
+    def measured(cores: float) -> SpeedFit:
+        return SpeedFit().add(1.0 / cores, 0.4 / cores, 100, 10.0, 20.0)
+
+    state = State(
+        policy="decor",
+        allocation=current,
+        fit=measured(current) if current < 1.0 else SpeedFit(),
+        level_fit=measured(measured_at) if measured_at is not None else SpeedFit(),
+        fewest_cores_measured=measured_at,
+        decisions=5,
+    )
+    decision = decide(
+        state, observation(50, 500, current, total=1000), cpu_settings(D_DECOR, "decor"), 50
+    )
+    assert decision.allocation == want, why
+
+
+def test_decor_cpu_learns_fast_that_a_second_thread_adds_nothing() -> None:
+    # One core runs as fast as two (the LSTM reference workload): starting at MAX, a need
+    # that looks like 1.5 cores under linear speed-up goes to one core at once and, once one
+    # core is measured, stays at or below it.
+    plant = Plant(a=0.4, saturation=1.0, whole_threads=True)
+    deadline = 1.5 * TOTAL_STEPS * plant.mean_step_time_s(2.0, 0.0)
+    settings = cpu_settings(deadline, "decor", min_allocation=0.1, max_allocation=2.0)
+    result = run_closed_loop(settings, plant, TOTAL_STEPS)
+    at_two = [t for t, _, a, _ in result.trace if a >= 2.0]
+    assert max(at_two) <= 2.0, at_two  # the first decision with a measured interval
+    assert all(a <= 1.0 for t, _, a, _ in result.trace if t >= 10), result.trace[:20]
+    assert abs(result.deviation_pct) <= 1.0
 
 
 def test_usable_cores_are_whole_from_one_core_up() -> None:
