@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
+from decor.control import thread_cores
+
 POLICIES = ("decor", "decor-nn", "static-max", "static-oracle")
 CONTROLLED = ("decor", "decor-nn")
 LATE_TOLERANCE_PCT = 1.0  # "no run late by more than 1%"
@@ -304,10 +306,9 @@ def _interp(points: Sequence[tuple[float, float]], x: float) -> float:
     return points[-1][1]
 
 
-def _threads(cores: float) -> int:
-    """The trainer's thread count at a CPU limit: one per whole core, at least one
-    (``decor.control.thread_cores``)."""
-    return max(1, math.floor(cores + 1e-6))
+def _threads(cores: float) -> float:
+    """The trainer's thread count at a CPU limit: its whole cores, at least one."""
+    return max(1.0, thread_cores(cores))
 
 
 def predicted_time_s(curve: Sequence[SpeedPoint], steps: float, cores: float) -> float:

@@ -472,7 +472,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 # Only MAX measured (the job's start), and no hurry: measure the lower level.
                 probe_lower=fewest is not None
                 and fewest >= top
-                and lower + fraction <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation,
+                and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation,
             )
     else:
         # Up to one core, speed is proportional to the quota: the model's cores for the
