@@ -409,25 +409,53 @@ class CellStats:
     max_abs_dev_pct: float
     mean_dev_pct: float
     late_over_tol: int  # runs later than LATE_TOLERANCE_PCT
-    mean_cs_over_oracle_pct: float | None  # mean of (core-seconds to finish / oracle - 1)
+    mean_cs_over_oracle_pct: float | None  # mean of (core-seconds to finish / oracle run's - 1)
     failed: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
-def cell_stats(records: Iterable[dict[str, Any]]) -> CellStats | None:
+OracleCost = dict[tuple[str, str, str], float]
+
+
+def oracle_key(record: dict[str, Any]) -> tuple[str, str, str]:
+    return (record.get("runtime", "local"), record["workload"], record["scenario"])
+
+
+def oracle_run_core_seconds(records: Iterable[dict[str, Any]]) -> OracleCost:
+    """What the static oracle used, per (runtime, workload, scenario): the core-seconds to the
+    last step of its run of that setting (mean over repeats).
+
+    Measured, not predicted: the oracle runs in the same block as the controllers, so it shares
+    the machine's speed of the moment, while its allocation comes from a profile taken earlier.
+    Where the profile was off and the run missed the deadline, a constant allocation that met it
+    exactly would have used about the same: below one core speed is proportional to the quota,
+    so cores x time is the work, whatever the constant.
+    """
+    costs: dict[tuple[str, str, str], list[float]] = {}
+    for r in records:
+        if r["policy"] == "static-oracle" and valid(r):
+            costs.setdefault(oracle_key(r), []).append(_cs(r))
+    return {key: fmean(values) for key, values in costs.items()}
+
+
+def cs_over_oracle_pct(record: dict[str, Any], oracle: OracleCost) -> float | None:
+    """Core-seconds to the last step against the oracle run of the same setting, in %."""
+    cost = oracle.get(oracle_key(record))
+    return None if not cost else 100.0 * (_cs(record) / cost - 1.0)
+
+
+def cell_stats(
+    records: Iterable[dict[str, Any]], oracle: OracleCost | None = None
+) -> CellStats | None:
     records = list(records)
     ok = [r for r in records if valid(r)]
     failed = len(records) - len(ok)
     if not ok:
         return None if not records else CellStats(0, math.nan, math.nan, math.nan, 0, None, failed)
     devs = [float(r["deviation_pct"]) for r in ok]
-    ratios = [
-        100.0 * (_cs(r) / float(r["oracle_core_seconds"]) - 1.0)
-        for r in ok
-        if r.get("oracle_core_seconds")
-    ]
+    ratios = [x for r in ok if (x := cs_over_oracle_pct(r, oracle or {})) is not None]
     return CellStats(
         runs=len(ok),
         mean_abs_dev_pct=fmean(abs(d) for d in devs),
@@ -455,25 +483,28 @@ def aggregate(records: Sequence[dict[str, Any]], runtime: str = "local") -> dict
     mine = of_runtime(records, runtime)
     scenarios = [s for s in SCENARIOS if any(r["scenario"] == s for r in mine)]
     policies = [p for p in POLICIES if any(r["policy"] == p for r in mine)]
+    oracle = oracle_run_core_seconds(mine)
     cells: dict[str, dict[str, CellStats]] = {}
     for policy in policies:
         for scenario in scenarios:
             stats = cell_stats(
-                r for r in mine if r["policy"] == policy and r["scenario"] == scenario
+                (r for r in mine if r["policy"] == policy and r["scenario"] == scenario), oracle
             )
             if stats is not None:
                 cells.setdefault(policy, {})[scenario] = stats
     feasible = {
         policy: cell_stats(
-            r for r in mine if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible
+            (r for r in mine if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible),
+            oracle,
         )
         for policy in policies
     }
     undisturbed_feasible = {
         policy: cell_stats(
-            r for r in mine
-            if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible
-            and SCENARIOS[r["scenario"]].disturb_from is None
+            (r for r in mine
+             if r["policy"] == policy and SCENARIOS[r["scenario"]].feasible
+             and SCENARIOS[r["scenario"]].disturb_from is None),
+            oracle,
         )
         for policy in policies
     }  # fmt: skip
@@ -484,6 +515,7 @@ def aggregate(records: Sequence[dict[str, Any]], runtime: str = "local") -> dict
         "cells": cells,
         "feasible": feasible,
         "undisturbed_feasible": undisturbed_feasible,
+        "oracle_core_seconds": oracle,
     }
 
 

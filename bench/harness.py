@@ -239,10 +239,15 @@ def manifest(
     deadline_s: float,
     lo: float,
     hi: float,
-    initial: float,
+    initial: float | None,
     policy: str,
 ) -> dict[str, Any]:
-    """The DeadlineTrainingJob of one run (self-contained: independent of examples/)."""
+    """The DeadlineTrainingJob of one run (self-contained: independent of examples/).
+
+    ``initial`` None leaves the start allocation to the spec's default."""
+    resources = {"mode": "cpu", "min": f"{round(lo * 1000)}m", "max": f"{round(hi * 1000)}m"}
+    if initial is not None:
+        resources["initial"] = f"{round(initial * 1000)}m"
     return {
         "apiVersion": "decor.dev/v1alpha1",
         "kind": "DeadlineTrainingJob",
@@ -251,12 +256,7 @@ def manifest(
             "duration": f"{deadline_s:.3f}s",
             "epochs": EPOCHS,
             "stepsPerEpoch": steps // EPOCHS,
-            "resources": {
-                "mode": "cpu",
-                "min": f"{round(lo * 1000)}m",
-                "max": f"{round(hi * 1000)}m",
-                "initial": f"{round(initial * 1000)}m",
-            },  # fmt: skip
+            "resources": resources,
             "control": {"policy": policy, "periodSeconds": 1},
             "template": {
                 "spec": {
@@ -349,17 +349,24 @@ class RunEvents:
         self.busy = []
 
 
+def start_cores(policy: str, max_cores: float) -> float | None:
+    """A controller's start allocation: decor-nn starts at MAX (its published law), decor at
+    the spec's default (None)."""
+    return max_cores if policy == "decor-nn" else None
+
+
 def run_once(
     size: bl.WorkloadSize,
     steps: int,
     deadline_s: float,
-    bounds: tuple[float, float, float],
+    bounds: tuple[float, float, float | None],
     policy: str,
     out_dir: Path,
     scenario: bl.Scenario | None = None,
     disturb_processes: int = 1,
 ) -> tuple[RunSummary, list[Any], dict[str, Any]]:
-    """One job through the local runtime; (summary, trace rows, notes with others_cores)."""
+    """One job through the local runtime; (summary, trace rows, notes with others_cores and
+    initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default."""
     lo, hi, initial = bounds
     steps = whole_epochs(steps)
     doc = manifest(
@@ -367,14 +374,16 @@ def run_once(
     )
     before, t0 = cpu_sample(), time.monotonic()
     events = RunEvents(scenario or bl.Scenario("static", 1.0), deadline_s, disturb_processes)
+    job = parse_job(doc)
     with events:
-        summary = run_local(parse_job(doc), LocalOptions(out_dir=out_dir))
+        summary = run_local(job, LocalOptions(out_dir=out_dir))
     wall = time.monotonic() - t0
     if summary.error == "interrupted":  # SIGINT/SIGTERM: the runtime stopped the trainer
         raise KeyboardInterrupt
     notes = dict(events.notes)
     notes["others_cores"] = round(others_cores(before, cpu_sample(), wall), 3)
     notes["wall_s"] = round(wall, 2)
+    notes["initial_cores"] = job.resources.initial
     try:
         _, rows = read_trace(out_dir / "trace.json")
     except (OSError, ValueError, KeyError):
@@ -732,7 +741,7 @@ def execute(
     elif run.policy == "static-oracle":
         bounds = (oracle_cores, oracle_cores, oracle_cores)
     else:
-        bounds = (grid.min_cores, max_cores, max_cores)
+        bounds = (grid.min_cores, max_cores, start_cores(run.policy, max_cores))
     record: dict[str, Any] = {}
     for attempt in range(MAX_RETRIES_NOISY + 1):
         before_others = wait_between_runs(wait)
@@ -745,7 +754,7 @@ def execute(
         cs_finish = None
         if finished is not None:
             cs_finish = bl.core_seconds_to_finish(
-                [(r.t_s, r.allocation, r.requested) for r in rows], bounds[2], finished
+                [(r.t_s, r.allocation, r.requested) for r in rows], notes["initial_cores"], finished
             )
         record = {
             "workload": run.workload,
@@ -948,8 +957,11 @@ def execute_k8s(
         oracle_cs = oracle_cores * min(
             final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores)
         )
-    lo, hi, initial = grid.min_cores, max_cores, max_cores
-    doc = manifest(size, whole_epochs(steps), deadline_s, lo, hi, initial, run.policy)
+    lo, hi = grid.min_cores, max_cores
+    doc = manifest(
+        size, whole_epochs(steps), deadline_s, lo, hi, start_cores(run.policy, hi), run.policy
+    )
+    initial = parse_job(doc).resources.initial
     load = load_1m()
     kr = kb.run_job(cluster, doc, scenario, deadline_s, initial, run.run_id, grid.disturb_processes)
     o = kr.outcome
@@ -977,6 +989,7 @@ def execute_k8s(
         "allocation_changes_seen": kb.count_changes(kr.samples),
         "cores_min": lo,
         "cores_max": hi,
+        "initial_cores": initial,
         "steps": steps,
         "all_cores_s": round(all_cores_s, 3),
         "machine_cores": results.data["machine"]["cores"],

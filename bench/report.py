@@ -194,8 +194,12 @@ def render_markdown(
         "",
         "Feasible settings: final deadline >= 1.4 T (1.5x, 1.8x, 2.5x, both moves, the "
         "disturbance). Core-seconds are counted from the start to the last step, against the "
-        "oracle's constant allocation x the final deadline (its predicted cost), over the "
-        "undisturbed feasible settings; the static oracle cannot foresee a disturbance.",
+        "static oracle's run of the same setting (what it used, measured the same way), over "
+        "the undisturbed feasible settings; the static oracle cannot foresee a disturbance. "
+        "Each record's `oracle_core_seconds` is the profile's prediction of that cost "
+        "(allocation x predicted finish); the speed of this VM at a fixed allocation drifts "
+        "between the profile and the runs, so the comparison uses the oracle's own run, taken "
+        "in the same block as the controllers'.",
         "",
         "## Scenarios and policies",
         "",
@@ -270,7 +274,7 @@ def render_markdown(
         "",
         "## Core-seconds against the static oracle",
         "",
-        "Mean of (core-seconds to the last step / oracle core-seconds - 1), in %. Positive = "
+        "Mean of (core-seconds to the last step / the oracle run's - 1), in %. Positive = "
         "more CPU than the oracle.",
         "",
     ]
@@ -429,8 +433,10 @@ def plot_metric(
                 if metric == "deviation":
                     y = float(r["deviation_pct"])
                 else:
-                    cs = r.get("core_seconds_to_finish") or r["core_seconds"]
-                    y = 100.0 * (float(cs) / float(r["oracle_core_seconds"]) - 1.0)
+                    ratio = bl.cs_over_oracle_pct(r, local["oracle_core_seconds"])
+                    if ratio is None:
+                        continue
+                    y = ratio
                 xs.append(i + (j - (len(policies) - 1) / 2) * width)
                 ys.append(y)
         ax.scatter(xs, ys, s=18, color=POLICY_COLOURS.get(policy), label=policy, alpha=0.85)

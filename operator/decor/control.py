@@ -72,9 +72,10 @@ class Settings:
     restart_cost_s: float = 30.0
     # decor, CPU: keep the allocation while the one needed is within this fraction of it.
     deadband_ratio: float = 0.02
-    # decor, CPU: no decrease once less than this fraction of D is left before the target:
-    # a late decrease saves few core-seconds, and the fit, learned at higher quotas, tends to
-    # overestimate the speed below them, with no time left to correct.
+    # decor, CPU: once less than this fraction of D is left before the target, a decrease
+    # below one core is at most one dead-band per period: the fit, learned at higher quotas,
+    # tends to overestimate the speed below them, and little time is left to correct it. (No
+    # decrease at all would keep every lead the end game starts with: an early bias.)
     endgame_ratio: float = 0.1
     # decor, CPU: plan to finish the remaining steps this fraction of the time left (until
     # the end game) early: a reserve that absorbs a slow-down without needing MAX. It shrinks
@@ -217,6 +218,7 @@ class State:
     level_credit_s: float = 0.0  # decor CPU: seconds owed at the upper whole-core level
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
+    most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -349,7 +351,8 @@ def _nn_condition(
 
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
-    fit, level_fit, fewest = state.fit, state.level_fit, state.fewest_cores_measured
+    fit, level_fit = state.fit, state.level_fit
+    fewest, most = state.fewest_cores_measured, state.most_cores_measured
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
     )
@@ -372,6 +375,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             if settings.mode == "cpu" and cores >= 1.0:
                 level_fit = level_fit.add(1.0 / cores, *sample)
                 fewest = min(cores, fewest if fewest is not None else math.inf)
+                most = max(cores, most if most is not None else 0.0)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -394,6 +398,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         fit=fit,
         level_fit=level_fit,
         fewest_cores_measured=fewest,
+        most_cores_measured=most,
         last_time_s=obs.time_s,
         last_steps=obs.steps_done,
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
@@ -473,6 +478,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 probe_lower=fewest is not None
                 and fewest >= top
                 and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation,
+                # The upper level never measured (a job that starts at one core): measure it.
+                probe_upper=most is not None and most < lower + 1,
             )
     else:
         # Up to one core, speed is proportional to the quota: the model's cores for the
@@ -487,8 +494,12 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         ):
             target = current
     if target < current and horizon < endgame_s:
-        # End game: no decrease below one core (whole-core levels were both measured).
-        target = min(current, max(target, 1.0))
+        # End game: below one core, step down by at most one dead-band (a step down between
+        # whole-core levels is taken: both were measured).
+        floor = (
+            1.0 if current > 1.0 else quantize(current * (1 - settings.deadband_ratio), settings)
+        )
+        target = min(current, max(target, floor))
     if settled_now:
         # The interval that ends here ran partly at the old allocation, so it taught the
         # model nothing; hold one period to measure the new one. Without this, a model that
@@ -511,6 +522,7 @@ def _whole_core_level(
     credit_s: float,
     settings: Settings,
     probe_lower: bool = False,
+    probe_upper: bool = False,
 ) -> tuple[float, float]:
     """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
     need that takes the upper level a ``fraction`` of the time.
@@ -526,8 +538,15 @@ def _whole_core_level(
     measured, counting the upper level's share as owed, instead of spending that share
     first. A job whose extra threads add little (one core as fast as two) learns it in a few
     periods, not after a run at MAX.
+
+    ``probe_upper``: the upper level was never measured (a job that starts at one core), and
+    assuming linear speed-up up to it overstates its speed, so its share of the time comes
+    out too small and too late. Go there now; the time spent there counts against the share.
     """
     at = usable_cores(current, settings)
+    if probe_upper:
+        owed_s = min(0.0, credit_s) if at == lower + 1 else 0.0
+        return clamp(float(lower + 1), settings), owed_s + (fraction - 1.0) * settings.period_s
     if probe_lower:  # to the lower level, and stay there until an interval is measured
         owed_s = max(0.0, credit_s) if at == lower else 0.0
         return clamp(float(lower), settings), owed_s + fraction * settings.period_s

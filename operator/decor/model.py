@@ -240,7 +240,14 @@ def parse_resources(raw: Any) -> ResourceSpec:
     min_ = (
         parse(section["min"], f"{where}.min") if "min" in section else min(DEFAULT_MIN[mode], max_)
     )
-    initial = parse(section["initial"], f"{where}.initial") if "initial" in section else max_
+    if "initial" in section:
+        initial = parse(section["initial"], f"{where}.initial")
+    elif mode == "cpu":
+        # One core: a job's start (imports, data loading) runs mostly on one thread, and the
+        # controller moves as soon as it has measured the speed. GPUs: MAX (a change restarts).
+        initial = min(max_, max(min_, 1.0))
+    else:
+        initial = max_
     if min_ > max_:
         raise ManifestError(f"{where}.min", f"must be <= {where}.max ({min_:g} > {max_:g})")
     if not min_ <= initial <= max_:

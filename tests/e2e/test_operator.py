@@ -922,7 +922,7 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
             "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
         )
         create_job(
-            kube, namespace, job_manifest("helm-job", trainer_image, epochs=2, duration="90s")
+            kube, namespace, job_manifest("helm-job", trainer_image, epochs=3, duration="90s")
         )
         final = wait_succeeded(kube, namespace, "helm-job", timeout=300)
         report("helm-job", final)

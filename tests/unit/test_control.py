@@ -360,6 +360,26 @@ def test_decor_cpu_plans_the_needed_allocation_below_one_core(
     assert decision.eta_s == pytest.approx(50 + 500 * A_SUB_CORE / want)
 
 
+# End game: at t = 170 s, 950 of 1000 done, 9.64 s left (< 18 s): no reserve, step time
+# 9.64 / 50 = .1928 s needed -> .1519 / .1928 = .788 core.
+@pytest.mark.parametrize(
+    ("current", "want", "why"),
+    [
+        (0.9, 0.88, "a decrease is at most one dead-band (2%) per period"),
+        (0.6, 0.79, "an increase is taken in full"),
+        (0.8, 0.8, "inside the dead-band"),
+    ],
+)
+def test_decor_cpu_end_game_steps_down_gently(current: float, want: float, why: str) -> None:
+    decision = decide(
+        fitted_decor_state(current, a=A_SUB_CORE),
+        observation(170, 950, current, total=1000),
+        cpu_settings(D_DECOR, "decor", min_allocation=0.1),
+        170,
+    )
+    assert decision.allocation == want, why
+
+
 @pytest.mark.parametrize(
     ("current", "credit_s", "want", "credit_after_s", "why"),
     [
@@ -404,10 +424,10 @@ def both_levels_fit(a: float = 0.4) -> SpeedFit:
         (4.0, 4.0, 1.0, "only MAX measured (the start): probe the lower level of (1, 2)"),
         (2.0, 2.0, 2.0, "a level below MAX measured: the usual alternation, from the upper"),
         (0.8, None, 2.0, "from below one core: a new pair starts at the nearer level"),
-        (2.0, 1.0, 2.0, "the lower level measured (the upper not yet): no probe"),
+        (1.0, 1.0, 2.0, "only the lower level measured (a start at one core): probe the upper"),
     ],
 )
-def test_decor_cpu_probes_an_unmeasured_lower_level(
+def test_decor_cpu_probes_an_unmeasured_level(
     current: float, measured_at: float | None, want: float, why: str
 ) -> None:
     # 1.6122 cores needed as above; a whole-core fit from MAX alone assumes linear speed-up,
@@ -421,6 +441,7 @@ def test_decor_cpu_probes_an_unmeasured_lower_level(
         fit=measured(current) if current < 1.0 else SpeedFit(),
         level_fit=measured(measured_at) if measured_at is not None else SpeedFit(),
         fewest_cores_measured=measured_at,
+        most_cores_measured=measured_at,
         decisions=5,
     )
     decision = decide(

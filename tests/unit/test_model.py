@@ -86,7 +86,7 @@ def test_example_manifest_loads() -> None:
 def test_defaults() -> None:
     job = parse_job(edited(valid_manifest(), spec__resources={"max": "3"}))
     assert job.resources.mode == "cpu"
-    assert (job.resources.min, job.resources.max, job.resources.initial) == (1.0, 3.0, 3.0)
+    assert (job.resources.min, job.resources.max, job.resources.initial) == (1.0, 3.0, 1.0)
     assert job.control.policy == "decor"
     assert job.control.period_s == 1.0
     assert job.control.safety_margin_s is None
