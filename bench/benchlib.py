@@ -446,16 +446,14 @@ def cs_over_oracle_pct(record: dict[str, Any], oracle: OracleCost) -> float | No
     return None if not cost else 100.0 * (_cs(record) / cost - 1.0)
 
 
-def cell_stats(
-    records: Iterable[dict[str, Any]], oracle: OracleCost | None = None
-) -> CellStats | None:
+def cell_stats(records: Iterable[dict[str, Any]], oracle: OracleCost) -> CellStats | None:
     records = list(records)
     ok = [r for r in records if valid(r)]
     failed = len(records) - len(ok)
     if not ok:
         return None if not records else CellStats(0, math.nan, math.nan, math.nan, 0, None, failed)
     devs = [float(r["deviation_pct"]) for r in ok]
-    ratios = [x for r in ok if (x := cs_over_oracle_pct(r, oracle or {})) is not None]
+    ratios = [x for r in ok if (x := cs_over_oracle_pct(r, oracle)) is not None]
     return CellStats(
         runs=len(ok),
         mean_abs_dev_pct=fmean(abs(d) for d in devs),
