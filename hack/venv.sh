@@ -21,7 +21,12 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q --upgrade pip >&2
   # numpy<2: Debian's torch 1.13 is built against NumPy 1.x and cannot use NumPy 2.
-  "$venv/bin/pip" install -q -e "$root[operator,trainer,dev]" "numpy<2" >&2
+  # The constraint pins torch to the version already installed, so no dependency (of the
+  # integrations extra, say) can make pip pull a multi-GB PyPI wheel: it fails instead.
+  torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
+  constraints="$venv/constraints.txt"
+  printf 'torch==%s\nnumpy<2\n' "$torch_version" >"$constraints"
+  "$venv/bin/pip" install -q -c "$constraints" -e "$root[operator,trainer,dev,integrations]" >&2
   touch "$venv/.complete"
 else
   # editable install points at this checkout (CI clones elsewhere)

@@ -669,11 +669,35 @@ def build_status(
         status["stepsDone"] = int(observation.steps_done)
         status["stepsTotal"] = int(observation.steps_total)
         status["progress"] = round(observation.progress, 4)
+        status["trainerStatus"] = build_trainer_status(observation, eta_s)
     if epochs_done is not None and math.isfinite(epochs_done):
         status["epochsDone"] = int(epochs_done)
     if eta_s is not None and math.isfinite(eta_s):
         status["eta"] = format_time(eta_s)
     return status
+
+
+PERCENT = 100
+"""Percent in a ratio of one (``trainerStatus.progressPercentage`` is 0..100)."""
+
+
+def build_trainer_status(observation: control.Observation, eta_s: float | None) -> dict[str, Any]:
+    """``status.trainerStatus`` in the shape of Kubeflow Trainer's TrainJob (KEP-2779).
+
+    ``progressPercentage``: whole percent of steps done, 0..100 (rounded down, so 100 only
+    when every step is done). ``estimatedRemainingSeconds``: whole seconds from the
+    observation to the estimated completion ``eta_s`` (Unix s), >= 0; None (removed by the
+    merge patch) when there is no estimate. ``lastUpdatedTime``: when the progress sample
+    was taken. Dashboards and tools written for TrainJob read these fields unchanged.
+    """
+    remaining_s: int | None = None
+    if eta_s is not None and math.isfinite(eta_s):
+        remaining_s = max(0, round(eta_s - observation.time_s))
+    return {
+        "progressPercentage": int(observation.progress * PERCENT),
+        "estimatedRemainingSeconds": remaining_s,
+        "lastUpdatedTime": format_time(observation.time_s),
+    }
 
 
 # ============================================================================================

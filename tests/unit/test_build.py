@@ -446,6 +446,11 @@ def test_status_carries_progress_allocation_and_controller_state() -> None:
         "progress": 0.5,
         "epochsDone": 2,
         "eta": "1970-01-01T00:18:18Z",
+        "trainerStatus": {
+            "progressPercentage": 50,
+            "estimatedRemainingSeconds": 48,
+            "lastUpdatedTime": "1970-01-01T00:17:30Z",
+        },
     }
     assert control.State.from_dict(status["controller"]) == state
 
@@ -463,7 +468,7 @@ def test_status_without_a_sample_reports_nothing_it_does_not_know() -> None:
     )
     assert status["allocation"] is None  # a merge patch removes it
     assert status["desiredAllocation"] == "2"
-    assert not {"stepsDone", "progress", "eta", "observedGeneration"} & set(status)
+    assert not {"stepsDone", "progress", "eta", "observedGeneration", "trainerStatus"} & set(status)
 
 
 def test_event_refers_to_the_job() -> None:
