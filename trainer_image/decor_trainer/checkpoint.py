@@ -17,7 +17,15 @@ The pattern (what :mod:`decor_trainer.train` does)::
 
 A checkpoint holds the model and optimizer state, the position (step, epoch, samples) and
 the RNG state of Python, PyTorch's CPU generator and, when CUDA is available, every CUDA
-device's generator. Loading maps every tensor to the CPU first (RNG states must be CPU byte
+device's generator, and the Unix time it was saved (``saved_at_s``: the restart cost is
+measured from it, :func:`restart_seconds`).
+
+Checkpoints do not depend on the number of workers that wrote them: rank 0 alone saves,
+the state dict of the model *inside* ``DistributedDataParallel`` (no ``module.`` prefix),
+and the position counts global steps and the samples all workers consumed together; the
+order of the data is a pure function of the seed and the dataset size
+(:class:`decor_trainer.distributed.DataOrder`), stored in ``data_order``. A run at M workers
+resumes an N-worker checkpoint at the exact global step and sample. Loading maps every tensor to the CPU first (RNG states must be CPU byte
 tensors) and ``load_state_dict`` then copies parameters and optimizer state onto the devices
 the model already lives on, so a checkpoint written on a GPU resumes on a CPU and back.
 """
@@ -147,12 +155,16 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None,
     position: TrainingPosition,
     meta: Mapping[str, Any] | None = None,
+    data_order: Mapping[str, int] | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> None:
     """Atomically write a checkpoint to ``path`` (creating its directory).
 
     Writes a temporary file next to ``path``, fsyncs it, renames it over ``path`` and fsyncs
     the directory, so ``path`` always holds a complete checkpoint. ``meta`` is a small dict
-    of plain values (e.g. the workload's configuration) stored alongside. Raises ``OSError``
+    of plain values (e.g. the workload's configuration) stored alongside; ``data_order`` the
+    state of the data order (``seed``, ``dataset_size``); ``wall_clock`` gives the save stamp
+    (Unix seconds). Raises ``OSError``
     (or what ``torch.save`` raises) on failure; the previous checkpoint is then intact.
     """
     target = Path(path)
@@ -166,6 +178,8 @@ def save_checkpoint(
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "rng": rng_state(),
         "meta": dict(meta or {}),
+        "data_order": dict(data_order or {}),
+        "saved_at_s": float(wall_clock()),
     }
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
@@ -251,6 +265,21 @@ def apply_checkpoint(
     return TrainingPosition(
         step=int(data["step"]), epoch=int(data["epoch"]), samples=int(data["samples"])
     )
+
+
+def saved_at_s(data: Mapping[str, Any]) -> float | None:
+    """Unix time at which the checkpoint ``data`` was saved; None for older checkpoints."""
+    value = data.get("saved_at_s")
+    return float(value) if value is not None else None
+
+
+def restart_seconds(data: Mapping[str, Any], first_step_done_at_s: float) -> float | None:
+    """Restart cost: seconds from the checkpoint's save stamp to ``first_step_done_at_s``
+    (Unix time the first step after the resume completed). The save happens when the stop
+    is requested (SIGTERM), so this covers the stop, the new pod or process, imports,
+    loading and the first step. None without a stamp; clock skew between nodes shows."""
+    saved = saved_at_s(data)
+    return None if saved is None else max(0.0, first_step_done_at_s - saved)
 
 
 class PeriodicSaver:

@@ -16,6 +16,9 @@ or an incompatible checkpoint, 1 any other error (including ``--fail-at-step``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
 import logging
 import os
 import random
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import (
     PeriodicSaver,
@@ -33,8 +37,27 @@ from .checkpoint import (
     apply_checkpoint,
     checkpoint_path,
     read_checkpoint,
+    restart_seconds,
     save_checkpoint,
+    saved_at_s,
     stop_on_signals,
+)
+from .distributed import (
+    BATCH_POLICIES,
+    DEFAULT_BATCH_POLICY,
+    DEFAULT_LR_WARMUP_STEPS,
+    ENV_BATCH_POLICY,
+    ENV_WORKERS,
+    BatchPolicy,
+    DataOrder,
+    WorldInfo,
+    close_process_group,
+    init_process_group,
+    launch_workers,
+    reduce_step,
+    shard_indices,
+    unblock_stop_signals,
+    worker_count,
 )
 from .reporter import (
     DEFAULT_BIND_ADDRESS,
@@ -48,7 +71,7 @@ from .reporter import (
     ENV_STEPS_PER_EPOCH,
     ProgressReporter,
 )
-from .threads import ThreadFollower
+from .threads import ThreadFollower, read_cpu_limit, usable_cpus
 from .workloads import WORKLOADS, WorkloadConfig, build_workload
 
 log = logging.getLogger("decor_trainer.train")
@@ -211,6 +234,48 @@ def build_parser() -> argparse.ArgumentParser:
         "are deterministic anyway)",
     )
     p.add_argument(
+        "--workers",
+        type=_int_at_least(1),
+        help=f"worker processes (data-parallel, rank 0 reports and checkpoints; default: one "
+        f"per visible CUDA device, else ${ENV_WORKERS}, else 1)",
+    )
+    p.add_argument(
+        "--batch-policy",
+        choices=BATCH_POLICIES,
+        help=f"fixed-global: --batch-size is the global batch, split across the workers; "
+        f"scale-with-workers: --batch-size per worker, learning rate x workers after a warm-up "
+        f"(default: ${ENV_BATCH_POLICY} or {DEFAULT_BATCH_POLICY}; docs/distributed.md)",
+    )
+    p.add_argument(
+        "--micro-batch",
+        type=_int_at_least(1),
+        help="most samples one worker puts through the model at once; above it the worker "
+        "accumulates gradients (default: no cap)",
+    )
+    p.add_argument(
+        "--lr-warmup-steps",
+        type=_int_at_least(0),
+        default=DEFAULT_LR_WARMUP_STEPS,
+        help="scale-with-workers: steps over which the learning rate ramps to its new scale "
+        "after a start or a change of workers (default: %(default)s)",
+    )
+    p.add_argument(
+        "--dataset-size",
+        type=_int_at_least(1),
+        help="samples in the synthetic dataset, visited in a seeded order, one permutation "
+        "per pass (default: steps per epoch x batch size; a checkpoint's value wins)",
+    )
+    p.add_argument(
+        "--sample-log",
+        help="TEST HOOK: every worker appends the sample indices of each pass, one JSON "
+        "object a line",
+    )
+    p.add_argument(
+        "--loss-log",
+        help="TEST HOOK: append each global step's mean loss over the global batch "
+        "('step loss' lines)",
+    )
+    p.add_argument(
         "--step-log",
         help="TEST HOOK: append each completed global step's index to this file, one a line",
     )
@@ -257,54 +322,148 @@ def parse_args(
             args.metrics_linger_s = float(raw) if raw else 0.0
         except ValueError:
             parser.error(f"${ENV_METRICS_LINGER_S} must be a number of seconds, got {raw!r}")
+    if args.batch_policy is None:
+        raw = env.get(ENV_BATCH_POLICY, "").strip() or DEFAULT_BATCH_POLICY
+        if raw not in BATCH_POLICIES:
+            parser.error(f"${ENV_BATCH_POLICY}={raw!r}: choose one of {', '.join(BATCH_POLICIES)}")
+        args.batch_policy = raw
     if args.metrics_address is None:
         args.metrics_address = env.get(ENV_METRICS_ADDRESS, "").strip() or DEFAULT_BIND_ADDRESS
     return args
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Run the trainer; return the process exit status (see the module docstring)."""
-    args = parse_args(argv, environ)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s decor-trainer %(message)s", stream=sys.stderr
-        )
+    """Run the trainer; return the process exit status (see the module docstring).
+
+    With more than one worker (:func:`decor_trainer.distributed.worker_count`) this process
+    launches them and waits; a process started as a rank (by ``torchrun`` or the launcher)
+    trains as that rank.
+    """
+    env = os.environ if environ is None else environ
+    args = parse_args(argv, env)
+    _configure_logging()
     try:
+        world = WorldInfo.from_env(env)
+        if world is None:
+            cuda_devices = torch.cuda.device_count() if args.device != "cpu" else 0
+            try:
+                workers = worker_count(args.workers, env, cuda_devices)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            if workers > 1:
+                log.info("running %d workers in this pod", workers)
+                return launch_workers(functools.partial(_worker_entry, args), workers)
         # Installed before the (possibly long) set-up: a SIGTERM then still ends in exit 0.
         with stop_on_signals() as stop:
-            return train(args, stop)
+            return train(args, stop, world)
     except UsageError as exc:
         log.error("error: %s", exc)
         return EXIT_USAGE
 
 
-def _resolve_device(requested: str) -> torch.device:
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        rank = os.environ.get("RANK")
+        prefix = f"decor-trainer[{rank}]" if rank is not None else "decor-trainer"
+        logging.basicConfig(
+            level=logging.INFO, format=f"%(asctime)s {prefix} %(message)s", stream=sys.stderr
+        )
+
+
+def _worker_entry(args: argparse.Namespace) -> int:
+    """One worker started by :func:`launch_workers` (rank from the environment)."""
+    _configure_logging()
+    try:
+        with stop_on_signals() as stop:
+            unblock_stop_signals()
+            return train(args, stop, WorldInfo.from_env(os.environ))
+    except UsageError as exc:
+        log.error("error: %s", exc)
+        return EXIT_USAGE
+
+
+def _resolve_device(requested: str, world: WorldInfo) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda, but PyTorch sees no CUDA device")
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda":
+        # One process per GPU: local rank i drives the i-th visible device.
+        if world.local_rank >= torch.cuda.device_count():
+            raise UsageError(
+                f"local rank {world.local_rank}, but only {torch.cuda.device_count()} CUDA "
+                "devices are visible"
+            )
+        torch.cuda.set_device(world.local_rank)
+        return torch.device("cuda", world.local_rank)
     return torch.device(requested)
 
 
-def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
+def _per_worker(value: float | None, workers: int) -> float | None:
+    return None if value is None else value / workers
+
+
+class _SampleLog:
+    """TEST HOOK: every worker appends ``{"step", "rank", "world", "indices"}`` JSON lines to
+    one file (one ``write`` per line on an ``O_APPEND`` descriptor: lines never interleave)."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, step: int, rank: int, world: int, indices: Sequence[int]) -> None:
+        line = {"step": step, "rank": rank, "world": world, "indices": list(indices)}
+        os.write(self._fd, (json.dumps(line) + "\n").encode())
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def train(
+    args: argparse.Namespace, stop: StopRequest | None = None, world: WorldInfo | None = None
+) -> int:
     """The training loop for parsed arguments; returns the exit status.
 
-    The loop ends early, after a checkpoint, once ``stop.requested`` is set (by SIGTERM).
+    ``world`` is this worker's rank (None = the only worker). The loop ends early, after a
+    checkpoint, once ``stop.requested`` is set (by SIGTERM) on any worker.
     """
     stop = stop if stop is not None else StopRequest()
-    # A fixed --threads, or threads that follow the CPU limit (re-read between steps).
+    world = world if world is not None else WorldInfo()
+    try:
+        return _train(args, stop, world)
+    finally:
+        close_process_group()
+
+
+def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int:
+    # A fixed --threads, or threads that follow the CPU limit (re-read between steps); the
+    # workers of a pod share its limit and its CPUs.
     follower = None
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     else:
-        follower = ThreadFollower(torch.set_num_threads)
+        shares = world.local_world_size
+        follower = ThreadFollower(
+            torch.set_num_threads,
+            read_limit=lambda: _per_worker(read_cpu_limit(), shares),
+            read_cpus=lambda: max(1, usable_cpus() // shares),
+        )
         follower.poll()
-    device = _resolve_device(args.device)
+    device = _resolve_device(args.device, world)
     if args.deterministic:
         # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = False
         torch.use_deterministic_algorithms(True)
+    try:
+        policy = BatchPolicy(
+            args.batch_policy,
+            args.batch_size,
+            world.world_size,
+            micro_batch=args.micro_batch,
+            lr_warmup_steps=args.lr_warmup_steps,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     config = WorkloadConfig(
@@ -319,12 +478,15 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
     model = workload.model.to(device)
     model.train()
     optimizer = workload.optimizer()
+    base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
     steps_per_epoch = args.steps_per_epoch
     steps_planned = args.epochs * steps_per_epoch
-    meta = {"workload": config.as_dict()}
+    order = DataOrder(args.seed, args.dataset_size or steps_per_epoch * args.batch_size)
 
     ckpt = checkpoint_path(args.checkpoint_dir) if args.checkpoint_dir else None
     position = TrainingPosition()
+    resumed_from: dict[str, float | None] | None = None
+    start_lr_scale = 1.0
     if ckpt is not None:
         existing = read_checkpoint(ckpt)
         if existing is not None:
@@ -337,14 +499,24 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
                     f"{', '.join(f'{k}={getattr(config, k)!r}' for k in mismatched)}); "
                     "use another --checkpoint-dir or delete it"
                 )
+            saved_order = existing.get("data_order") or {}
+            if saved_order:
+                order = DataOrder(int(saved_order["seed"]), int(saved_order["dataset_size"]))
+            saved_batch = existing.get("meta", {}).get("batch", {})
+            start_lr_scale = float(saved_batch.get("lr_scale", 1.0))
+            resumed_from = {"saved_at_s": saved_at_s(existing)}
             position = apply_checkpoint(existing, model=model, optimizer=optimizer)
             del existing
             log.info(
-                "resumed from %s at step %d/%d (epoch %d)",
+                "resumed from %s at step %d/%d (epoch %d, sample %d) with %d workers "
+                "(checkpoint written with %s)",
                 ckpt,
                 position.step,
                 steps_planned,
                 position.epoch,
+                position.samples,
+                world.world_size,
+                saved_batch.get("world_size", 1),
             )
     if position.step >= steps_planned:
         log.info(
@@ -352,12 +524,40 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
         )
         return EXIT_OK
 
+    init_process_group(world, device)
+    net: torch.nn.Module = model
+    ddp: DistributedDataParallel | None = None
+    if world.world_size > 1:
+        # Broadcasts rank 0's parameters and buffers; averages gradients in backward.
+        ddp = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+        net = ddp
+    start_step = position.step
+    lr_scale = start_lr_scale
+
     def save(reason: str) -> bool:
-        if ckpt is None:
+        if ckpt is None or not world.is_main:
             return True
         started = time.monotonic()
+        meta = {
+            "workload": config.as_dict(),
+            "batch": {
+                "policy": policy.policy,
+                "world_size": world.world_size,
+                "global_batch": policy.global_batch,
+                "lr_scale": lr_scale,
+            },
+        }
         try:
-            save_checkpoint(ckpt, model=model, optimizer=optimizer, position=position, meta=meta)
+            save_checkpoint(
+                ckpt,
+                model=model,
+                optimizer=optimizer,
+                position=position,
+                meta=meta,
+                data_order={"seed": order.seed, "dataset_size": order.dataset_size},
+            )
         except Exception as exc:  # noqa: BLE001 - a failed save must not kill the run
             log.error("checkpoint (%s) at step %d failed: %r", reason, position.step, exc)
             return False
@@ -370,34 +570,49 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
         )
         return True
 
-    step_log: IO[str] | None = open(args.step_log, "a") if args.step_log else None  # noqa: SIM115
-    reporter = ProgressReporter(
-        steps_planned=steps_planned,
-        epochs_planned=args.epochs,
-        start_step=position.step,
-        start_samples=position.samples,
-        start_epoch=position.epoch,
-        port=None if args.progress_file else args.metrics_port,
-        address=args.metrics_address,
-        progress_file=args.progress_file,
+    main_rank = world.is_main
+    step_log: IO[str] | None = (
+        open(args.step_log, "a") if args.step_log and main_rank else None  # noqa: SIM115
     )
+    loss_log: IO[str] | None = (
+        open(args.loss_log, "a") if args.loss_log and main_rank else None  # noqa: SIM115
+    )
+    sample_log = _SampleLog(args.sample_log) if args.sample_log else None
+    reporter: ProgressReporter | None = None
+    if main_rank:
+        reporter = ProgressReporter(
+            steps_planned=steps_planned,
+            epochs_planned=args.epochs,
+            start_step=position.step,
+            start_samples=position.samples,
+            start_epoch=position.epoch,
+            port=None if args.progress_file else args.metrics_port,
+            address=args.metrics_address,
+            progress_file=args.progress_file,
+        )
     log.info(
-        "training %s (width %d, batch %d) for %d epochs x %d steps on %s with %s threads",
+        "training %s (width %d, %s batch: %d global, %d accumulation round(s)) for %d epochs "
+        "x %d steps on %s (rank %d/%d) with %s threads",
         config.name,
         config.width,
-        config.batch_size,
+        policy.policy,
+        policy.global_batch,
+        policy.accumulation_rounds,
         args.epochs,
         steps_per_epoch,
         device,
+        world.rank,
+        world.world_size,
         args.threads if follower is None else f"{follower.threads} (following the CPU limit)",
     )
     saver = PeriodicSaver(args.checkpoint_every_s)
     epoch_started = time.monotonic()
     epoch_loss, epoch_steps = 0.0, 0
+    stopping = reduce_step(0.0, stop.requested, device)[1]
     try:
-        with reporter:
+        with reporter if reporter is not None else contextlib.nullcontext():
             for step in range(position.step, steps_planned):
-                if stop.requested:
+                if stopping:
                     break
                 if follower is not None:
                     before = follower.threads
@@ -407,63 +622,115 @@ def train(args: argparse.Namespace, stop: StopRequest | None = None) -> int:
                         )
                 if args.fail_at_step is not None and step == args.fail_at_step:
                     raise RuntimeError(f"--fail-at-step {step}: failing on purpose (test hook)")
-                inputs, targets = workload.batch(step)
-                inputs, targets = inputs.to(device), targets.to(device)
+                lr_scale = policy.lr_scale_at(step, start_step, start_lr_scale)
+                for group, base_lr in zip(optimizer.param_groups, base_lrs, strict=True):
+                    group["lr"] = base_lr * lr_scale
+                shards = shard_indices(
+                    order.indices(position.samples, policy.global_batch), policy, world.rank
+                )
                 optimizer.zero_grad(set_to_none=True)
-                loss = workload.loss(model(inputs), targets)
-                loss.backward()
+                loss_sum = 0.0
+                for number, shard in enumerate(shards):
+                    inputs, targets = workload.samples(shard.indices)
+                    inputs, targets = inputs.to(device), targets.to(device)
+                    # Gradients are averaged across workers only on the last round.
+                    last = number == len(shards) - 1
+                    with _no_sync(ddp) if not last else contextlib.nullcontext():
+                        loss = workload.loss(net(inputs), targets)
+                        (loss * shard.loss_weight).backward()
+                    # .item() waits for the device, so the step's wall time is honest on CUDA.
+                    loss_sum += loss.item() * len(shard.indices)
+                    if sample_log is not None:
+                        sample_log.write(step, world.rank, world.world_size, shard.indices)
                 workload.clip_gradients()
                 optimizer.step()
-                # .item() waits for the device, so the step's wall time is honest on CUDA.
-                epoch_loss += loss.item()
+                loss_sum, stopping = reduce_step(loss_sum, stop.requested, device)
+                step_loss = loss_sum / policy.global_batch
+                epoch_loss += step_loss
                 epoch_steps += 1
                 position = TrainingPosition(
                     step=step + 1,
                     epoch=(step + 1) // steps_per_epoch,
-                    samples=position.samples + workload.samples_per_step,
+                    samples=position.samples + policy.global_batch,
                 )
-                reporter.step_done(workload.samples_per_step)
+                if reporter is not None:
+                    reporter.step_done(policy.global_batch)
+                if resumed_from is not None and main_rank:
+                    restart_s = restart_seconds(resumed_from, time.time())
+                    if restart_s is not None:
+                        log.info(
+                            "restart cost %.3f s (checkpoint saved -> first step done)",
+                            restart_s,
+                        )
+                        _publish_restart(reporter, restart_s)
+                    resumed_from = None
                 if step_log is not None:
                     step_log.write(f"{step}\n")
                     step_log.flush()
+                if loss_log is not None:
+                    loss_log.write(f"{step} {step_loss!r}\n")
+                    loss_log.flush()
                 if position.step % steps_per_epoch == 0:
-                    reporter.epoch_done()
+                    if reporter is not None:
+                        reporter.epoch_done()
                     now = time.monotonic()
-                    log.info(
-                        "epoch %d/%d done: step %d/%d, %.2f s, mean loss %.4f",
-                        position.epoch,
-                        args.epochs,
-                        position.step,
-                        steps_planned,
-                        now - epoch_started,
-                        epoch_loss / max(1, epoch_steps),
-                    )
+                    if main_rank:
+                        log.info(
+                            "epoch %d/%d done: step %d/%d, %.2f s, mean loss %.4f",
+                            position.epoch,
+                            args.epochs,
+                            position.step,
+                            steps_planned,
+                            now - epoch_started,
+                            epoch_loss / max(1, epoch_steps),
+                        )
                     epoch_started, epoch_loss, epoch_steps = now, 0.0, 0
-                if saver.due() and save("periodic"):
+                if main_rank and saver.due() and save("periodic"):
                     saver.saved()
-            if not stop.requested and reporter.port is not None and args.metrics_linger_s > 0:
+            if (
+                not stopping
+                and reporter is not None
+                and reporter.port is not None
+                and args.metrics_linger_s > 0
+            ):
                 # Keep /metrics up a moment (or until SIGTERM) so that a controller sees the
                 # final step and its time stamp before the process is gone.
                 linger_until = time.monotonic() + args.metrics_linger_s
                 while not stop.requested and time.monotonic() < linger_until:
                     time.sleep(0.02)
-                stop = StopRequest()  # a SIGTERM that only ended the linger is not a stop
-            if stop.requested:
+            if stopping:
                 log.info(
                     "signal %s: stopping at step %d/%d",
                     stop.signal_number,
                     position.step,
                     steps_planned,
                 )
-                if ckpt is None:
+                if ckpt is None and main_rank:
                     log.warning("no --checkpoint-dir: the progress of this run is lost")
                 return EXIT_OK if save("stop") else EXIT_ERROR
     finally:
-        if step_log is not None:
-            step_log.close()
+        for handle in (step_log, loss_log, sample_log):
+            if handle is not None:
+                handle.close()
     ok = save("final")
-    log.info("done: %d/%d steps", position.step, steps_planned)
+    if main_rank:
+        log.info("done: %d/%d steps", position.step, steps_planned)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def _no_sync(ddp: DistributedDataParallel | None) -> contextlib.AbstractContextManager[None]:
+    """DDP's ``no_sync()`` (keep this pass's gradients local), or nothing for one worker."""
+    if ddp is None:
+        return contextlib.nullcontext()
+    no_sync: Callable[[], contextlib.AbstractContextManager[None]] = ddp.no_sync  # type: ignore[assignment]
+    return no_sync()
+
+
+def _publish_restart(reporter: ProgressReporter | None, restart_s: float) -> None:
+    """Hand the restart cost to the reporter if it publishes one (docs/contract.md)."""
+    record = getattr(reporter, "restart_done", None)
+    if record is not None:
+        record(restart_s)
 
 
 if __name__ == "__main__":

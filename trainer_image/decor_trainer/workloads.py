@@ -10,7 +10,9 @@
 
 The mini-batch of global step ``s`` is a pure function of ``(seed, s)``, generated on the
 CPU with its own ``torch.Generator`` (then moved to the device), so a resumed run sees
-exactly the batches an uninterrupted one would. The data is learnable, so the loss falls:
+exactly the batches an uninterrupted one would. The reference trainer instead draws a
+finite dataset in a seeded order (:meth:`Workload.samples`: sample ``i`` is a pure function
+of ``(seed, i)``), so that workers can split a step's samples between them. The data is learnable, so the loss falls:
 images are a class prototype plus noise; token sequences follow a fixed random successor
 rule with some random tokens mixed in. Tiny sizes (``width=4``, ``batch_size=4``) take
 tens of milliseconds per step on one CPU core.
@@ -18,6 +20,7 @@ tens of milliseconds per step on one CPU core.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,6 +47,8 @@ GRAD_CLIP_NORM = 1.0
 """Gradient-norm clip of the language model (LSTMs need it; the CNNs do not)."""
 
 _MASK63 = (1 << 63) - 1
+_SAMPLE_SALT = 0x2545F4914F6CDD1D
+"""Mixed into the seed of per-sample generators (:func:`sample_seed`)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ def step_seed(seed: int, step: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & ((1 << 64) - 1)
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & ((1 << 64) - 1)
     return (z ^ (z >> 31)) & _MASK63
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The generator seed of dataset sample ``index`` (>= 0): distinct from every step seed."""
+    return step_seed(seed ^ _SAMPLE_SALT, index)
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -237,6 +247,36 @@ class Workload:
             return tokens[:, :-1], tokens[:, 1:]
         labels = torch.randint(0, NUM_CLASSES, (size,), generator=generator)
         noise = torch.randn((size, IMAGE_CHANNELS, IMAGE_SIZE, IMAGE_SIZE), generator=generator)
+        return self._prototypes[labels] + IMAGE_NOISE * noise, labels
+
+    def samples(self, indices: Sequence[int]) -> tuple[Tensor, Tensor]:
+        """Inputs and targets of the dataset samples ``indices`` (each >= 0), on the CPU.
+
+        Sample ``i`` is a pure function of ``(seed, i)`` (its own generator), so any split of
+        a batch across workers sees the same samples: the data path of distributed training
+        (:mod:`decor_trainer.distributed` decides which indices a step consumes).
+        """
+        generators = [_generator(sample_seed(self.config.seed, i)) for i in indices]
+        if self.config.name == "lstm":
+            vocab, length = self.config.vocab_size, self.config.seq_len
+            size = len(generators)
+            tokens = torch.empty((size, length + 1), dtype=torch.long)
+            noise = torch.empty((size, length), dtype=torch.bool)
+            random_tokens = torch.empty((size, length), dtype=torch.long)
+            for row, generator in enumerate(generators):
+                tokens[row, 0] = torch.randint(0, vocab, (1,), generator=generator)
+                noise[row] = torch.rand((length,), generator=generator) < TOKEN_NOISE
+                random_tokens[row] = torch.randint(0, vocab, (length,), generator=generator)
+            for i in range(length):
+                successor = (tokens[:, i] * self._multiplier + self._increment) % vocab
+                tokens[:, i + 1] = torch.where(noise[:, i], random_tokens[:, i], successor)
+            return tokens[:, :-1], tokens[:, 1:]
+        image = (IMAGE_CHANNELS, IMAGE_SIZE, IMAGE_SIZE)
+        labels = torch.tensor(
+            [int(torch.randint(0, NUM_CLASSES, (1,), generator=g)) for g in generators],
+            dtype=torch.long,
+        )
+        noise = torch.stack([torch.randn(image, generator=g) for g in generators])
         return self._prototypes[labels] + IMAGE_NOISE * noise, labels
 
     def loss(self, output: Tensor, targets: Tensor) -> Tensor:
