@@ -29,6 +29,7 @@ from decor.model import (
     parse_cpu_cores,
     parse_time,
 )
+from decor.policy import VOLUME_CLAIM, CheckpointStorage
 
 # --- names shared with the cluster ---------------------------------------------------------
 
@@ -52,6 +53,20 @@ DEFAULT_CHECKPOINT_HOST_ROOT = "/var/lib/decor/checkpoints"
 A hostPath survives pod recreation on the same node (an emptyDir does not); on a multi-node
 cluster mount a PersistentVolumeClaim at spec.checkpoint.path in the template instead.
 """
+CHECKPOINT_CLAIM_SUFFIX = "-checkpoint"
+"""A job's own checkpoint claim is ``NAME-checkpoint`` (policy.CheckpointStorage ``claim``)."""
+CHECKPOINT_OWNER_NAME = "decor-checkpoint-owner"
+"""Init container that hands a hostPath checkpoint directory (made by the kubelet, owned by
+root) to the trainer's user; only with hostPath storage, which ``restricted`` refuses anyway."""
+CHECKPOINT_ACCESS_MODES = ["ReadWriteOnce"]
+
+# Who the trainer and the sidecar run as unless the template says otherwise: the images'
+# non-root user (trainer_image/Dockerfile). Pod Security Admission ``restricted`` needs
+# runAsNonRoot, no privilege escalation, all capabilities dropped and a seccomp profile.
+TRAINER_UID = 1000
+TRAINER_GID = 1000
+ROOT_UID = 0
+SECCOMP_PROFILE = {"type": "RuntimeDefault"}
 DEFAULT_RESTART_POLICY = "OnFailure"
 """A crashed trainer restarts in place and resumes from its checkpoint; a finished one stays."""
 
@@ -241,6 +256,83 @@ def _mount_covers(mounts: Iterable[Mapping[str, Any]], path: str) -> bool:
     return False
 
 
+def checkpoint_claim_name(job_name: str) -> str:
+    """Name of the PersistentVolumeClaim the operator makes for a job's checkpoints."""
+    return f"{job_name}{CHECKPOINT_CLAIM_SUFFIX}"
+
+
+def needs_checkpoint_volume(spec: JobSpec) -> bool:
+    """Whether the operator adds a volume at ``spec.checkpoint.path`` (the template mounts
+    nothing there)."""
+    if not spec.checkpoint.path:
+        return False
+    mounts = spec.trainer_container.get("volumeMounts") or []
+    return not _mount_covers(mounts, spec.checkpoint.path)
+
+
+def build_checkpoint_claim(
+    job: Mapping[str, Any], spec: JobSpec, storage: CheckpointStorage
+) -> dict[str, Any] | None:
+    """The PersistentVolumeClaim to create before the job's first pod, or None (no checkpoint
+    path, the template mounts its own volume, the job names its own claim, or ``storage`` is
+    hostPath). Owned by the job, so deleting the job deletes it, unless
+    ``spec.checkpoint.keep`` (then a new job of the same name resumes from it).
+    """
+    if not needs_checkpoint_volume(spec) or spec.checkpoint.claim_name:
+        return None
+    if storage.volume != VOLUME_CLAIM:
+        return None
+    meta = job["metadata"]
+    metadata: dict[str, Any] = {
+        "name": checkpoint_claim_name(meta["name"]),
+        "namespace": meta.get("namespace") or spec.namespace,
+        "labels": {LABEL_JOB: meta["name"], LABEL_MANAGED_BY: MANAGED_BY},
+    }
+    if not spec.checkpoint.keep:
+        metadata["ownerReferences"] = [owner_reference(job)]
+    claim_spec: dict[str, Any] = {
+        "accessModes": list(CHECKPOINT_ACCESS_MODES),
+        "resources": {"requests": {"storage": storage.size}},
+    }
+    if storage.storage_class:
+        claim_spec["storageClassName"] = storage.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": metadata,
+        "spec": claim_spec,
+    }
+
+
+def _restricted_container(container: Mapping[str, Any]) -> dict[str, Any]:
+    """``container`` with no privilege escalation and ALL capabilities dropped, unless its
+    securityContext says otherwise (policy.check_template refuses what is not allowed)."""
+    result = dict(container)
+    context = dict(result.get("securityContext") or {})
+    context.setdefault("allowPrivilegeEscalation", False)
+    capabilities = dict(context.get("capabilities") or {})
+    drop = list(capabilities.get("drop") or [])
+    if "ALL" not in drop:
+        drop.append("ALL")
+    capabilities["drop"] = drop
+    context["capabilities"] = capabilities
+    result["securityContext"] = context
+    return result
+
+
+def _restricted_pod_context(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's securityContext with the restricted defaults where the template sets none."""
+    result = dict(context)
+    result.setdefault("runAsUser", TRAINER_UID)
+    result.setdefault("runAsGroup", TRAINER_GID)
+    result.setdefault("fsGroup", TRAINER_GID)
+    result.setdefault("fsGroupChangePolicy", "OnRootMismatch")
+    if result.get("runAsUser") != ROOT_UID:  # an admin-allowed root template keeps root
+        result.setdefault("runAsNonRoot", True)
+    result.setdefault("seccompProfile", dict(SECCOMP_PROFILE))
+    return result
+
+
 def build_trainer_pod(
     job: Mapping[str, Any],
     spec: JobSpec,
@@ -249,6 +341,7 @@ def build_trainer_pod(
     *,
     sidecar_image: str | None = None,
     checkpoint_host_root: str = DEFAULT_CHECKPOINT_HOST_ROOT,
+    checkpoint_storage: CheckpointStorage | None = None,
 ) -> dict[str, Any]:
     """The trainer pod for ``job`` (its body as the API server returned it) at ``allocation``.
 
@@ -260,6 +353,15 @@ def build_trainer_pod(
     ``spec.checkpoint.path``; the metrics sidecar as a native sidecar (an init container with
     ``restartPolicy: Always``, the trainer's image unless ``sidecar_image``); and
     ``prometheus.io/*`` scrape annotations.
+
+    The checkpoint volume is the job's own claim (``spec.checkpoint.claimName``), else per
+    ``checkpoint_storage`` the claim of :func:`build_checkpoint_claim` or a hostPath below
+    its root (None: hostPath below ``checkpoint_host_root``, with an init container that
+    hands the directory to the trainer's user). Every container gets no privilege
+    escalation and ALL capabilities dropped, and the pod runs as :data:`TRAINER_UID`
+    (non-root) with seccomp RuntimeDefault, unless the template sets these itself: the pod
+    passes Pod Security Admission ``restricted`` unless the template or hostPath storage
+    asks for more. Labels and annotations of the operator win over the template's.
     """
     template = copy.deepcopy(spec.template)
     template_meta = dict(template.get("metadata") or {})
@@ -312,17 +414,26 @@ def build_trainer_pod(
         )
     if not _mount_covers(mounts, PROGRESS_DIR):
         mounts.append({"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR})
+    storage = checkpoint_storage or CheckpointStorage(host_root=checkpoint_host_root)
+    host_path_checkpoint: str | None = None
     if spec.checkpoint.path and not _mount_covers(mounts, spec.checkpoint.path):
         if CHECKPOINT_VOLUME not in volume_names:
-            volumes.append(
-                {
-                    "name": CHECKPOINT_VOLUME,
-                    "hostPath": {
-                        "path": checkpoint_host_path(job, checkpoint_host_root),
-                        "type": "DirectoryOrCreate",
-                    },
-                }
-            )
+            if spec.checkpoint.claim_name or storage.volume == VOLUME_CLAIM:
+                claim = spec.checkpoint.claim_name or checkpoint_claim_name(job_meta["name"])
+                volumes.append(
+                    {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
+                )
+            else:
+                host_path_checkpoint = spec.checkpoint.path
+                volumes.append(
+                    {
+                        "name": CHECKPOINT_VOLUME,
+                        "hostPath": {
+                            "path": checkpoint_host_path(job, storage.host_root),
+                            "type": "DirectoryOrCreate",
+                        },
+                    }
+                )
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path})
     trainer["volumeMounts"] = mounts
     containers[0] = trainer
@@ -346,11 +457,41 @@ def build_trainer_pod(
         "ports": [{"name": "metrics", "containerPort": spec.metrics.port, "protocol": "TCP"}],
         "resources": copy.deepcopy(SIDECAR_RESOURCES),
         "volumeMounts": [{"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR, "readOnly": True}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
+    pod_security = _restricted_pod_context(pod_spec.get("securityContext") or {})
     init_containers = [
-        dict(c) for c in pod_spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME
+        _restricted_container(c)
+        for c in pod_spec.get("initContainers") or []
+        if c.get("name") not in (SIDECAR_NAME, CHECKPOINT_OWNER_NAME)
     ]
+    if host_path_checkpoint is not None:
+        # The kubelet makes a hostPath directory as root: hand it to the trainer's user.
+        trainer_context = trainer.get("securityContext") or {}
+        uid = trainer_context.get("runAsUser", pod_security["runAsUser"])
+        gid = trainer_context.get("runAsGroup", pod_security.get("runAsGroup", uid))
+        owner = {
+            "name": CHECKPOINT_OWNER_NAME,
+            "image": image,
+            "imagePullPolicy": sidecar["imagePullPolicy"],
+            "command": ["chown", "-R", f"{uid}:{gid}", host_path_checkpoint],
+            "resources": copy.deepcopy(SIDECAR_RESOURCES),
+            "volumeMounts": [{"name": CHECKPOINT_VOLUME, "mountPath": host_path_checkpoint}],
+            "securityContext": {
+                "runAsUser": ROOT_UID,
+                "runAsNonRoot": False,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_READ_SEARCH"]},
+            },
+        }
+        init_containers.insert(0, owner)
     init_containers.append(sidecar)
+    containers = [_restricted_container(c) for c in containers]
 
     restart_policy = pod_spec.get("restartPolicy") or DEFAULT_RESTART_POLICY
     if restart_policy == "Always":  # a pod that always restarts could never complete
@@ -361,6 +502,7 @@ def build_trainer_pod(
         initContainers=init_containers,
         volumes=volumes,
         restartPolicy=restart_policy,
+        securityContext=pod_security,
     )
     labels = {
         **(template_meta.get("labels") or {}),

@@ -26,6 +26,13 @@ MODES: tuple[str, ...] = ("cpu", "gpu")
 
 DEFAULT_METRICS_PORT = 9100
 DEFAULT_METRICS_PATH = "/metrics"
+# A metrics path is a plain absolute path: letters, digits, ``._~-`` and ``/``; no ``..`` or
+# ``//`` (the CRD's pattern and CEL rule say the same), at most METRICS_PATH_MAX_CHARS.
+METRICS_PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
+METRICS_PATH_MAX_CHARS = 256
+# A claim name is a DNS subdomain (what Kubernetes accepts as an object name).
+CLAIM_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+CLAIM_NAME_MAX_CHARS = 253
 # Control periods of the published law: 1 s for CPU, 5 s for GPU.
 DEFAULT_PERIOD_S = {"cpu": 1.0, "gpu": 5.0}
 # Smallest allocation when the manifest gives none: DECOR-NN's MIN is one core / one GPU.
@@ -65,7 +72,13 @@ class ControlSpec:
 
 @dataclass(frozen=True)
 class CheckpointSpec:
+    """Where the trainer checkpoints: ``path`` in its container; ``claim_name``: the user's
+    own PersistentVolumeClaim mounted there (never deleted by DECOR); ``keep``: keep the
+    volume the operator made for the job when the job is deleted."""
+
     path: str | None = None
+    claim_name: str | None = None
+    keep: bool = False
 
 
 @dataclass(frozen=True)
@@ -382,8 +395,23 @@ def parse_job(manifest: Any) -> JobSpec:
     control = parse_control(spec.get("control"), resources.mode)
     template = parse_template(spec.get("template"))
     checkpoint_raw = _mapping(spec.get("checkpoint"), "spec.checkpoint")
-    _reject_unknown(checkpoint_raw, {"path"}, "spec.checkpoint")
-    checkpoint = CheckpointSpec(path=checkpoint_raw.get("path"))
+    _reject_unknown(checkpoint_raw, {"path", "claimName", "keep"}, "spec.checkpoint")
+    claim_name = checkpoint_raw.get("claimName")
+    if claim_name is not None and (
+        not isinstance(claim_name, str)
+        or len(claim_name) > CLAIM_NAME_MAX_CHARS
+        or not re.fullmatch(CLAIM_NAME_PATTERN, claim_name)
+    ):
+        raise ManifestError(
+            "spec.checkpoint.claimName",
+            f"must be a PersistentVolumeClaim name (lower case, digits, - and .), got {claim_name!r}",
+        )
+    keep = checkpoint_raw.get("keep", False)
+    if not isinstance(keep, bool):
+        raise ManifestError("spec.checkpoint.keep", f"must be true or false, got {keep!r}")
+    checkpoint = CheckpointSpec(path=checkpoint_raw.get("path"), claim_name=claim_name, keep=keep)
+    if claim_name is not None and not checkpoint.path:
+        raise ManifestError("spec.checkpoint.path", "is required with spec.checkpoint.claimName")
     if resources.mode == "gpu" and not checkpoint.path:
         raise ManifestError(
             "spec.checkpoint.path", "is required in gpu mode (GPU changes restart the trainer)"
@@ -396,6 +424,17 @@ def parse_job(manifest: Any) -> JobSpec:
     path = metrics_raw.get("path", DEFAULT_METRICS_PATH)
     if not isinstance(path, str) or not path.startswith("/"):
         raise ManifestError("spec.metrics.path", f"must start with /, got {path!r}")
+    if (
+        len(path) > METRICS_PATH_MAX_CHARS
+        or not re.fullmatch(METRICS_PATH_PATTERN, path)
+        or ".." in path
+        or "//" in path
+    ):
+        raise ManifestError(
+            "spec.metrics.path",
+            "must be a plain path of letters, digits, . _ ~ - and / (no .., //, ? or #, "
+            f"at most {METRICS_PATH_MAX_CHARS} characters), got {path!r}",
+        )
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):
         raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
