@@ -1,0 +1,137 @@
+"""Sharding, batch policies, data order and worker counts of decor_trainer.distributed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from decor_trainer.checkpoint import restart_seconds, saved_at_s
+from decor_trainer.distributed import (
+    POLICY_FIXED_GLOBAL,
+    POLICY_SCALE_WITH_WORKERS,
+    BatchPolicy,
+    DataOrder,
+    WorldInfo,
+    shard_indices,
+    split_evenly,
+    worker_count,
+)
+from decor_trainer.workloads import WorkloadConfig, build_workload
+
+
+@pytest.mark.parametrize(("items", "parts"), [(10, 3), (4, 4), (7, 2), (5, 1), (2, 5)])
+def test_split_evenly_keeps_order_and_sizes_differ_by_at_most_one(items: int, parts: int) -> None:
+    pieces = split_evenly(list(range(items)), parts)
+    assert len(pieces) == parts
+    assert [i for piece in pieces for i in piece] == list(range(items))
+    sizes = [len(piece) for piece in pieces]
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize(
+    ("batch", "world", "micro"), [(4, 1, None), (4, 2, None), (7, 2, None), (10, 3, 2), (12, 2, 4)]
+)
+def test_shards_of_all_ranks_give_back_the_global_batch_once(
+    batch: int, world: int, micro: int | None
+) -> None:
+    policy = BatchPolicy(POLICY_FIXED_GLOBAL, batch, world, micro_batch=micro)
+    global_indices = list(range(100, 100 + batch))
+    per_rank = [shard_indices(global_indices, policy, rank) for rank in range(world)]
+    rounds = policy.accumulation_rounds
+    assert all(len(shards) == rounds for shards in per_rank)  # DDP needs equal pass counts
+    assert all(shard.indices for shards in per_rank for shard in shards)
+    if micro is not None:
+        assert all(len(s.indices) <= micro for shards in per_rank for s in shards)
+    rejoined = [
+        i for k in range(rounds) for rank in range(world) for i in per_rank[rank][k].indices
+    ]
+    assert rejoined == global_indices
+    # Weights make the average over workers of the weighted gradients the global mean's.
+    assert sum(s.loss_weight for shards in per_rank for s in shards) == pytest.approx(world)
+
+
+def test_weighted_shard_gradients_average_to_the_global_batch_gradient() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    inputs, targets = torch.randn(7, 5), torch.randint(0, 3, (7,))
+    policy = BatchPolicy(POLICY_FIXED_GLOBAL, 7, 3, micro_batch=2)  # uneven, 2 rounds
+    torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+    expected = model.weight.grad.clone()
+    summed = torch.zeros_like(expected)
+    for rank in range(policy.world_size):
+        model.zero_grad()
+        for shard in shard_indices(list(range(7)), policy, rank):
+            loss = torch.nn.functional.cross_entropy(
+                model(inputs[shard.indices]), targets[shard.indices]
+            )
+            (loss * shard.loss_weight).backward()
+        summed += model.weight.grad
+    torch.testing.assert_close(summed / policy.world_size, expected)  # what DDP averages
+
+
+def test_a_global_batch_too_small_for_the_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match="cannot give each of 3 workers"):
+        BatchPolicy(POLICY_FIXED_GLOBAL, 2, 3)
+    with pytest.raises(ValueError, match="accumulation rounds"):
+        BatchPolicy(POLICY_FIXED_GLOBAL, 5, 2, micro_batch=1)  # 3 rounds of 2, 2, 1 samples
+    with pytest.raises(ValueError, match="unknown batch policy"):
+        BatchPolicy("double", 4, 1)
+
+
+def test_batch_policies_global_batch_and_learning_rate_rule() -> None:
+    fixed = BatchPolicy(POLICY_FIXED_GLOBAL, 32, 4)
+    assert (fixed.global_batch, fixed.lr_scale) == (32, 1.0)
+    assert fixed.lr_scale_at(step=10, start_step=10, start_scale=1.0) == 1.0
+    scaled = BatchPolicy(POLICY_SCALE_WITH_WORKERS, 32, 4, lr_warmup_steps=10)
+    assert (scaled.global_batch, scaled.lr_scale) == (128, 4.0)
+    # A linear ramp from the scale at the start (or in the checkpoint) to M over 10 steps.
+    ramp = [scaled.lr_scale_at(step, start_step=100, start_scale=2.0) for step in range(100, 112)]
+    assert ramp[0] == pytest.approx(2.2) and ramp[4] == pytest.approx(3.0)
+    assert ramp[9:] == [4.0, 4.0, 4.0]
+    assert all(a <= b for a, b in zip(ramp, ramp[1:], strict=False))
+
+
+def test_data_order_is_a_permutation_per_pass_and_independent_of_how_it_is_read() -> None:
+    order = DataOrder(seed=3, dataset_size=10)
+    first, second = order.indices(0, 10), order.indices(10, 10)
+    assert sorted(first) == sorted(second) == list(range(10))
+    assert first != second  # a new permutation for every pass
+    pieces = order.indices(0, 4) + order.indices(4, 9) + order.indices(13, 7)
+    assert pieces == DataOrder(seed=3, dataset_size=10).indices(0, 20) == first + second
+    assert DataOrder(seed=4, dataset_size=10).indices(0, 10) != first
+
+
+@pytest.mark.parametrize("name", ["resnet", "lstm"])
+def test_a_sample_does_not_depend_on_the_batch_it_is_drawn_in(name: str) -> None:
+    workload = build_workload(WorkloadConfig(name, width=4, batch_size=4, seq_len=6, seed=2))
+    inputs, targets = workload.samples([5, 9, 2])
+    alone_inputs, alone_targets = workload.samples([9])
+    assert torch.equal(inputs[1:2], alone_inputs) and torch.equal(targets[1:2], alone_targets)
+    other_inputs, _ = workload.samples([6])
+    assert not torch.equal(other_inputs, alone_inputs)
+
+
+def test_worker_count_rules() -> None:
+    assert worker_count(None, {}, cuda_devices=0) == 1
+    assert worker_count(None, {"DECOR_WORKERS": "3"}, cuda_devices=0) == 3  # CPU test bed
+    assert worker_count(None, {"DECOR_WORKERS": "3"}, cuda_devices=2) == 2  # one per GPU
+    assert worker_count(None, {}, cuda_devices=4) == 4
+    assert worker_count(2, {"DECOR_WORKERS": "3"}, cuda_devices=0) == 2  # the flag wins
+    with pytest.raises(ValueError, match="only 1 CUDA devices"):
+        worker_count(2, {}, cuda_devices=1)
+    with pytest.raises(ValueError, match="DECOR_WORKERS='0'"):
+        worker_count(None, {"DECOR_WORKERS": "0"}, cuda_devices=0)
+
+
+def test_world_info_reads_the_torchrun_environment() -> None:
+    assert WorldInfo.from_env({}) is None
+    env = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    world = WorldInfo.from_env(env)
+    assert world == WorldInfo(rank=3, world_size=4, local_rank=1, local_world_size=2)
+    assert not world.is_main
+    with pytest.raises(ValueError, match="inconsistent"):
+        WorldInfo.from_env({"RANK": "4", "WORLD_SIZE": "4"})
+
+
+def test_restart_seconds_from_the_save_stamp() -> None:
+    assert restart_seconds({"saved_at_s": 100.0}, 103.5) == pytest.approx(3.5)
+    assert restart_seconds({}, 103.5) is None and saved_at_s({}) is None
