@@ -55,6 +55,7 @@ def test_weighted_shard_gradients_average_to_the_global_batch_gradient() -> None
     inputs, targets = torch.randn(7, 5), torch.randint(0, 3, (7,))
     policy = BatchPolicy(POLICY_FIXED_GLOBAL, 7, 3, micro_batch=2)  # uneven, 2 rounds
     torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+    assert model.weight.grad is not None
     expected = model.weight.grad.clone()
     summed = torch.zeros_like(expected)
     for rank in range(policy.world_size):
@@ -64,6 +65,7 @@ def test_weighted_shard_gradients_average_to_the_global_batch_gradient() -> None
                 model(inputs[shard.indices]), targets[shard.indices]
             )
             (loss * shard.loss_weight).backward()
+        assert model.weight.grad is not None
         summed += model.weight.grad
     torch.testing.assert_close(summed / policy.world_size, expected)  # what DDP averages
 
