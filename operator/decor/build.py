@@ -84,6 +84,9 @@ ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
 ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
 ENV_METRICS_PORT = "DECOR_METRICS_PORT"
 ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
+ENV_WORKERS = "DECOR_WORKERS"
+"""GPU mode: worker processes the trainer runs, = the allocated GPU count (one per GPU; on
+nodes without real devices, such as the test bed's fake GPUs, that many CPU workers)."""
 
 # --- phases ----------------------------------------------------------------------------------
 
@@ -397,6 +400,8 @@ def build_trainer_pod(
         env = _upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
     env = _upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
     env = _upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
+    if spec.resources.mode == "gpu":
+        env = _upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
     trainer["env"] = env
 
     # Volumes: the progress file, and the checkpoint unless the template provides one.
