@@ -1,6 +1,7 @@
 """``decor``: run a job locally, move its deadline, validate a manifest, run the operator.
 
-decor run JOB.yaml [--local] [--policy decor|decor-nn] [--out DIR]
+decor run JOB.yaml [JOB2.yaml ...] [--local] [--policy decor|decor-nn] [--out DIR]
+          [--max-cores N] [--planner POLICY] [--stagger SECONDS]
 decor deadline NAME (--deadline RFC3339 | --duration 90s)
 decor validate JOB.yaml
 decor operator [--namespace NS] [--prometheus-url URL]
@@ -9,6 +10,7 @@ decor operator [--namespace NS] [--prometheus-url URL]
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import time
@@ -17,7 +19,10 @@ from typing import Any
 
 import yaml
 
-from decor.model import JobSpec, ManifestError, parse_job
+from decor.model import JobSpec, ManifestError, parse_duration_s, parse_job
+from decor.planner import POLICIES, POLICY_DECOR
+
+LOG_EVERY_S = 5.0  # off a terminal, progress lines at most this often
 
 
 def load_job(path: str) -> JobSpec:
@@ -60,18 +65,79 @@ class _Every:
         return False
 
 
-_print_live.due = _Every(5.0)  # type: ignore[attr-defined]
+_print_live.due = _Every(LOG_EVERY_S)  # type: ignore[attr-defined]
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+class LiveBoard:
+    """Several jobs' live view: one line per job, redrawn in place on a terminal; on a pipe
+    or file, the block is printed at most once per ``period_s`` (a log, not a flood)."""
+
+    def __init__(self, tty: bool, period_s: float = LOG_EVERY_S) -> None:
+        self.tty = tty
+        self.due = _Every(period_s)
+        self.drawn = 0  # lines of the board now on the terminal
+        self.lines: list[str] = []
+
+    def show(self, lines: list[str]) -> None:
+        self.lines = list(lines)
+        if self.tty:
+            self._erase()
+            self._draw()
+        elif self.due():
+            print("\n".join(self.lines), flush=True)
+
+    def note(self, line: str, final: bool) -> None:
+        """A message above the board (a job queued, a deadline moved, a warning)."""
+        if not final:  # a progress line: the board shows those
+            return
+        if self.tty:
+            self._erase()
+            sys.stdout.write(line + "\n")
+            self._draw()
+        else:
+            print(line, flush=True)
+
+    def close(self) -> None:
+        """Leave the last board on screen and move below it."""
+        if self.tty and self.drawn:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.drawn = 0
+
+    def _erase(self) -> None:
+        if self.drawn:
+            up = f"\033[{self.drawn - 1}A" if self.drawn > 1 else ""
+            sys.stdout.write("\r" + up + "\033[J")
+            self.drawn = 0
+
+    def _draw(self) -> None:
+        if self.lines:
+            sys.stdout.write("\n".join(line[: _columns()] for line in self.lines))
+            self.drawn = len(self.lines)
+        sys.stdout.flush()
+
+
+def _columns() -> int:
+    return shutil.get_terminal_size().columns - 1  # a full-width line would wrap the cursor
+
+
+def _stagger_s(text: str | None) -> float:
+    return parse_duration_s(text, "--stagger") if text else 0.0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # stop the trainers and keep the traces
+    if len(args.job) > 1:
+        return _run_several(args)
+    if args.stagger:
+        raise ValueError("--stagger needs more than one job")
     from decor.local import LocalOptions, run_local
 
-    job = load_job(args.job)
-    signal.signal(signal.SIGTERM, _interrupt)  # stop the trainer and keep the trace
+    job = load_job(args.job[0])
     out = (
         Path(args.out)
         if args.out
@@ -89,6 +155,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return summary.exit_code if summary.error is None else max(1, summary.exit_code)
 
 
+def _run_several(args: argparse.Namespace) -> int:
+    """Several manifests: one run under the planner; DIR/NAME/ per job."""
+    from decor.local import LocalOptions, run_local_many
+
+    jobs = [load_job(path) for path in args.job]
+    out = (
+        Path(args.out) if args.out else Path("decor-runs") / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    stagger_s = _stagger_s(args.stagger)
+    board = LiveBoard(sys.stdout.isatty())
+    try:
+        summaries = run_local_many(
+            jobs,
+            LocalOptions(
+                out_dir=out,
+                policy=args.policy,
+                max_cores=args.max_cores,
+                display=board.note,
+                board=board.show,
+                planner_policy=args.planner,
+            ),
+            arrivals_s=[i * stagger_s for i in range(len(jobs))],
+        )
+    finally:
+        board.close()
+    print()
+    print("\n\n".join(format_summary(s.to_dict()) for s in summaries))
+    codes = [s.exit_code if s.error is None else max(1, s.exit_code) for s in summaries]
+    return max(codes, default=0)
+
+
 def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"job {s['name']} ({s['policy']}, CPU via {s['limiter']}, {s['min_cores']:g}-{s['max_cores']:g} cores)"
@@ -101,6 +198,8 @@ def format_summary(s: dict[str, Any]) -> str:
         )
     if s["error"]:
         lines.append(f"  FAILED: {s['error']}")
+    if s.get("queued_s"):
+        lines.append(f"  waited {s['queued_s']:.1f}s for the planner before starting")
     lines.append(f"  core-seconds {s['core_seconds']:.1f}; actuations {s['actuations']}")
     lines.append(
         f"  trace {s['out_dir']}/trace.json, plot {s['out_dir']}/trace.png, log {s['out_dir']}/trainer.log"
@@ -138,14 +237,30 @@ def build_parser() -> argparse.ArgumentParser:
         prog="decor", description="Training jobs that finish at their deadline."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a DeadlineTrainingJob on this machine")
-    run.add_argument("job", help="the job's YAML manifest")
+    run = sub.add_parser("run", help="run DeadlineTrainingJobs on this machine")
+    run.add_argument(
+        "job", nargs="+", help="the job's YAML manifest; several share the machine via the planner"
+    )
     run.add_argument(
         "--local", action="store_true", help="run here without a cluster (the default)"
     )
     run.add_argument("--policy", choices=["decor", "decor-nn"], help="override spec.control.policy")
     run.add_argument("--out", help="output folder (default decor-runs/NAME-TIME)")
-    run.add_argument("--max-cores", type=float, help="cap spec.resources.max")
+    run.add_argument(
+        "--max-cores",
+        type=float,
+        help="cap spec.resources.max (several jobs: the cores they share)",
+    )
+    run.add_argument(
+        "--planner",
+        choices=list(POLICIES),
+        default=POLICY_DECOR,
+        help="several jobs: how the planner shares the cores (default decor)",
+    )
+    run.add_argument(
+        "--stagger",
+        help="several jobs: each manifest arrives this long after the one before (e.g. 10s)",
+    )
     run.set_defaults(func=cmd_run)
     dl = sub.add_parser("deadline", help="move the deadline of a running local job")
     dl.add_argument("name")

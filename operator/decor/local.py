@@ -1,12 +1,21 @@
-"""The local runtime: run a DeadlineTrainingJob's trainer on this machine, no cluster.
+"""The local runtime: run DeadlineTrainingJobs' trainers on this machine, no cluster.
 
-The trainer command of the job's first container runs as a child process inside its own CPU
-cgroup (see cpulimit). Every control period the runtime scrapes the trainer's /metrics on
+The trainer command of each job's first container runs as a child process inside its own CPU
+cgroup (see cpulimit). Every control period the runtime scrapes each trainer's /metrics on
 127.0.0.1, calls the same ``control.decide`` the operator uses, and writes the new CPU quota.
-A deadline can be moved while the job runs with ``decor deadline NAME ...``, which drops a
-request file into the job's state directory; the loop picks it up within one period.
 
-Everything a run produces goes to its output directory: ``trace.json`` (summary + one row
+One job (``run_local``) is controlled by its law alone, as it always was. Several jobs
+(``run_local_many``) share the machine the way jobs share a cluster: every period each job's
+law says what it needs, the operator's pure planner (``planner.plan``) decides who gets what
+on one node (this machine's cores, or ``max_cores``), each cgroup quota is set to its grant,
+and the law's state follows what was granted (``control.follow_grant``). A job the planner
+queues does not start its trainer until it is admitted; one it displaces (``Preempted``) is
+paused (SIGSTOP) until it is admitted again.
+
+A deadline can be moved while a job runs (or waits) with ``decor deadline NAME ...``, which
+drops a request file into the job's state directory; the loop picks it up within one period.
+
+Everything a job produces goes to its output directory: ``trace.json`` (summary + one row
 per period, rewritten as the run goes so a crash keeps it), ``trace.png`` and
 ``trainer.log`` (the trainer's stdout and stderr).
 """
@@ -14,31 +23,48 @@ per period, rewritten as the run goes so a crash keeps it), ``trace.png`` and
 from __future__ import annotations
 
 import json
+import math
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from decor import control
+from decor import control, planner
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
 from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
 from decor.trace import TraceRow, plot_trace, write_trace
 
 METRICS_HOST = "127.0.0.1"
-STOP_GRACE_S = 10.0
+STOP_GRACE_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
 # The trainer keeps /metrics up this long after its last step (ended early by our SIGTERM),
 # so that the finish time is the last step's own time stamp, not the process's exit.
-METRICS_LINGER_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
+METRICS_LINGER_S = 10.0
 DEADLINE_REQUEST = "deadline-request.json"
 RUN_RECORD = "run.json"
+LOCAL_NODE = "local"  # the planner's name for this machine
+ALLOCATION_EPSILON = 1e-9  # cores: smaller differences are no change
+WAIT_SLICE_S = 0.05  # without pidfds, how often the loop looks for a trainer that exited
+TRACE_WRITE_EVERY = 10  # periods between rewrites of trace.json while a job runs
+METRICS_GRACE_PERIODS = 10  # periods without metrics before the runtime warns
+PORT_ATTEMPTS = 20  # tries at a free port not promised to another trainer of the run
+
+PlanFn = Callable[
+    [Sequence[planner.Demand], Sequence[planner.Node], float, planner.PlannerSettings],
+    planner.Plan,
+]
+"""The planner's signature (``planner.plan``); tests may inject another."""
+
+# Verdicts under which a job's trainer runs.
+_RUNNING_VERDICTS = (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
 
 
 def state_dir() -> Path:
@@ -51,7 +77,7 @@ def state_dir() -> Path:
 
 @dataclass
 class RunSummary:
-    """How a local run ended. Times in seconds since the job started."""
+    """How a local run ended. Times in seconds since the job started (arrived)."""
 
     name: str
     policy: str
@@ -68,6 +94,8 @@ class RunSummary:
     out_dir: str
     error: str | None = None
     conditions: list[str] = field(default_factory=list)
+    planner: str | None = None  # the planner's policy when several jobs shared the machine
+    queued_s: float = 0.0  # seconds between arrival and the trainer's start (planner's queue)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,22 +103,31 @@ class RunSummary:
 
 @dataclass
 class LocalOptions:
-    out_dir: Path
+    out_dir: Path  # one job: its folder; several: one subfolder per job name
     policy: str | None = None  # override spec.control.policy
-    max_cores: float | None = None  # cap spec.resources.max (default: this machine's CPUs)
+    max_cores: float | None = None  # cap spec.resources.max and the machine (default: all CPUs)
     display: Callable[[str, bool], None] | None = None  # (line, final) live progress sink
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Several jobs: the live view, one line per job, redrawn every period (None: each line
+    # goes to ``display`` as a progress line).
+    board: Callable[[list[str]], None] | None = None
+    planner_policy: str = planner.POLICY_DECOR
 
 
-def free_port(preferred: int) -> int:
-    """``preferred`` if it is free on 127.0.0.1, else any free port."""
-    for port in (preferred, 0):
+def free_port(preferred: int, taken: Collection[int] = ()) -> int:
+    """``preferred`` if it is free on 127.0.0.1 and not in ``taken`` (ports promised to other
+    trainers of this run), else any other free port."""
+    for port in [preferred] + [0] * PORT_ATTEMPTS:
+        if port in taken:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind((METRICS_HOST, port))
-                return int(sock.getsockname()[1])
+                found = int(sock.getsockname()[1])
             except OSError:
                 continue
+        if found not in taken:
+            return found
     raise RuntimeError("no free TCP port on 127.0.0.1")
 
 
@@ -201,180 +238,603 @@ def _take_deadline_request(folder: Path) -> float | None:
 
 
 def run_local(job: JobSpec, options: LocalOptions) -> RunSummary:
-    """Run ``job`` to completion (or failure) on this machine and summarise it."""
-    if job.resources.mode != "cpu":
-        raise ManifestError(
-            "spec.resources.mode", "the local runtime actuates CPU only; use gpu mode on Kubernetes"
-        )
-    policy = options.policy or job.control.policy
-    if policy not in ("decor", "decor-nn"):
-        raise ManifestError("spec.control.policy", f"must be decor or decor-nn, got {policy!r}")
-    cpus = float(len(os.sched_getaffinity(0)))
-    max_cores = min(job.resources.max, options.max_cores or cpus, cpus)
-    out = options.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    if not job.checkpoint.path:  # the run's own checkpoint: a new run starts from step 0
-        shutil.rmtree(out / "checkpoint", ignore_errors=True)
-    registry = state_dir() / job.name
-    registry.mkdir(parents=True, exist_ok=True)
-    (registry / DEADLINE_REQUEST).unlink(missing_ok=True)
-    port = free_port(job.metrics.port)
-    url = f"http://{METRICS_HOST}:{port}{job.metrics.path}"
-    command = trainer_command(job)
-    limiter: CpuLimiter = make_limiter(f"decor-{job.name}")
-    display = options.display or (lambda line, final: None)
-    display(limiter.note, True)
+    """Run ``job`` to completion (or failure) on this machine and summarise it.
 
-    start_s = time.time()
-    settings = controller_settings(job, start_s, max_cores, policy)
-    initial = min(job.resources.initial, max_cores)
-    state = control.initial_state(settings, initial)
-    applied = limiter.apply(state.allocation)
-    log_path = out / "trainer.log"
-    with open(log_path, "wb") as log:
-        child = subprocess.Popen(
-            command,
-            env=trainer_env(job, port, options.extra_env, out / "checkpoint"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=limiter.preexec,  # noqa: PLW1509 (join the cgroup before any thread starts)
-            start_new_session=True,
-        )
-    limiter.attach(child.pid)
-    applied = limiter.apply(state.allocation)
-    (registry / RUN_RECORD).write_text(
-        json.dumps(
-            {"pid": os.getpid(), "child": child.pid, "start_s": start_s, "out_dir": str(out)}
-        )
-    )
-    rows: list[TraceRow] = []
-    conditions: set[str] = set()
-    actuations = 0
-    core_seconds = 0.0
-    last_tick = start_s
-    last_progress = None
-    metrics_warned = False
-    exit_code: int | None = None
-    error: str | None = None
-    trace_path, plot_path = out / "trace.json", out / "trace.png"
+    The job's law alone decides its CPU (no planner: nothing else shares the machine);
+    its files go to ``options.out_dir``.
+    """
+    runtime = _Runtime([_LocalJob(job, options, options.out_dir, 0.0, multi=False)], options)
+    return runtime.run(plan_fn=None)[0]
 
-    def summary(finished_s: float | None, code: int, err: str | None) -> RunSummary:
-        deadline_rel = settings.deadline_s - start_s
+
+def run_local_many(
+    jobs: Sequence[JobSpec],
+    options: LocalOptions,
+    *,
+    arrivals_s: Sequence[float] | None = None,
+    plan_fn: PlanFn | None = None,
+) -> list[RunSummary]:
+    """Run several jobs at once on this machine under the planner; one summary per job.
+
+    ``arrivals_s``: seconds after the call at which each job arrives (default: all at once);
+    a job's ``spec.duration`` counts from its arrival. Job ``NAME`` writes to
+    ``options.out_dir / NAME``. ``plan_fn`` defaults to ``planner.plan``.
+    """
+    names = [job.name for job in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two jobs share a name ({', '.join(sorted(names))}): names must differ")
+    delays = list(arrivals_s) if arrivals_s is not None else [0.0] * len(jobs)
+    if len(delays) != len(jobs) or any(d < 0 for d in delays):
+        raise ValueError("give one arrival time (seconds, >= 0) per job")
+    ports: set[int] = set()
+    members = [
+        _LocalJob(job, options, options.out_dir / job.name, delay, multi=True, ports=ports)
+        for job, delay in zip(jobs, delays, strict=True)
+    ]
+    return _Runtime(members, options).run(plan_fn=plan_fn or _default_plan)
+
+
+def _default_plan(
+    demands: Sequence[planner.Demand],
+    nodes: Sequence[planner.Node],
+    now_s: float,
+    settings: planner.PlannerSettings,
+) -> planner.Plan:
+    return planner.plan(demands, nodes, now_s, settings)
+
+
+def machine_cores() -> float:
+    """CPUs this process may run on."""
+    return float(len(os.sched_getaffinity(0)))
+
+
+class _LocalJob:
+    """One job of a local run: its trainer, cgroup, law and trace."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        options: LocalOptions,
+        out: Path,
+        arrival_s: float,
+        *,
+        multi: bool,
+        ports: set[int] | None = None,
+    ) -> None:
+        if job.resources.mode != "cpu":
+            raise ManifestError(
+                "spec.resources.mode",
+                "the local runtime actuates CPU only; use gpu mode on Kubernetes",
+            )
+        policy = options.policy or job.control.policy
+        if policy not in ("decor", "decor-nn"):
+            raise ManifestError("spec.control.policy", f"must be decor or decor-nn, got {policy!r}")
+        self.job, self.options, self.out, self.multi = job, options, out, multi
+        self.arrival_delay_s = arrival_s
+        self.policy = policy
+        self.cpus = machine_cores()
+        self.max_cores = min(job.resources.max, options.max_cores or self.cpus, self.cpus)
+        self.registry = state_dir() / job.name
+        self.ports = ports if ports is not None else set()  # the run's trainers' ports
+        self.port = 0  # chosen when the trainer starts (a queued job holds none)
+        self.url = ""
+        self.command = trainer_command(job)
+        self.display = options.display or (lambda line, final: None)
+        self.limiter: CpuLimiter | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.arrived = False
+        self.done = False
+        self.paused = False
+        self.start_s = 0.0
+        self.next_tick_s = math.inf
+        self.trainer_started_s: float | None = None
+        self.settings: control.Settings | None = None
+        self.state: control.State | None = None
+        self.applied = 0.0
+        self.rows: list[TraceRow] = []
+        self.conditions: set[str] = set()
+        self.actuations = 0
+        self.core_seconds = 0.0
+        self.last_tick = 0.0
+        self.last_progress: Any = None
+        self.metrics_warned = False
+        self.exit_code: int | None = None
+        self.error: str | None = None
+        self.verdict: str | None = None
+        self.grant: planner.Grant | None = None
+        self.obs: control.Observation | None = None
+        self.decision: control.Decision | None = None
+        self.base_state: control.State | None = None
+        self.demand: planner.Demand | None = None
+        self.line = f"arrives {arrival_s:.0f}s after the run starts"
+        self.result: RunSummary | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        return self.job.name
+
+    def say(self, message: str) -> None:
+        """A line above the live view (prefixed with the job's name when several run)."""
+        self.display(f"{self.job.name}: {message}" if self.multi else message, True)
+
+    def prepare_folders(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        if not self.job.checkpoint.path:  # the run's own checkpoint: a new run starts at 0
+            shutil.rmtree(self.out / "checkpoint", ignore_errors=True)
+        self.registry.mkdir(parents=True, exist_ok=True)
+        (self.registry / DEADLINE_REQUEST).unlink(missing_ok=True)
+        self.limiter = make_limiter(f"decor-{self.job.name}")
+        self.say(self.limiter.note)
+
+    def arrive(self, now: float) -> None:
+        """The job exists from ``now``: its deadline clock starts; it may still wait."""
+        self.arrived = True
+        self.start_s = now
+        self.settings = controller_settings(self.job, now, self.max_cores, self.policy)
+        initial = min(self.job.resources.initial, self.max_cores)
+        self.state = control.initial_state(self.settings, initial)
+        self._write_record()
+
+    def start_trainer(self, now: float, allocation: float | None = None) -> None:
+        """Start the trainer inside its cgroup at ``allocation`` (default: the law's)."""
+        assert self.state is not None and self.limiter is not None
+        if allocation is not None and abs(allocation - self.state.allocation) > ALLOCATION_EPSILON:
+            self.state = replace(self.state, allocation=allocation)
+        self.applied = self.limiter.apply(self.state.allocation)
+        self.port = free_port(self.job.metrics.port, self.ports)
+        self.ports.add(self.port)
+        self.url = f"http://{METRICS_HOST}:{self.port}{self.job.metrics.path}"
+        with open(self.out / "trainer.log", "wb") as log:
+            self.child = subprocess.Popen(
+                self.command,
+                env=trainer_env(
+                    self.job, self.port, self.options.extra_env, self.out / "checkpoint"
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=self.limiter.preexec,  # noqa: PLW1509 (join the cgroup before any thread starts)
+                start_new_session=True,
+            )
+        self.limiter.attach(self.child.pid)
+        self.applied = self.limiter.apply(self.state.allocation)
+        self.trainer_started_s = now
+        self.last_tick = now
+        self.line = f"starting the trainer at {self.applied:g} cores"
+        self._write_record()
+
+    def _write_record(self) -> None:
+        child = self.child.pid if self.child is not None else None
+        record = {
+            "pid": os.getpid(),
+            "child": child,
+            "start_s": self.start_s,
+            "out_dir": str(self.out),
+        }
+        (self.registry / RUN_RECORD).write_text(json.dumps(record))
+
+    # --- one period, before the planner ---------------------------------------------------
+
+    def prepare(self, now: float) -> planner.Demand | None:
+        """Read progress and let the law decide; the job's demand (None: it has ended)."""
+        assert self.settings is not None and self.state is not None
+        self.obs, self.decision, self.base_state = None, None, self.state
+        running = self.child is not None and not self.paused
+        if running:
+            self.core_seconds += min(self.applied, self.cpus) * (now - self.last_tick)
+        self.last_tick = now
+        moved = _take_deadline_request(self.registry)
+        if moved is not None:
+            self.settings = replace(self.settings, deadline_s=moved)
+            self.say(
+                f"deadline moved to {format_time(moved)} ({moved - self.start_s:.0f}s after start)"
+            )
+        if not running:
+            return self._demand(now, need=self.state.allocation, current=0.0, admitted=False)
+        assert self.child is not None
+        self.exit_code = self.child.poll()
+        try:
+            progress = scrape_progress(self.url)
+            self.last_progress = progress
+            self.obs = observation_from_progress(progress, now, self.applied)
+            self.metrics_warned = False
+        except MetricsError as exc:
+            self.exit_code = self.child.poll()  # a trainer that just finished closes its endpoint
+            started_s = self.trainer_started_s or self.start_s
+            if (
+                self.exit_code is None
+                and not self.metrics_warned
+                and now - started_s > METRICS_GRACE_PERIODS * self.settings.period_s
+            ):
+                self.say(f"warning: {exc}; holding {self.applied:g} cores")
+                self.metrics_warned = True
+        if self.exit_code is not None:
+            self.finish()
+            return None
+        self.decision = control.decide(self.state, self.obs, self.settings, now)
+        return self._demand(now, need=self.decision.allocation, current=self.applied, admitted=True)
+
+    def _demand(self, now: float, *, need: float, current: float, admitted: bool) -> planner.Demand:
+        """What the planner sees of this job (as the operator's ``JobController._demand``)."""
+        assert self.settings is not None and self.state is not None
+        state = self.decision.state if self.decision is not None else self.state
+        self.demand = planner.Demand(
+            key=self.key,
+            mode=self.job.resources.mode,
+            need=need,
+            min_allocation=self.settings.min_allocation,
+            max_allocation=self.settings.max_allocation,
+            current=current,
+            steps_remaining=self.steps_remaining(),
+            deadline_s=self.settings.deadline_s,
+            arrival_s=self.start_s,
+            priority=self.job.priority,
+            admitted=admitted or self.verdict in _RUNNING_VERDICTS,
+            node=LOCAL_NODE if self.child is not None else None,
+            step_time_s=control.step_time_curve(state, self.settings),
+        )
+        return self.demand
+
+    def steps_remaining(self) -> float:
+        """Mini-batches left: from the latest sample, else the manifest's plan when it has one."""
+        if self.obs is not None:
+            return max(0.0, self.obs.steps_total - self.obs.steps_done)
+        if self.last_progress is not None:
+            return max(0.0, self.last_progress.steps_planned - self.last_progress.steps_done)
+        if self.job.steps_per_epoch is not None:
+            return float(self.job.epochs * self.job.steps_per_epoch)
+        return 0.0
+
+    # --- one period, after the planner ----------------------------------------------------
+
+    def commit(self, grant: planner.Grant | None, now: float) -> None:
+        """Act on the planner's grant (None: no planner, the law's need is granted)."""
+        assert self.settings is not None and self.state is not None
+        self._note_verdict(grant, now)
+        if self.child is None or self.paused:
+            if grant is None or (grant.verdict in _RUNNING_VERDICTS and grant.allocation > 0):
+                allocation = None if grant is None else grant.allocation
+                if self.child is None:
+                    self.start_trainer(now, allocation)
+                else:
+                    self._resume(allocation)
+            else:
+                self.rows.append(_waiting_row(now, self.start_s, self.settings, self.state, grant))
+                self.line = self._waiting_line()
+            self._maybe_write_trace()
+            return
+        assert self.decision is not None and self.base_state is not None
+        if grant is not None and grant.verdict == planner.PREEMPTED:
+            self._pause(now)
+            self.rows.append(_waiting_row(now, self.start_s, self.settings, self.state, grant))
+            self.line = self._waiting_line()
+            self._maybe_write_trace()
+            return
+        decision = self.decision
+        if grant is not None:
+            decision = control.follow_grant(
+                decision, grant.allocation, self.base_state, self.settings, now
+            )
+        self.state = decision.state
+        self.conditions.add(decision.condition)
+        row = _row(now, self.start_s, self.settings, self.obs, self.applied, self.decision)
+        if grant is not None:
+            row = replace(row, granted=decision.allocation, verdict=grant.verdict)
+        self.rows.append(row)
+        if abs(decision.allocation - self.applied) > ALLOCATION_EPSILON:
+            assert self.limiter is not None
+            self.applied = self.limiter.apply(decision.allocation)
+            self.actuations += 1
+        self.line = _status_line(row, self.settings, self.start_s)
+        if not self.multi:
+            self.display(self.line, False)
+        self._maybe_write_trace()
+        if self.obs is not None and self.obs.complete:
+            assert self.child is not None
+            os.killpg(self.child.pid, signal.SIGTERM)  # ends the trainer's metrics linger
+            self.exit_code = self.child.wait(timeout=60)
+            self.finish()
+
+    def enforce(self, grant: planner.Grant | None, now: float) -> None:
+        """Between its own periods, a running job gives back at once what the planner moved
+        to a job that was due (the machine is never promised twice)."""
+        if grant is None or self.child is None or self.paused or self.state is None:
+            return
+        assert self.settings is not None and self.limiter is not None
+        if grant.verdict == planner.PREEMPTED:
+            self._note_verdict(grant, now)
+            self._pause(now)
+            self.line = self._waiting_line()
+        elif grant.allocation < self.applied - ALLOCATION_EPSILON:
+            granted = control.clamp(grant.allocation, self.settings)
+            self.state = replace(self.state, allocation=granted, last_change_s=now)
+            self.applied = self.limiter.apply(granted)
+            self.actuations += 1
+
+    def _note_verdict(self, grant: planner.Grant | None, now: float) -> None:
+        if grant is None:
+            return
+        before, self.verdict, self.grant = self.verdict, grant.verdict, grant
+        self.conditions.add(grant.verdict)
+        if before == grant.verdict:
+            return
+        if grant.verdict in (planner.QUEUED, planner.PREEMPTED):
+            self.say(f"{grant.verdict.lower()}: {self._reason(grant)}")
+        elif grant.verdict == planner.SHORTED:
+            self.say(f"shorted: {grant.reason}")
+        elif before in (planner.QUEUED, planner.PREEMPTED):
+            self.say(f"admitted after {now - self.start_s:.0f}s: {grant.reason}")
+
+    def _reason(self, grant: planner.Grant) -> str:
+        text = grant.reason
+        if grant.earliest_deadline_s is not None:
+            when = grant.earliest_deadline_s
+            text += (
+                f"; earliest deadline it could meet now: {format_time(when)}"
+                f" ({when - self.start_s:.0f}s after its start)"
+            )
+        return text
+
+    def _waiting_line(self) -> str:
+        grant = self.grant
+        word = "PAUSED" if self.paused else "QUEUED"
+        return f"{word}: {self._reason(grant)}" if grant is not None else word
+
+    def _pause(self, now: float) -> None:
+        """Displaced: stop the trainer's processes where they are (SIGSTOP) until admitted."""
+        assert self.child is not None and self.state is not None and self.settings is not None
+        try:
+            os.killpg(self.child.pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            return
+        self.paused = True
+
+    def _resume(self, allocation: float | None) -> None:
+        assert self.child is not None and self.state is not None and self.limiter is not None
+        if allocation is not None:
+            self.state = replace(self.state, allocation=allocation)
+        self.applied = self.limiter.apply(self.state.allocation)
+        self.actuations += 1
+        try:
+            os.killpg(self.child.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        self.paused = False
+        self.line = f"resumed at {self.applied:g} cores"
+
+    def _maybe_write_trace(self) -> None:
+        if self.rows and len(self.rows) % TRACE_WRITE_EVERY == 0:
+            write_trace(self.rows, self.summary(None, -1, None).to_dict(), self.out / "trace.json")
+
+    # --- the end --------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        self.error = "interrupted"
+        if self.child is not None:
+            _stop(self.child, paused=self.paused)
+            self.exit_code = self.child.returncode if self.child.returncode is not None else 130
+        else:
+            self.exit_code = 130
+
+    def summary(self, finished_s: float | None, code: int, err: str | None) -> RunSummary:
+        settings = self.settings
+        deadline_rel = (settings.deadline_s - self.start_s) if settings is not None else 0.0
         deviation = None
         if finished_s is not None and deadline_rel > 0:
             deviation = 100.0 * (finished_s - deadline_rel) / deadline_rel
+        started = self.trainer_started_s
         return RunSummary(
-            name=job.name,
-            policy=policy,
+            name=self.job.name,
+            policy=self.policy,
             exit_code=code,
             complete=finished_s is not None,
             deadline_s=deadline_rel,
             finished_s=finished_s,
             deviation_pct=deviation,
-            core_seconds=core_seconds,
-            actuations=actuations,
-            min_cores=settings.min_allocation,
-            max_cores=settings.max_allocation,
-            limiter=limiter.kind,
-            out_dir=str(out),
+            core_seconds=self.core_seconds,
+            actuations=self.actuations,
+            min_cores=settings.min_allocation
+            if settings
+            else min(self.job.resources.min, self.max_cores),
+            max_cores=settings.max_allocation if settings else self.max_cores,
+            limiter=self.limiter.kind if self.limiter is not None else "none",
+            out_dir=str(self.out),
             error=err,
-            conditions=sorted(conditions),
+            conditions=sorted(self.conditions),
+            planner=self.options.planner_policy if self.multi else None,
+            queued_s=0.0 if started is None or not self.multi else started - self.start_s,
         )
 
-    try:
-        next_tick = start_s
-        while True:
-            next_tick += settings.period_s
-            _wait_until(next_tick, child)
-            now = time.time()
-            core_seconds += min(applied, cpus) * (now - last_tick)
-            last_tick = now
-            exit_code = child.poll()
-            moved = _take_deadline_request(registry)
-            if moved is not None:
-                settings = replace(settings, deadline_s=moved)
-                display(
-                    f"deadline moved to {format_time(moved)} ({moved - start_s:.0f}s after start)",
-                    True,
-                )
+    def finish(self) -> RunSummary:
+        """Stop what still runs, release the cgroup, write the trace and plot; the summary."""
+        if self.result is not None:
+            return self.result
+        self.done = True
+        if self.child is not None and self.child.poll() is None:
+            _stop(self.child, paused=self.paused)
+        if self.limiter is not None:
+            self.limiter.close()
+        (self.registry / RUN_RECORD).unlink(missing_ok=True)
+        if self.exit_code is None:
+            self.exit_code = self.child.returncode if self.child is not None else 130
+        if self.error is None and self.child is None:
+            self.error = "never started: " + (self._waiting_line() if self.grant else "no grant")
+        finished_s = None
+        last = self.last_progress
+        if last is not None and last.steps_done >= last.steps_planned:
+            finished_s = (last.last_step_time_s or self.last_tick) - self.start_s
+        log_path = self.out / "trainer.log"
+        error = self.error
+        if error is None and self.exit_code != 0:
+            error = f"trainer exited with code {self.exit_code}: {_tail(log_path)}"
+        elif error is None and last is None:
+            error = f"the trainer never published progress at {self.url}"
+        elif finished_s is None and error is None:
+            # The trainer exits 0 only once every step is done; it may exit between two
+            # scrapes. The loop wakes as soon as it exits, so the last tick is its exit time.
+            finished_s = self.last_tick - self.start_s
+        code = self.exit_code if error is None else (self.exit_code or 1)
+        self.result = self.summary(finished_s, code, error)
+        write_trace(self.rows, self.result.to_dict(), self.out / "trace.json")
+        if self.rows:
+            plot_path = self.out / "trace.png"
             try:
-                progress = scrape_progress(url)
-                last_progress = progress
-                obs: control.Observation | None = observation_from_progress(progress, now, applied)
-                metrics_warned = False
-            except MetricsError as exc:
-                obs = None
-                exit_code = child.poll()  # a trainer that just finished closes its endpoint
-                if (
-                    exit_code is None
-                    and not metrics_warned
-                    and now - start_s > 10 * settings.period_s
-                ):
-                    display(f"warning: {exc}; holding {applied:g} cores", True)
-                    metrics_warned = True
-            if exit_code is not None:
-                break
-            decision = control.decide(state, obs, settings, now)
-            state = decision.state
-            conditions.add(decision.condition)
-            rows.append(_row(now, start_s, settings, obs, applied, decision))
-            if abs(decision.allocation - applied) > 1e-9:
-                applied = limiter.apply(decision.allocation)
-                actuations += 1
-            display(_status_line(rows[-1], settings, start_s), False)
-            if len(rows) % 10 == 0:
-                write_trace(rows, summary(None, -1, None).to_dict(), trace_path)
-            if obs is not None and obs.complete:
-                os.killpg(child.pid, signal.SIGTERM)  # ends the trainer's metrics linger
-                exit_code = child.wait(timeout=60)
-                break
-    except KeyboardInterrupt:
-        error = "interrupted"
-        _stop(child)
-        exit_code = child.returncode if child.returncode is not None else 130
-    finally:
-        if child.poll() is None:
-            _stop(child)
-        limiter.close()
-        (registry / RUN_RECORD).unlink(missing_ok=True)
+                plot_trace(self.rows, plot_path, f"{self.job.name} ({self.policy})")
+            except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the run
+                self.say(f"warning: could not draw {plot_path}: {exc}")
+        self.line = _final_line(self.result)
+        return self.result
 
-    assert exit_code is not None
-    finished_s = None
-    if last_progress is not None and last_progress.steps_done >= last_progress.steps_planned:
-        finished_s = (last_progress.last_step_time_s or last_tick) - start_s
-    if error is None and exit_code != 0:
-        error = f"trainer exited with code {exit_code}: {_tail(log_path)}"
-    elif error is None and last_progress is None:
-        error = f"the trainer never published progress at {url}"
-    elif finished_s is None:
-        # The trainer exits 0 only once every step is done; it may exit between two scrapes.
-        # The loop wakes as soon as it exits, so the last tick is its exit time.
-        finished_s = last_tick - start_s
-    result = summary(finished_s, exit_code if error is None else (exit_code or 1), error)
-    write_trace(rows, result.to_dict(), trace_path)
-    if rows:
+
+class _Runtime:
+    """The loop over every job of a local run: arrive, read and decide, plan, act."""
+
+    def __init__(self, jobs: list[_LocalJob], options: LocalOptions) -> None:
+        self.jobs = jobs
+        self.options = options
+        self.cpus = machine_cores()
+        self.node = planner.Node(
+            name=LOCAL_NODE, cpu_cores=min(options.max_cores or self.cpus, self.cpus)
+        )
+
+    def run(self, plan_fn: PlanFn | None) -> list[RunSummary]:
+        for job in self.jobs:
+            job.prepare_folders()
+        settings = planner.PlannerSettings(
+            policy=self.options.planner_policy,
+            period_s=min(job.job.control.period_s for job in self.jobs),
+        )
+        begin_s = time.time()
         try:
-            plot_trace(rows, plot_path, f"{job.name} ({policy})")
-        except Exception as exc:  # noqa: BLE001 - a plot failure must not lose the run
-            display(f"warning: could not draw {plot_path}: {exc}", True)
-    return result
+            while not all(job.done for job in self.jobs):
+                self._period(begin_s, plan_fn, settings)
+        except KeyboardInterrupt:
+            for job in self.jobs:
+                if not job.done:
+                    job.interrupt()
+        finally:
+            for job in self.jobs:
+                job.finish()
+            self._show()
+        return [job.finish() for job in self.jobs]
+
+    def _period(
+        self, begin_s: float, plan_fn: PlanFn | None, settings: planner.PlannerSettings
+    ) -> None:
+        """Wait for the next arrival, due job or trainer exit, then run one period."""
+        waiting = [j for j in self.jobs if not j.arrived]
+        active = [j for j in self.jobs if j.arrived and not j.done]
+        next_s = min(
+            [begin_s + j.arrival_delay_s for j in waiting] + [j.next_tick_s for j in active],
+            default=time.time(),
+        )
+        _wait_any(next_s, [j.child for j in active if j.child is not None and not j.paused])
+        now = time.time()
+        due: list[_LocalJob] = []
+        for job in waiting:
+            if begin_s + job.arrival_delay_s <= now:
+                job.arrive(now)
+                if plan_fn is None:  # alone: it starts at once, its first period one period on
+                    job.start_trainer(now)
+                    job.next_tick_s = now + job.job.control.period_s
+                else:  # the planner admits it (or not) in this very period
+                    job.next_tick_s = now
+        for job in self.jobs:
+            if not job.arrived or job.done:
+                continue
+            exited = job.child is not None and job.child.poll() is not None
+            if job.next_tick_s <= now or exited:
+                due.append(job)
+                job.next_tick_s += job.job.control.period_s
+        if not due:
+            return
+        for job in due:
+            job.prepare(now)
+        grants: dict[str, planner.Grant] = {}
+        live = [j for j in self.jobs if j.arrived and not j.done and j.demand is not None]
+        if plan_fn is not None and live:
+            demands = [_current_demand(j) for j in live]
+            grants = dict(plan_fn(demands, [self.node], now, settings).grants)
+        for job in due:
+            if not job.done:
+                job.commit(grants.get(job.key) if plan_fn is not None else None, now)
+        for job in live:
+            if job not in due and not job.done:
+                job.enforce(grants.get(job.key), now)
+        self._give_up_on_a_stuck_queue()
+        self._show()
+
+    def _give_up_on_a_stuck_queue(self) -> None:
+        """Nothing runs, nothing else will arrive, and the planner still queues: no later
+        period can change its mind, so the waiting jobs end, saying why."""
+        if any(not j.arrived for j in self.jobs):
+            return
+        left = [j for j in self.jobs if not j.done]
+        if not left or any(j.child is not None and not j.paused for j in left):
+            return
+        if any(j.verdict in _RUNNING_VERDICTS or j.verdict is None for j in left):
+            return
+        for job in left:
+            job.error = f"never admitted: {job._waiting_line()}"
+            job.finish()
+
+    def _show(self) -> None:
+        if not any(job.multi for job in self.jobs):
+            return
+        width = max(len(job.job.name) for job in self.jobs)
+        lines = [f"{job.job.name:<{width}}  {job.line}" for job in self.jobs]
+        if self.options.board is not None:
+            self.options.board(lines)
+        elif self.options.display is not None:
+            for line in lines:
+                self.options.display(line, False)
 
 
-def _wait_until(when_s: float, child: subprocess.Popen[bytes]) -> None:
-    """Sleep until ``when_s``, returning early if the trainer exits."""
+def _current_demand(job: _LocalJob) -> planner.Demand:
+    """A job's latest demand with what is in effect now (it may not have been due)."""
+    assert job.demand is not None
+    running = job.child is not None and not job.paused
+    return replace(job.demand, current=job.applied if running else 0.0)
+
+
+def _wait_any(when_s: float, children: list[subprocess.Popen[bytes]]) -> None:
+    """Sleep until ``when_s``, returning early if one of the trainers exits."""
     remaining = when_s - time.time()
-    if remaining > 0:
+    if remaining <= 0:
+        return
+    running = [c for c in children if c.poll() is None]
+    if len(running) != len(children):
+        return  # one has exited already: its job is due now
+    if len(running) == 1:
         try:
-            child.wait(timeout=remaining)
+            running[0].wait(timeout=remaining)
         except subprocess.TimeoutExpired:
             pass
+        return
+    if not running:
+        time.sleep(remaining)
+        return
+    try:
+        fds = [os.pidfd_open(c.pid) for c in running]
+    except (AttributeError, OSError):  # no pidfds here: look every slice
+        while time.time() < when_s and all(c.poll() is None for c in running):
+            time.sleep(min(WAIT_SLICE_S, max(0.0, when_s - time.time())))
+        return
+    try:
+        select.select(fds, [], [], remaining)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
-def _stop(child: subprocess.Popen[bytes]) -> None:
+def _stop(child: subprocess.Popen[bytes], *, paused: bool = False) -> None:
     """SIGTERM (the trainer checkpoints), then SIGKILL after a grace period."""
     try:
         os.killpg(child.pid, signal.SIGTERM)
+        if paused:
+            os.killpg(child.pid, signal.SIGCONT)  # a stopped process handles SIGTERM on resume
         child.wait(timeout=STOP_GRACE_S)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         try:
@@ -415,6 +875,32 @@ def _row(
     )
 
 
+def _waiting_row(
+    now: float,
+    start_s: float,
+    settings: control.Settings,
+    state: control.State,
+    grant: planner.Grant | None,
+) -> TraceRow:
+    """A period in which the job waited for the planner: nothing runs."""
+    duration = settings.deadline_s - start_s
+    verdict = grant.verdict if grant is not None else planner.QUEUED
+    return TraceRow(
+        t_s=now - start_s,
+        steps_done=float("nan"),
+        steps_total=float("nan"),
+        progress=float("nan"),
+        set_point=(now - start_s) / duration if duration > 0 else 1.0,
+        deadline_s=duration,
+        allocation=0.0,
+        requested=state.allocation,
+        condition=verdict,
+        eta_s=None,
+        granted=0.0,
+        verdict=verdict,
+    )
+
+
 def _status_line(row: TraceRow, settings: control.Settings, start_s: float) -> str:
     width = 24
     progress = 0.0 if row.progress != row.progress else row.progress  # NaN when no metrics
@@ -428,3 +914,14 @@ def _status_line(row: TraceRow, settings: control.Settings, start_s: float) -> s
         f"[{bar}] {progress:6.1%}{steps}  t={row.t_s:.0f}s  ETA {eta} / deadline {row.deadline_s:.0f}s"
         f"  cores {row.allocation:.2f}  {row.condition}"
     )
+
+
+def _final_line(result: RunSummary) -> str:
+    if result.error:
+        return f"FAILED: {result.error.splitlines()[0]}"
+    if result.finished_s is not None and result.deviation_pct is not None:
+        return (
+            f"done at {result.finished_s:.0f}s / deadline {result.deadline_s:.0f}s"
+            f" ({result.deviation_pct:+.1f}%)"
+        )
+    return "done"

@@ -20,6 +20,9 @@ class TraceRow:
     requested: float  # what the controller asked for in this period
     condition: str
     eta_s: float | None  # predicted finish, s since start
+    # Several jobs under the planner (None for a job run alone):
+    granted: float | None = None  # what the planner granted this period (0 while waiting)
+    verdict: str | None = None  # the planner's admission verdict (Admitted, Queued, ...)
 
 
 def write_trace(rows: list[TraceRow], summary: dict[str, Any], path: Path) -> None:
