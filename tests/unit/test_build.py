@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from decor import build, control
 from decor.model import parse_job
+from decor.policy import CheckpointStorage
 
 JOB_UID = "0b7a4c1e-5e0f-4d8e-9d43-3c1f4b8b9a01"
 
@@ -137,7 +138,9 @@ def test_optional_environment_is_left_out() -> None:
 def test_metrics_sidecar_is_a_native_sidecar_sharing_the_progress_volume() -> None:
     body = job_body(metrics={"port": 9200})
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "resnet-0")
-    (sidecar,) = pod["spec"]["initContainers"]
+    # hostPath checkpoints (the default without storage): the owner init container first
+    owner, sidecar = pod["spec"]["initContainers"]
+    assert owner["name"] == build.CHECKPOINT_OWNER_NAME
     assert sidecar["name"] == build.SIDECAR_NAME
     assert sidecar["restartPolicy"] == "Always"
     assert sidecar["image"] == "localhost/decor/trainer:0.1.0"
@@ -163,7 +166,8 @@ def test_metrics_sidecar_is_a_native_sidecar_sharing_the_progress_volume() -> No
 def test_sidecar_image_can_be_overridden() -> None:
     body = job_body()
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "resnet-0", sidecar_image="sidecar:2")
-    assert pod["spec"]["initContainers"][0]["image"] == "sidecar:2"
+    images = {c["name"]: c["image"] for c in pod["spec"]["initContainers"]}
+    assert images == {build.SIDECAR_NAME: "sidecar:2", build.CHECKPOINT_OWNER_NAME: "sidecar:2"}
 
 
 def test_a_mount_elsewhere_does_not_count_as_the_checkpoint_volume() -> None:
@@ -237,7 +241,134 @@ def test_other_containers_and_init_containers_are_kept() -> None:
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p")
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trainer", "helper"]
     assert "resources" not in pod["spec"]["containers"][1]
-    assert [c["name"] for c in pod["spec"]["initContainers"]] == ["fetch", build.SIDECAR_NAME]
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [
+        build.CHECKPOINT_OWNER_NAME,
+        "fetch",
+        build.SIDECAR_NAME,
+    ]
+
+
+def test_operator_labels_and_annotations_win_over_the_templates() -> None:
+    body = job_body()
+    body["spec"]["template"]["metadata"] = {
+        "labels": {build.LABEL_JOB: "someone-else", build.LABEL_MANAGED_BY: "me", "team": "v"},
+        "annotations": {"prometheus.io/port": "1", build.ANNOTATION_ALLOCATION: "99"},
+    }
+    pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p")
+    labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    assert labels[build.LABEL_JOB] == "resnet"
+    assert labels[build.LABEL_MANAGED_BY] == build.MANAGED_BY
+    assert labels["team"] == "v"
+    assert annotations["prometheus.io/port"] == "9100"
+    assert annotations[build.ANNOTATION_ALLOCATION] == "2000m"
+
+
+CLAIM_STORAGE = CheckpointStorage(volume="claim", storage_class="fast", size="2Gi")
+
+
+def test_pods_run_restricted_by_default() -> None:
+    body = job_body()
+    pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p", checkpoint_storage=CLAIM_STORAGE)
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": build.TRAINER_UID,
+        "runAsGroup": build.TRAINER_GID,
+        "fsGroup": build.TRAINER_GID,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    trainer = pod["spec"]["containers"][0]
+    assert trainer["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    (sidecar,) = pod["spec"]["initContainers"]  # no owner init container without hostPath
+    assert sidecar["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_checkpoint_volume_is_the_jobs_claim_with_claim_storage() -> None:
+    body = job_body()
+    pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p", checkpoint_storage=CLAIM_STORAGE)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME)
+    assert volume == {
+        "name": build.CHECKPOINT_VOLUME,
+        "persistentVolumeClaim": {"claimName": "resnet-checkpoint"},
+    }
+    trainer = pod["spec"]["containers"][0]
+    assert {"name": build.CHECKPOINT_VOLUME, "mountPath": "/ckpt"} in trainer["volumeMounts"]
+
+
+@pytest.mark.parametrize("storage", [None, CLAIM_STORAGE])
+def test_a_claim_named_in_the_spec_is_mounted_whatever_the_storage(
+    storage: CheckpointStorage | None,
+) -> None:
+    body = job_body(checkpoint={"path": "/ckpt", "claimName": "team-data"})
+    spec = parse_job(body)
+    pod = build.build_trainer_pod(body, spec, 2.0, "p", checkpoint_storage=storage)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME)
+    assert volume["persistentVolumeClaim"] == {"claimName": "team-data"}
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [build.SIDECAR_NAME]
+    assert build.build_checkpoint_claim(body, spec, CLAIM_STORAGE) is None  # the user's own
+
+
+def test_host_path_checkpoints_are_handed_to_the_trainers_user() -> None:
+    body = job_body()
+    body["spec"]["template"]["spec"]["securityContext"] = {"runAsUser": 4242}
+    storage = CheckpointStorage(volume="hostPath", host_root="/data/ck")
+    pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p", checkpoint_storage=storage)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME)
+    assert volume["hostPath"]["path"] == f"/data/ck/ml/resnet/{JOB_UID}"
+    owner = pod["spec"]["initContainers"][0]
+    assert owner["name"] == build.CHECKPOINT_OWNER_NAME
+    assert owner["command"] == ["chown", "-R", f"4242:{build.TRAINER_GID}", "/ckpt"]
+    assert owner["volumeMounts"] == [{"name": build.CHECKPOINT_VOLUME, "mountPath": "/ckpt"}]
+    assert owner["securityContext"]["runAsUser"] == 0
+    assert owner["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["CHOWN", "DAC_READ_SEARCH"],
+    }
+
+
+def test_checkpoint_claim_is_owned_by_the_job_unless_kept() -> None:
+    body = job_body()
+    claim = build.build_checkpoint_claim(body, parse_job(body), CLAIM_STORAGE)
+    assert claim == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "resnet-checkpoint",
+            "namespace": "ml",
+            "labels": {build.LABEL_JOB: "resnet", build.LABEL_MANAGED_BY: build.MANAGED_BY},
+            "ownerReferences": [build.owner_reference(body)],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "2Gi"}},
+            "storageClassName": "fast",
+        },
+    }
+    kept = job_body(checkpoint={"path": "/ckpt", "keep": True})
+    kept_claim = build.build_checkpoint_claim(kept, parse_job(kept), CheckpointStorage("claim"))
+    assert kept_claim is not None
+    assert "ownerReferences" not in kept_claim["metadata"]
+    assert "storageClassName" not in kept_claim["spec"]  # the cluster's default class
+
+
+def test_no_checkpoint_claim_without_a_volume_to_make() -> None:
+    no_path = job_body(checkpoint=None)
+    assert build.build_checkpoint_claim(no_path, parse_job(no_path), CLAIM_STORAGE) is None
+    body = job_body()
+    assert build.build_checkpoint_claim(body, parse_job(body), CheckpointStorage()) is None
+    own = job_body()
+    tspec = own["spec"]["template"]["spec"]
+    tspec["volumes"] = [{"name": "d", "persistentVolumeClaim": {"claimName": "d"}}]
+    tspec["containers"][0]["volumeMounts"] = [{"name": "d", "mountPath": "/ckpt"}]
+    assert build.build_checkpoint_claim(own, parse_job(own), CLAIM_STORAGE) is None
 
 
 # --- patches and quantities -----------------------------------------------------------------------

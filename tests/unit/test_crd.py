@@ -223,3 +223,141 @@ def test_the_example_manifest_is_valid_for_both(schema: dict[str, Any]) -> None:
     spec_schema = at(schema, "spec")
     assert set(manifest["spec"]) <= set(spec_schema["properties"])
     assert set(spec_schema["required"]) <= set(manifest["spec"])
+
+
+# --- template policy and metrics path (docs/security.md) ----------------------------------------
+
+TEMPLATE_SPEC = "spec.template.spec"
+
+
+def template_rules(schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The CEL rules on the template, by the field path their message names."""
+    pod = at(schema, TEMPLATE_SPEC)
+    found = {r["fieldPath"].lstrip("."): r for r in rules(pod)}
+    for kind in ("containers", "initContainers"):
+        context = pod["properties"][kind]["items"]["properties"]["securityContext"]
+        for rule in rules(context):
+            found[f"{kind}[].securityContext{rule['fieldPath']}"] = rule
+    for rule in rules(pod["properties"]["volumes"]["items"]):
+        found[f"volumes[]{rule['fieldPath']}"] = rule
+    return found
+
+
+def test_forbidden_template_fields_are_refused_naming_the_field(schema: dict[str, Any]) -> None:
+    found = template_rules(schema)
+    assert set(found) == {
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "nodeName",
+        "containers[].securityContext.privileged",
+        "initContainers[].securityContext.privileged",
+        "volumes[].hostPath",
+    }
+    for field, rule in found.items():
+        assert rule["message"].startswith(f"{TEMPLATE_SPEC}.{field} is refused"), rule
+        assert rule["reason"] == "FieldValueForbidden"
+        name = field.rsplit(".", 1)[-1].removeprefix("volumes[]")
+        assert f"self.{name}" in rule["rule"]
+    # CEL sees only declared fields: each one checked is declared with its type.
+    pod = at(schema, TEMPLATE_SPEC)
+    for name in ("hostNetwork", "hostPID", "hostIPC"):
+        assert pod["properties"][name]["type"] == "boolean"
+    assert pod["properties"]["nodeName"]["type"] == "string"
+
+
+def test_lists_with_cel_rules_are_bounded(schema: dict[str, Any]) -> None:
+    """Unbounded lists make the API server estimate a CEL cost over budget and refuse the CRD."""
+    pod = at(schema, TEMPLATE_SPEC)
+    for kind in ("containers", "initContainers", "volumes"):
+        assert isinstance(pod["properties"][kind]["maxItems"], int), kind
+
+
+def test_template_stays_open_to_every_pod_field(schema: dict[str, Any]) -> None:
+    pod = at(schema, TEMPLATE_SPEC)
+    assert pod["x-kubernetes-preserve-unknown-fields"] is True
+    for kind in ("containers", "initContainers", "volumes"):
+        assert pod["properties"][kind]["items"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def crd_accepts_metrics_path(schema: dict[str, Any], path: str) -> bool:
+    """The CRD's pattern, maxLength and CEL rule (its two contains() tests) on ``path``."""
+    node = at(schema, "spec.metrics.path")
+    (rule,) = rules(node)
+    assert rule["rule"] == "!self.contains('..') && !self.contains('//')"
+    return (
+        len(path) <= node["maxLength"]
+        and re.fullmatch(node["pattern"], path) is not None
+        and ".." not in path
+        and "//" not in path
+    )
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/metrics", "/", "/a/b-c_d.e~f", "metrics", "/m?x=1", "/m#f", "/../x", "//evil/x",
+     "/a b", "/%2e%2e", "/a@b", "/" + "a" * 300, "/ünï"],
+)  # fmt: skip
+def test_metrics_path_rules_agree_with_the_model(schema: dict[str, Any], path: str) -> None:
+    manifest = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "x"},
+        "spec": {
+            "duration": 60,
+            "epochs": 1,
+            "resources": {"max": 1},
+            "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}},
+            "metrics": {"path": path},
+        },
+    }
+    try:
+        parse_job(manifest)
+        model_accepts = True
+    except ManifestError as exc:
+        assert exc.field == "spec.metrics.path"
+        model_accepts = False
+    assert model_accepts == crd_accepts_metrics_path(schema, path)
+    assert model_accepts == (path in ("/metrics", "/", "/a/b-c_d.e~f"))
+
+
+def test_checkpoint_fields_mirror_the_model(schema: dict[str, Any]) -> None:
+    from decor.model import CLAIM_NAME_MAX_CHARS, CLAIM_NAME_PATTERN
+
+    claim = at(schema, "spec.checkpoint.claimName")
+    assert (claim["pattern"], claim["maxLength"]) == (CLAIM_NAME_PATTERN, CLAIM_NAME_MAX_CHARS)
+    assert at(schema, "spec.checkpoint.keep")["type"] == "boolean"
+    (rule,) = rules(at(schema, "spec.checkpoint"))
+    assert rule["fieldPath"] == ".path" and "spec.checkpoint.claimName" in rule["message"]
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "field"),
+    [
+        ({"path": "/c", "claimName": "Bad_Name"}, "spec.checkpoint.claimName"),
+        ({"path": "/c", "claimName": 3}, "spec.checkpoint.claimName"),
+        ({"claimName": "data"}, "spec.checkpoint.path"),
+        ({"path": "/c", "keep": "yes"}, "spec.checkpoint.keep"),
+    ],
+)
+def test_bad_checkpoint_fields_are_refused_by_the_model(
+    checkpoint: dict[str, Any], field: str
+) -> None:
+    manifest = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {"name": "x"},
+        "spec": {
+            "duration": 60,
+            "epochs": 1,
+            "resources": {"max": 1},
+            "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}},
+            "checkpoint": checkpoint,
+        },
+    }
+    with pytest.raises(ManifestError) as caught:
+        parse_job(manifest)
+    assert caught.value.field == field
+    manifest["spec"]["checkpoint"] = {"path": "/c", "claimName": "team.data-1", "keep": True}
+    parsed = parse_job(manifest).checkpoint
+    assert (parsed.claim_name, parsed.keep) == ("team.data-1", True)

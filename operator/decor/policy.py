@@ -1,0 +1,338 @@
+"""What the cluster admin allows a job's pod template to ask for, and where checkpoints live.
+
+DECOR creates pods on behalf of whoever may create a DeadlineTrainingJob, so a template must
+not get more than its author could have been trusted with. The API server refuses what a CEL
+rule in the CRD can say (host namespaces, privileged containers, hostPath volumes,
+``nodeName``); :func:`check_template` refuses the rest at run time and re-checks those, in
+case the CRD in the cluster lacks its rules. The admin's allowances come from the chart's
+``templatePolicy`` values as environment variables (:meth:`TemplatePolicy.from_env`).
+
+How the operator uses it: before creating a job's first pod, call
+``check_template(spec.template, policy)``; a non-empty list means: create no pod, set a
+False condition with reason :data:`REASON_TEMPLATE_REFUSED` and post a Warning Event of that
+reason, both with :func:`describe` of the list as message (each entry names its field).
+
+:class:`CheckpointStorage` is the admin's choice of the volume the operator mounts at
+``spec.checkpoint.path`` when the template mounts none there (``from_env``).
+
+Pure apart from the two ``from_env`` readers: no I/O, no clock. docs/security.md explains
+every check and allowance.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- the admin's allowances: environment variables (the chart's templatePolicy values) ------
+
+ENV_ALLOW_HOST_ACCESS = "DECOR_ALLOW_HOST_ACCESS"
+"""true: host namespaces, host ports, privileged containers, hostPath volumes (the CRD's CEL
+rules refuse them too: docs/security.md says how an admin lifts both)."""
+ENV_ALLOW_NODE_NAME = "DECOR_ALLOW_NODE_NAME"
+"""true: a template may pin its pod to a node with ``spec.nodeName`` (bypasses the scheduler)."""
+ENV_ALLOW_RUN_AS_ROOT = "DECOR_ALLOW_RUN_AS_ROOT"
+"""true: a template may run a container as root (``runAsUser: 0`` / ``runAsNonRoot: false``)
+or allow privilege escalation."""
+ENV_ALLOWED_CAPABILITIES = "DECOR_ALLOWED_CAPABILITIES"
+"""Comma-separated Linux capabilities a container may add (e.g. ``IPC_LOCK``); ``*``: any."""
+ENV_ALLOWED_PRIORITY_CLASSES = "DECOR_ALLOWED_PRIORITY_CLASSES"
+"""Comma-separated PriorityClass names a template may use; ``*``: any."""
+ENV_ALLOWED_SERVICE_ACCOUNTS = "DECOR_ALLOWED_SERVICE_ACCOUNTS"
+"""Comma-separated ServiceAccount names besides ``default``; ``*``: any."""
+ENV_ALLOWED_TOLERATION_KEYS = "DECOR_ALLOWED_TOLERATION_KEYS"
+"""Comma-separated taint keys a template may tolerate (e.g. ``nvidia.com/gpu``); ``*``: any."""
+
+ANY = "*"
+"""In an allowance list: everything."""
+DEFAULT_SERVICE_ACCOUNT = "default"
+"""The namespace's own ServiceAccount: always allowed (it is what a pod gets anyway)."""
+
+REASON_TEMPLATE_REFUSED = "TemplateRefused"
+"""Condition reason and Event reason when the template asks for something not allowed."""
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+# --- checkpoint storage: environment variables (the chart's trainer.checkpoint values) ------
+
+ENV_CHECKPOINT_VOLUME = "DECOR_CHECKPOINT_VOLUME"
+"""``claim`` (a PersistentVolumeClaim per job) or ``hostPath`` (a node directory)."""
+ENV_CHECKPOINT_STORAGE_CLASS = "DECOR_CHECKPOINT_STORAGE_CLASS"
+"""StorageClass of per-job claims; empty: the cluster's default class."""
+ENV_CHECKPOINT_SIZE = "DECOR_CHECKPOINT_SIZE"
+"""Requested size of per-job claims (a Kubernetes quantity, e.g. ``1Gi``)."""
+ENV_CHECKPOINT_HOST_ROOT = "DECOR_CHECKPOINT_HOST_ROOT"
+"""hostPath root of checkpoint directories (``ROOT/NAMESPACE/NAME/UID``)."""
+
+VOLUME_CLAIM = "claim"
+VOLUME_HOST_PATH = "hostPath"
+CHECKPOINT_VOLUMES: tuple[str, ...] = (VOLUME_CLAIM, VOLUME_HOST_PATH)
+DEFAULT_CHECKPOINT_SIZE = "1Gi"
+DEFAULT_CHECKPOINT_HOST_ROOT = "/var/lib/decor/checkpoints"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One thing a template asks for that the policy refuses.
+
+    ``field``: the path in the job, e.g. ``spec.template.spec.containers[0].securityContext
+    .privileged``; ``message``: what is refused and which allowance would permit it.
+    """
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def describe(violations: Iterable[Violation]) -> str:
+    """One line for a condition message or an Event: every violation, ``; `` separated."""
+    return "; ".join(str(v) for v in violations)
+
+
+def _names(text: str | None) -> frozenset[str]:
+    return frozenset(part.strip() for part in (text or "").split(",") if part.strip())
+
+
+def _flag(text: str | None) -> bool:
+    return (text or "").strip().lower() in _TRUE
+
+
+def _allowed(name: str, allowed: frozenset[str]) -> bool:
+    return ANY in allowed or name in allowed
+
+
+@dataclass(frozen=True)
+class TemplatePolicy:
+    """What the admin allows beyond the restricted default (everything off / empty)."""
+
+    allow_host_access: bool = False
+    allow_node_name: bool = False
+    allow_run_as_root: bool = False
+    allowed_capabilities: frozenset[str] = field(default_factory=frozenset)
+    allowed_priority_classes: frozenset[str] = field(default_factory=frozenset)
+    allowed_service_accounts: frozenset[str] = field(default_factory=frozenset)
+    allowed_toleration_keys: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TemplatePolicy:
+        """The policy from ``DECOR_ALLOW*`` variables (unset: the restricted default)."""
+        env = os.environ if environ is None else environ
+        return cls(
+            allow_host_access=_flag(env.get(ENV_ALLOW_HOST_ACCESS)),
+            allow_node_name=_flag(env.get(ENV_ALLOW_NODE_NAME)),
+            allow_run_as_root=_flag(env.get(ENV_ALLOW_RUN_AS_ROOT)),
+            allowed_capabilities=frozenset(
+                c.upper().removeprefix("CAP_") for c in _names(env.get(ENV_ALLOWED_CAPABILITIES))
+            ),
+            allowed_priority_classes=_names(env.get(ENV_ALLOWED_PRIORITY_CLASSES)),
+            allowed_service_accounts=_names(env.get(ENV_ALLOWED_SERVICE_ACCOUNTS)),
+            allowed_toleration_keys=_names(env.get(ENV_ALLOWED_TOLERATION_KEYS)),
+        )
+
+
+TEMPLATE = "spec.template"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _check_security_context(
+    context: Mapping[str, Any], where: str, policy: TemplatePolicy, *, container: bool
+) -> list[Violation]:
+    """Root, privilege escalation, privileged and capabilities of a (pod or container)
+    securityContext at ``where``."""
+    found: list[Violation] = []
+    if not policy.allow_run_as_root:
+        if context.get("runAsUser") == 0:
+            found.append(
+                Violation(f"{where}.runAsUser", f"runs as root; {_ask(ENV_ALLOW_RUN_AS_ROOT)}")
+            )
+        if context.get("runAsNonRoot") is False:
+            found.append(
+                Violation(
+                    f"{where}.runAsNonRoot", f"may run as root; {_ask(ENV_ALLOW_RUN_AS_ROOT)}"
+                )
+            )
+        if container and context.get("allowPrivilegeEscalation") is True:
+            found.append(
+                Violation(
+                    f"{where}.allowPrivilegeEscalation",
+                    f"privilege escalation is refused; {_ask(ENV_ALLOW_RUN_AS_ROOT)}",
+                )
+            )
+    if not container:
+        return found
+    if context.get("privileged") is True and not policy.allow_host_access:
+        found.append(
+            Violation(
+                f"{where}.privileged",
+                f"privileged containers are refused; {_ask(ENV_ALLOW_HOST_ACCESS)}",
+            )
+        )
+    added = _list(_mapping(context.get("capabilities")).get("add"))
+    refused = [
+        str(c)
+        for c in added
+        if not _allowed(str(c).upper().removeprefix("CAP_"), policy.allowed_capabilities)
+    ]
+    if refused:
+        found.append(
+            Violation(
+                f"{where}.capabilities.add",
+                f"adding {', '.join(refused)} is refused; {_ask(ENV_ALLOWED_CAPABILITIES)}",
+            )
+        )
+    return found
+
+
+def _ask(env: str) -> str:
+    return f"the cluster admin can allow it (operator variable {env}, docs/security.md)"
+
+
+def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[Violation]:
+    """Everything in ``template`` (a job's ``spec.template``) that ``policy`` refuses.
+
+    Checked: host namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), host ports,
+    privileged containers and hostPath volumes (``allow_host_access``); ``nodeName``
+    (``allow_node_name``); root users and privilege escalation (``allow_run_as_root``); added
+    capabilities, ``priorityClassName``, ``serviceAccountName`` other than ``default``, and
+    tolerations, each against its allowance list. Containers, init containers and
+    ephemeral containers are all checked. Returns [] when the template may run.
+    """
+    spec = _mapping(template.get("spec"))
+    where = f"{TEMPLATE}.spec"
+    found: list[Violation] = []
+    if not policy.allow_host_access:
+        for key in ("hostNetwork", "hostPID", "hostIPC"):
+            if spec.get(key) is True:
+                found.append(
+                    Violation(
+                        f"{where}.{key}",
+                        f"host namespaces are refused; {_ask(ENV_ALLOW_HOST_ACCESS)}",
+                    )
+                )
+        for i, volume in enumerate(_list(spec.get("volumes"))):
+            if "hostPath" in _mapping(volume):
+                found.append(
+                    Violation(
+                        f"{where}.volumes[{i}].hostPath",
+                        f"hostPath volumes are refused (use a PersistentVolumeClaim); "
+                        f"{_ask(ENV_ALLOW_HOST_ACCESS)}",
+                    )
+                )
+    if spec.get("nodeName") and not policy.allow_node_name:
+        found.append(
+            Violation(
+                f"{where}.nodeName",
+                f"pinning a node bypasses the scheduler (use nodeSelector); "
+                f"{_ask(ENV_ALLOW_NODE_NAME)}",
+            )
+        )
+    found += _check_security_context(
+        _mapping(spec.get("securityContext")), f"{where}.securityContext", policy, container=False
+    )
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for i, raw in enumerate(_list(spec.get(kind))):
+            container = _mapping(raw)
+            at = f"{where}.{kind}[{i}]"
+            found += _check_security_context(
+                _mapping(container.get("securityContext")),
+                f"{at}.securityContext",
+                policy,
+                container=True,
+            )
+            if policy.allow_host_access:
+                continue
+            for j, port in enumerate(_list(container.get("ports"))):
+                if _mapping(port).get("hostPort"):
+                    found.append(
+                        Violation(
+                            f"{at}.ports[{j}].hostPort",
+                            f"host ports are refused; {_ask(ENV_ALLOW_HOST_ACCESS)}",
+                        )
+                    )
+    priority_class = spec.get("priorityClassName")
+    if priority_class and not _allowed(str(priority_class), policy.allowed_priority_classes):
+        found.append(
+            Violation(
+                f"{where}.priorityClassName",
+                f"priority class {priority_class!r} is not allowed; "
+                f"{_ask(ENV_ALLOWED_PRIORITY_CLASSES)}",
+            )
+        )
+    for key in ("serviceAccountName", "serviceAccount"):
+        account = spec.get(key)
+        if (
+            account
+            and account != DEFAULT_SERVICE_ACCOUNT
+            and not _allowed(str(account), policy.allowed_service_accounts)
+        ):
+            found.append(
+                Violation(
+                    f"{where}.{key}",
+                    f"service account {account!r} is not allowed (only {DEFAULT_SERVICE_ACCOUNT!r}); "
+                    f"{_ask(ENV_ALLOWED_SERVICE_ACCOUNTS)}",
+                )
+            )
+    for i, raw in enumerate(_list(spec.get("tolerations"))):
+        toleration = _mapping(raw)
+        key = str(toleration.get("key") or "")
+        # An empty key with operator Exists tolerates every taint: only "*" allows it.
+        if not _allowed(key or ANY, policy.allowed_toleration_keys):
+            found.append(
+                Violation(
+                    f"{where}.tolerations[{i}]",
+                    f"tolerating {'every taint' if not key else repr(key)} is not allowed; "
+                    f"{_ask(ENV_ALLOWED_TOLERATION_KEYS)}",
+                )
+            )
+    return found
+
+
+# ============================================================================================
+# Checkpoint storage
+
+
+@dataclass(frozen=True)
+class CheckpointStorage:
+    """The volume the operator mounts at ``spec.checkpoint.path`` when the template has none.
+
+    ``volume``: ``claim`` — a PersistentVolumeClaim per job (``build.checkpoint_claim_name``),
+    of ``storage_class`` (None: the cluster's default class) and ``size``, owned by the job so
+    that deleting the job deletes it unless ``spec.checkpoint.keep``; passes Pod Security
+    Admission ``restricted``. ``hostPath`` — ``host_root/NAMESPACE/NAME/UID`` on the node
+    (single node only; not allowed by ``restricted`` or ``baseline``; never cleaned up).
+    A job naming its own claim (``spec.checkpoint.claimName``) overrides both.
+    """
+
+    volume: str = VOLUME_HOST_PATH
+    storage_class: str | None = None
+    size: str = DEFAULT_CHECKPOINT_SIZE
+    host_root: str = DEFAULT_CHECKPOINT_HOST_ROOT
+
+    def __post_init__(self) -> None:
+        if self.volume not in CHECKPOINT_VOLUMES:
+            raise ValueError(
+                f"{ENV_CHECKPOINT_VOLUME} must be one of {', '.join(CHECKPOINT_VOLUMES)}, "
+                f"got {self.volume!r}"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CheckpointStorage:
+        """From ``DECOR_CHECKPOINT_*``; unset volume: ``hostPath`` (the chart sets ``claim``)."""
+        env = os.environ if environ is None else environ
+        return cls(
+            volume=(env.get(ENV_CHECKPOINT_VOLUME) or VOLUME_HOST_PATH).strip(),
+            storage_class=(env.get(ENV_CHECKPOINT_STORAGE_CLASS) or "").strip() or None,
+            size=(env.get(ENV_CHECKPOINT_SIZE) or DEFAULT_CHECKPOINT_SIZE).strip(),
+            host_root=(env.get(ENV_CHECKPOINT_HOST_ROOT) or DEFAULT_CHECKPOINT_HOST_ROOT).strip(),
+        )
