@@ -30,7 +30,6 @@ from decor.model import (
     parse_time,
 )
 from decor.policy import VOLUME_CLAIM, CheckpointStorage
-from decor.policy import VOLUME_CLAIM, CheckpointStorage
 
 # --- names shared with the cluster ---------------------------------------------------------
 

@@ -435,17 +435,6 @@ def parse_job(manifest: Any) -> JobSpec:
             "must be a plain path of letters, digits, . _ ~ - and / (no .., //, ? or #, "
             f"at most {METRICS_PATH_MAX_CHARS} characters), got {path!r}",
         )
-    if (
-        len(path) > METRICS_PATH_MAX_CHARS
-        or not re.fullmatch(METRICS_PATH_PATTERN, path)
-        or ".." in path
-        or "//" in path
-    ):
-        raise ManifestError(
-            "spec.metrics.path",
-            "must be a plain path of letters, digits, . _ ~ - and / (no .., //, ? or #, "
-            f"at most {METRICS_PATH_MAX_CHARS} characters), got {path!r}",
-        )
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):
         raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
