@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from decor_trainer.checkpoint import restart_seconds, saved_at_s
@@ -15,7 +18,9 @@ from decor_trainer.distributed import (
     split_evenly,
     worker_count,
 )
+from decor_trainer.reporter import ProgressReporter, ProgressSnapshot
 from decor_trainer.workloads import WorkloadConfig, build_workload
+from prometheus_client import CollectorRegistry
 
 
 @pytest.mark.parametrize(("items", "parts"), [(10, 3), (4, 4), (7, 2), (5, 1), (2, 5)])
@@ -137,3 +142,18 @@ def test_world_info_reads_the_torchrun_environment() -> None:
 def test_restart_seconds_from_the_save_stamp() -> None:
     assert restart_seconds({"saved_at_s": 100.0}, 103.5) == pytest.approx(3.5)
     assert restart_seconds({}, 103.5) is None and saved_at_s({}) is None
+
+
+def test_reporter_publishes_the_restart_cost(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    progress = tmp_path / "progress.json"
+    reporter = ProgressReporter(
+        steps_planned=4, epochs_planned=1, registry=registry, progress_file=progress
+    )
+    assert registry.get_sample_value("decor_training_restart_seconds") == 0.0
+    reporter.restart_done(4.25)
+    assert registry.get_sample_value("decor_training_restart_seconds") == 4.25
+    assert json.loads(progress.read_text())["restart_s"] == 4.25
+    # An older trainer's progress file has no restart_s: read as 0, not an error.
+    older = {k: v for k, v in json.loads(progress.read_text()).items() if k != "restart_s"}
+    assert ProgressSnapshot.from_mapping(older).restart_s == 0.0

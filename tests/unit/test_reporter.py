@@ -26,6 +26,7 @@ FILE_KEYS = {
     "step_s",
     "epoch_s",
     "t",
+    "restart_s",
 }
 
 
@@ -89,7 +90,7 @@ def test_exposes_exactly_the_contract_metrics_with_help_and_no_labels() -> None:
     registry = CollectorRegistry()
     ProgressReporter(steps_planned=1, epochs_planned=1, registry=registry)
     names = contract_metric_names()
-    assert len(names) == 8, f"contract table not found or changed: {names}"
+    assert len(names) == 9, f"contract table not found or changed: {names}"
     assert exposed_names(registry) == names
     for family in registry.collect():
         assert family.documentation

@@ -28,6 +28,7 @@ EPOCHS_PLANNED = "decor_epochs_planned"
 STEP_DURATION = "decor_step_duration_seconds"
 EPOCH_DURATION = "decor_epoch_duration_seconds"
 LAST_STEP_TIMESTAMP = "decor_last_step_timestamp_seconds"
+RESTART_DURATION = "decor_training_restart_seconds"
 
 
 def metric_families(snapshot: ProgressSnapshot) -> list[Metric]:
@@ -68,6 +69,12 @@ def metric_families(snapshot: ProgressSnapshot) -> list[Metric]:
             "Unix time in seconds at which the most recent mini-batch completed; 0 before "
             "the first one in this process.",
             value=snapshot.t,
+        ),
+        GaugeMetricFamily(
+            RESTART_DURATION,
+            "Seconds from the save of the checkpoint this process resumed from to its first "
+            "completed mini-batch (the cost of a restart); 0 if it did not resume.",
+            value=snapshot.restart_s,
         ),
     ]
     return families

@@ -63,7 +63,9 @@ class ProgressSnapshot:
     ``steps``/``samples`` completed since the job started (resumes included),
     ``steps_planned``/``epochs_planned`` (0 = unknown), ``epochs`` whole epochs completed,
     ``step_s``/``epoch_s`` wall time of the latest mini-batch/epoch in seconds (0 = none yet),
-    ``t`` Unix time in seconds at which the latest mini-batch completed (0 = none yet).
+    ``t`` Unix time in seconds at which the latest mini-batch completed (0 = none yet),
+    ``restart_s`` seconds from the resumed checkpoint's save to this process's first step
+    (0 = not measured: a fresh start, or an older trainer that does not write it).
     """
 
     steps: int
@@ -74,6 +76,7 @@ class ProgressSnapshot:
     step_s: float
     epoch_s: float
     t: float
+    restart_s: float = 0.0
 
     def to_json(self) -> str:
         """The progress file's content: one JSON object, no trailing newline."""
@@ -88,6 +91,7 @@ class ProgressSnapshot:
                 "step_s": self.step_s,
                 "epoch_s": self.epoch_s,
                 "t": self.t,
+                "restart_s": self.restart_s,
             }
         )
 
@@ -115,6 +119,10 @@ class ProgressSnapshot:
             if not value >= 0 or value == float("inf"):
                 raise ValueError(f"progress field {key!r} must be finite and >= 0: {value!r}")
             values[key] = float(value)
+        restart_s = data.get("restart_s", 0.0)  # optional: older trainers do not write it
+        if isinstance(restart_s, int | float) and not isinstance(restart_s, bool):
+            if 0 <= restart_s < float("inf"):
+                values["restart_s"] = float(restart_s)
         return cls(**values)
 
 
@@ -233,6 +241,7 @@ class ProgressReporter:
         self._step_s = 0.0
         self._epoch_s = 0.0
         self._t = 0.0
+        self._restart_s = 0.0
         now = clock()
         self._step_started = now
         self._epoch_started = now
@@ -325,7 +334,18 @@ class ProgressReporter:
             step_s=self._step_s,
             epoch_s=self._epoch_s,
             t=self._t,
+            restart_s=self._restart_s,
         )
+
+    def restart_done(self, seconds: float) -> None:
+        """Record the restart cost: seconds from the resumed checkpoint's save to the first
+        step of this process (``decor_training_restart_seconds``)."""
+        try:
+            self._restart_s = max(0.0, float(seconds))
+            if self._file is not None:
+                self._write_file()
+        except Exception as exc:  # noqa: BLE001
+            self._errors.report(f"restart:{type(exc).__name__}", f"restart_done failed: {exc!r}")
 
     def step_done(self, samples: int = 0) -> None:
         """Record one completed mini-batch of ``samples`` training samples (>= 0)."""

@@ -662,7 +662,8 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                             "restart cost %.3f s (checkpoint saved -> first step done)",
                             restart_s,
                         )
-                        _publish_restart(reporter, restart_s)
+                        if reporter is not None:
+                            reporter.restart_done(restart_s)
                     resumed_from = None
                 if step_log is not None:
                     step_log.write(f"{step}\n")
@@ -724,13 +725,6 @@ def _no_sync(ddp: DistributedDataParallel | None) -> contextlib.AbstractContextM
         return contextlib.nullcontext()
     no_sync: Callable[[], contextlib.AbstractContextManager[None]] = ddp.no_sync  # type: ignore[assignment]
     return no_sync()
-
-
-def _publish_restart(reporter: ProgressReporter | None, restart_s: float) -> None:
-    """Hand the restart cost to the reporter if it publishes one (docs/contract.md)."""
-    record = getattr(reporter, "restart_done", None)
-    if record is not None:
-        record(restart_s)
 
 
 if __name__ == "__main__":
