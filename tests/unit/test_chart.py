@@ -180,28 +180,102 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
 
 
-def test_rbac_is_least_privilege(helm: str) -> None:
-    role = by_kind(render(helm))["ClusterRole"]
-    granted = {
+def named(documents: list[dict[str, Any]], kind: str, name: str = "decor") -> dict[str, Any]:
+    (found,) = [d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name]
+    return found
+
+
+def granted(role: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+    return {
         (group, resource): sorted(rule["verbs"])
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    assert granted == {
-        ("decor.dev", "deadlinetrainingjobs"): ["get", "list", "patch", "watch"],
-        ("decor.dev", "deadlinetrainingjobs/status"): ["get", "patch"],
-        ("", "pods"): ["create", "delete", "get", "list"],
-        ("", "pods/resize"): ["patch"],
-        ("", "events"): ["create", "patch"],
+
+
+# The calls of operator/decor/kube.py and kopf's watches (rbac.yaml says which is which).
+OPERATOR_RIGHTS = {
+    ("decor.dev", "deadlinetrainingjobs"): ["list", "watch"],
+    ("decor.dev", "deadlinetrainingjobs/status"): ["patch"],
+    ("", "pods"): ["create", "delete", "get", "list", "watch"],
+    ("", "pods/resize"): ["patch"],
+    ("", "events"): ["create"],
+}
+
+
+def test_rbac_is_least_privilege(helm: str) -> None:
+    role = named(render(helm), "ClusterRole")
+    assert granted(role) == {
+        **OPERATOR_RIGHTS,
+        ("", "persistentvolumeclaims"): ["create"],  # the default: a checkpoint claim per job
     }
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
 
 
+def test_host_path_checkpoints_need_no_claim_rights(helm: str) -> None:
+    documents = render(helm, "trainer.checkpoint.volume=hostPath")
+    assert granted(named(documents, "ClusterRole")) == OPERATOR_RIGHTS
+    container = named(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "DECOR_CHECKPOINT_VOLUME", "value": "hostPath"} in container["env"]
+
+
+def test_namespaced_install_has_nothing_cluster_scoped(helm: str) -> None:
+    documents = render(helm, "watchNamespace=ml")
+    kinds = sorted(d["kind"] for d in documents)
+    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+    role = named(documents, "Role")
+    assert role["metadata"]["namespace"] == "ml"
+    assert granted(role) == {**OPERATOR_RIGHTS, ("", "persistentvolumeclaims"): ["create"]}
+    binding = named(documents, "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
+    ]
+
+
+def operator_env(documents: list[dict[str, Any]]) -> dict[str, str]:
+    container = named(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_template_policy_and_checkpoint_storage_reach_the_operator(helm: str) -> None:
+    from decor.policy import CheckpointStorage, TemplatePolicy
+
+    default = operator_env(render(helm))
+    assert TemplatePolicy.from_env(default) == TemplatePolicy()  # everything refused
+    assert CheckpointStorage.from_env(default) == CheckpointStorage(volume="claim", size="1Gi")
+    allowed = operator_env(
+        render(
+            helm,
+            "templatePolicy.allowHostAccess=true",
+            "templatePolicy.allowNodeName=true",
+            "templatePolicy.allowRunAsRoot=true",
+            "templatePolicy.allowedCapabilities={IPC_LOCK,NET_ADMIN}",
+            "templatePolicy.allowedPriorityClasses={training}",
+            "templatePolicy.allowedServiceAccounts={trainer}",
+            "templatePolicy.allowedTolerationKeys={nvidia.com/gpu}",
+            "trainer.checkpoint.storageClassName=fast",
+            "trainer.checkpoint.size=5Gi",
+        )
+    )
+    assert TemplatePolicy.from_env(allowed) == TemplatePolicy(
+        allow_host_access=True,
+        allow_node_name=True,
+        allow_run_as_root=True,
+        allowed_capabilities=frozenset({"IPC_LOCK", "NET_ADMIN"}),
+        allowed_priority_classes=frozenset({"training"}),
+        allowed_service_accounts=frozenset({"trainer"}),
+        allowed_toleration_keys=frozenset({"nvidia.com/gpu"}),
+    )
+    storage = CheckpointStorage.from_env(allowed)
+    assert (storage.volume, storage.storage_class, storage.size) == ("claim", "fast", "5Gi")
+
+
 def test_scraping_through_the_api_server_adds_only_pod_proxy(helm: str) -> None:
     objects = by_kind(render(helm, "trainer.scrapeVia=apiserver"))
-    extra = [r for r in objects["ClusterRole"]["rules"] if r["resources"] == ["pods/proxy"]]
+    role = named(render(helm, "trainer.scrapeVia=apiserver"), "ClusterRole")
+    extra = [r for r in role["rules"] if r["resources"] == ["pods/proxy"]]
     assert extra == [{"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}]
     container = objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "DECOR_SCRAPE_VIA", "value": "apiserver"} in container["env"]
