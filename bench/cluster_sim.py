@@ -1,0 +1,757 @@
+"""A SIMULATION of many training jobs on a cluster, driven by the real planner.
+
+``make bench-cluster`` runs it: traces of hundreds to thousands of jobs arriving on tens to
+hundreds of CPU and GPU nodes, each policy of :mod:`decor.planner` side by side on the same
+traces, and writes ``docs/benchmarks/cluster/`` (results.json, plots, README.md).
+
+What is real and what is simulated:
+
+* **real**: ``decor.planner.plan`` itself, called once per period with every active job's
+  demand, exactly as the operator calls it; its grants are applied as given.
+* **simulated**: the jobs. Each is a *plant* whose seconds per step at an allocation ``u``
+  follow a known curve (``Amdahl``: a / u + b, or ``Saturating``), optionally with noise
+  (each period's speed multiplied by a log-normal factor). The three reference workloads'
+  curves are fitted to their measured profiles (docs/benchmarks/results.json: steps/s at
+  0.5, 1, 1.5, 2 cores) and stretched so that 2 profile cores map to the job's max; the
+  rest are synthetic concave (Amdahl, serial fraction 2-30 %) and saturating curves.
+* **the need**: not the law's fit (``control.decide``) but the *exact* need of each job
+  from its own curve: the smallest allocation (10 millicores, or whole GPUs, counting the
+  restart a change costs) that finishes the remaining steps by the deadline. This is the
+  need the law converges to on an exact plant, and it keeps a 1,000-job trace cheap.
+* GPU jobs lose ``restart_cost_s`` of progress at every change of GPU count (and on a
+  resume after a preemption); CPU resizes are in place and free.
+* Deadlines: arrival + U(0.5, 1.5) x the job's duration at its max (ElasticFlow's rule):
+  jobs drawn below 1.0 cannot be met at all. A share of jobs is best-effort (no deadline).
+* Admission policies (decor, elasticflow) leave a job queued while its need does not fit;
+  the simulated user withdraws a queued job once even its max could not meet the deadline
+  (``dropped``). Policies without admission run every job to its end, late or not.
+
+Run ``python bench/cluster_sim.py --help``; ``--quick`` runs two small traces in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import quantiles
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from decor import planner as pl  # noqa: E402
+
+OUT_DIR = ROOT / "docs" / "benchmarks" / "cluster"
+PROFILES_JSON = ROOT / "docs" / "benchmarks" / "results.json"
+POLICIES = (
+    pl.POLICY_NONE,
+    pl.POLICY_PROPORTIONAL,
+    pl.POLICY_EDF,
+    pl.POLICY_ELASTICFLOW,
+    pl.POLICY_DECOR,
+)
+PROFILE_MAX_CORES = 2.0  # the reference profiles were measured up to 2 cores
+CPU_QUANTUM_CORES = 0.01  # the law's CPU quantum
+DEADLINE_FACTOR_RANGE = (0.5, 1.5)  # ElasticFlow's rule: arrival + U(0.5, 1.5) x duration
+LATE_TOLERANCE_RATIO = 0.01  # "no admitted job late by more than 1 %" of its relative deadline
+# Targets (README.md reports each one).
+TARGET_VS_PROPORTIONAL_RATIO = 1.2
+TARGET_PLANNER_CPU_MS = 100.0
+TARGET_PLANNER_GPU_MS = 1000.0
+SCALE_JOBS = 1000
+SCALE_NODES = 100
+SCALE_CALLS = 30  # plan() calls timed per scale snapshot
+
+
+# ---------------------------------------------------------------------------------------
+# Plants: speed curves
+
+
+@dataclass(frozen=True)
+class Amdahl:
+    """Seconds per step ``a / u + b`` at allocation ``u`` (a serial part b, a parallel a)."""
+
+    a: float
+    b: float
+
+    def __call__(self, u: float) -> float:
+        return self.a / u + self.b
+
+    def allocation_for(self, step_s: float) -> float:
+        """The allocation at which a step takes ``step_s`` (inf if none)."""
+        return math.inf if step_s <= self.b else self.a / (step_s - self.b)
+
+
+@dataclass(frozen=True)
+class Saturating:
+    """Steps per second ``rate_max x (1 - exp(-u / k_units))``: fast at first, then flat."""
+
+    rate_max: float
+    k_units: float
+
+    def __call__(self, u: float) -> float:
+        return 1.0 / (self.rate_max * -math.expm1(-u / self.k_units))
+
+    def allocation_for(self, step_s: float) -> float:
+        ratio = 1.0 / (step_s * self.rate_max)
+        return math.inf if ratio >= 1.0 else -self.k_units * math.log1p(-ratio)
+
+
+Curve = Amdahl | Saturating
+
+
+def fit_amdahl(points: Sequence[tuple[float, float]]) -> Amdahl:
+    """Least squares of step time on 1 / cores over (cores, steps/s) points; a, b >= 0."""
+    xs = [1.0 / c for c, _ in points]
+    ys = [1.0 / r for _, r in points]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    a = max(1e-9, sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx)
+    return Amdahl(a=a, b=max(0.0, my - a * mx))
+
+
+def reference_curves(path: Path = PROFILES_JSON) -> dict[str, Amdahl]:
+    """The three reference workloads' curves, fitted to their measured profiles."""
+    profiles = json.loads(path.read_text())["profiles"]
+    return {
+        name: fit_amdahl([(p["cores"], p["steps_per_s"]) for p in prof["curve"]])
+        for name, prof in sorted(profiles.items())
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Traces
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """A trace: how many jobs and nodes, how loaded, and what kind of jobs.
+
+    ``load`` is the offered work (each job's max x its duration at max) over the cluster's
+    capacity during the arrival span: above 1 the cluster cannot run every job at max."""
+
+    name: str
+    jobs: int
+    cpu_nodes: int
+    gpu_nodes: int
+    load: float
+    gpu_share: float  # fraction of jobs that are GPU jobs
+    noise_sigma: float = 0.0  # log-normal sigma of each period's speed factor; 0: exact
+    best_effort_share: float = 0.2
+    cores_per_node: float = 32.0
+    gpus_per_node: float = 8.0
+    period_s: float = 60.0
+    contended: bool = True
+    seed: int = 1
+
+
+@dataclass
+class SimJob:
+    """One simulated job: its fixed description, then its state as the simulation runs."""
+
+    key: str
+    mode: str
+    min_allocation: float
+    max_allocation: float
+    steps_total: float
+    arrival_s: float
+    deadline_s: float | None
+    curve: Curve
+    restart_cost_s: float = 0.0
+    priority: int = 0
+    # state
+    steps_done: float = 0.0
+    allocation: float = 0.0
+    node: str | None = None
+    admitted: bool = False
+    ever_admitted: bool = False
+    finish_s: float | None = None
+    dropped: bool = False
+    pause_s: float = 0.0  # restart time still to sit out before steps resume
+    allocations: list[float] = field(default_factory=list)
+    steps_at_window_end: float | None = None  # steps done when the trace's window closed
+
+    @property
+    def active(self) -> bool:
+        return self.finish_s is None and not self.dropped
+
+
+def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], list[pl.Node]]:
+    """Jobs (Poisson arrivals at the rate that gives ``spec.load``) and nodes."""
+    rng = random.Random(spec.seed)
+    nodes = [pl.Node(f"cpu-{i:03d}", spec.cores_per_node) for i in range(spec.cpu_nodes)]
+    nodes += [
+        pl.Node(f"gpu-{i:03d}", spec.cores_per_node, spec.gpus_per_node)
+        for i in range(spec.gpu_nodes)
+    ]
+    ref_names = sorted(refs)
+    drafts = []
+    for i in range(spec.jobs):
+        gpu = rng.random() < spec.gpu_share
+        duration_s = _log_uniform(rng, 600.0, 3 * 3600.0)
+        if gpu:
+            max_a = float(rng.choice((1, 2, 4, 8)))
+            min_a = 1.0
+            serial = rng.uniform(0.05, 0.2)
+            curve: Curve = Amdahl(a=1.0 - serial, b=serial)
+            restart_s = rng.uniform(30.0, 120.0)
+        else:
+            max_a = float(rng.choice((2, 4, 8, 16)))
+            min_a = 0.5
+            kind = rng.random()
+            stretch = max_a / PROFILE_MAX_CORES
+            if kind < 0.5:  # a reference workload's profile, stretched to this max
+                ref = refs[ref_names[i % len(ref_names)]]
+                curve = Amdahl(a=ref.a * stretch, b=ref.b)
+            elif kind < 0.8:
+                serial = rng.uniform(0.02, 0.3)
+                curve = Amdahl(a=1.0 - serial, b=serial / max_a)
+            else:
+                curve = Saturating(rate_max=1.0, k_units=max_a / rng.uniform(1.5, 4.0))
+            restart_s = 0.0
+        steps = duration_s / curve(max_a)
+        drafts.append((gpu, min_a, max_a, steps, duration_s, curve, restart_s))
+    capacity = spec.cpu_nodes * spec.cores_per_node + spec.gpu_nodes * spec.gpus_per_node
+    work = sum(d[2] * d[4] for d in drafts)  # unit-seconds at max
+    span_s = work / (spec.load * capacity)
+    rate_per_s = spec.jobs / span_s
+    jobs, t = [], 0.0
+    for i, (gpu, min_a, max_a, steps, duration_s, curve, restart_s) in enumerate(drafts):
+        t += rng.expovariate(rate_per_s)
+        best_effort = rng.random() < spec.best_effort_share
+        deadline = None if best_effort else t + rng.uniform(*DEADLINE_FACTOR_RANGE) * duration_s
+        jobs.append(
+            SimJob(
+                key=f"t/{'g' if gpu else 'c'}{i:05d}",
+                mode="gpu" if gpu else "cpu",
+                min_allocation=min_a,
+                max_allocation=max_a,
+                steps_total=steps,
+                arrival_s=t,
+                deadline_s=deadline,
+                curve=curve,
+                restart_cost_s=restart_s,
+            )
+        )
+    return jobs, nodes
+
+
+# ---------------------------------------------------------------------------------------
+# The exact need and the simulation loop
+
+
+def exact_need(job: SimJob, now_s: float) -> float:
+    """The smallest allocation that finishes ``job`` by its deadline on its exact curve
+    (quantized up; counting a GPU job's restart when the count changes); max if none does,
+    and max for a best-effort job."""
+    if job.deadline_s is None:
+        return job.max_allocation
+    remaining = job.steps_total - job.steps_done
+    left_s = job.deadline_s - now_s - job.pause_s
+    if left_s <= 0:
+        return job.max_allocation
+    u = job.curve.allocation_for(left_s / remaining)
+    if u > job.max_allocation:
+        return job.max_allocation
+    if job.mode == "gpu":  # the smallest count that makes it, a change paying its restart
+        restarts = job.allocation > 0 and job.steps_done > 0
+        for g in range(max(1, math.ceil(job.min_allocation)), int(job.max_allocation) + 1):
+            budget_s = left_s - (job.restart_cost_s if restarts and g != job.allocation else 0.0)
+            if budget_s > 0 and remaining * job.curve(g) <= budget_s:
+                return float(g)
+        return job.max_allocation
+    u = math.ceil(u / CPU_QUANTUM_CORES - 1e-6) * CPU_QUANTUM_CORES
+    return min(max(u, job.min_allocation), job.max_allocation)
+
+
+def _demand(job: SimJob, now_s: float) -> pl.Demand:
+    return pl.Demand(
+        key=job.key,
+        mode=job.mode,
+        need=exact_need(job, now_s),
+        min_allocation=job.min_allocation,
+        max_allocation=job.max_allocation,
+        current=job.allocation,
+        steps_remaining=job.steps_total - job.steps_done,
+        deadline_s=job.deadline_s,
+        arrival_s=job.arrival_s,
+        priority=job.priority,
+        admitted=job.admitted,
+        node=job.node,
+        step_time_s=job.curve,
+        restart_cost_s=job.restart_cost_s,
+    )
+
+
+@dataclass
+class SimResult:
+    jobs: list[SimJob]
+    planner_ms: list[float]
+    resource_seconds: float
+    deadline_resource_seconds: float
+    periods: int
+
+
+def simulate(
+    jobs: list[SimJob], nodes: Sequence[pl.Node], spec: TraceSpec, policy: str
+) -> SimResult:
+    """Run the trace under ``policy`` until every job has finished or been withdrawn (or a
+    horizon of twice the last deadline)."""
+    settings = pl.PlannerSettings(policy=policy, period_s=spec.period_s)
+    admission = policy in (pl.POLICY_DECOR, pl.POLICY_ELASTICFLOW)
+    rng = random.Random(spec.seed * 7919 + 1)
+    pending = sorted(jobs, key=lambda j: j.arrival_s)
+    last = max((j.deadline_s or j.arrival_s) for j in jobs)
+    window_end_s = window_end(jobs)
+    closed = False
+    horizon_s = 2.0 * last + spec.period_s
+    active: list[SimJob] = []
+    planner_ms: list[float] = []
+    resource_s = deadline_resource_s = 0.0
+    now, nxt, periods = 0.0, 0, 0
+    while (nxt < len(pending) or active) and now < horizon_s:
+        while nxt < len(pending) and pending[nxt].arrival_s <= now:
+            active.append(pending[nxt])
+            nxt += 1
+        if admission:  # the user withdraws a queued job that can no longer make it
+            for j in active:
+                if not j.admitted and j.deadline_s is not None and j.allocation == 0:
+                    at_max_s = (j.steps_total - j.steps_done) * j.curve(j.max_allocation)
+                    if now + at_max_s > j.deadline_s:
+                        j.dropped = True
+            active = [j for j in active if j.active]
+        if active:
+            demands = [_demand(j, now) for j in active]
+            t0 = time.perf_counter()
+            grants = pl.plan(demands, nodes, now, settings).grants
+            planner_ms.append((time.perf_counter() - t0) * 1000.0)
+            for j in active:
+                _apply(j, grants[j.key])
+            for j in active:
+                used_s = _advance(j, now, spec.period_s, rng, spec.noise_sigma)
+                resource_s += j.allocation * used_s
+                if j.deadline_s is not None:
+                    deadline_resource_s += j.allocation * used_s
+            active = [j for j in active if j.active]
+        now += spec.period_s
+        periods += 1
+        if not closed and now >= window_end_s:
+            closed = True
+            for j in jobs:
+                j.steps_at_window_end = j.steps_done
+    return SimResult(jobs, planner_ms, resource_s, deadline_resource_s, periods)
+
+
+def window_end(jobs: Sequence[SimJob]) -> float:
+    """When best-effort work is counted: the last arrival of a deadline job (after it, the
+    cluster drains and every policy would finish every best-effort job eventually)."""
+    return max((j.arrival_s for j in jobs if j.deadline_s is not None), default=0.0)
+
+
+def _apply(job: SimJob, grant: pl.Grant) -> None:
+    new = grant.allocation
+    if job.mode == "gpu" and new > 0 and job.steps_done > 0 and new != job.allocation:
+        job.pause_s = job.restart_cost_s  # checkpoint, restart at the new count
+    job.allocation = new
+    job.node = grant.node if new > 0 else None
+    job.admitted = grant.verdict in (pl.ADMITTED, pl.SHORTED)
+    job.ever_admitted = job.ever_admitted or (job.admitted and job.deadline_s is not None)
+    job.allocations.append(new)
+
+
+def _advance(job: SimJob, now: float, period_s: float, rng: random.Random, sigma: float) -> float:
+    """Run ``job`` for one period at its allocation; returns the seconds it held it."""
+    if job.allocation <= 0:
+        return 0.0
+    paused = min(job.pause_s, period_s)
+    job.pause_s -= paused
+    factor = math.exp(rng.gauss(-sigma * sigma / 2, sigma)) if sigma > 0 else 1.0
+    step_s = job.curve(job.allocation) / factor
+    steps = (period_s - paused) / step_s
+    remaining = job.steps_total - job.steps_done
+    if steps >= remaining - 1e-9:
+        held_s = paused + remaining * step_s
+        job.finish_s = now + held_s
+        job.steps_done = job.steps_total
+        return held_s
+    job.steps_done += steps
+    return period_s
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics and the scale measurement
+
+
+def _pcts(ms: Sequence[float]) -> tuple[float | None, float | None]:
+    if not ms:
+        return None, None
+    if len(ms) == 1:
+        return ms[0], ms[0]
+    q = quantiles(ms, n=100, method="inclusive")
+    return round(q[49], 3), round(q[98], 3)
+
+
+def summarize(spec: TraceSpec, policy: str, result: SimResult, nodes: int) -> dict[str, Any]:
+    """One results.json record for (trace, policy)."""
+    dl = [j for j in result.jobs if j.deadline_s is not None]
+    met = [j for j in dl if j.finish_s is not None and j.finish_s <= j.deadline_s + 1e-6]  # type: ignore[operator]
+    admitted = [j for j in dl if j.ever_admitted]
+    met_admitted = [j for j in admitted if j in met]
+
+    def late(j: SimJob) -> bool:
+        assert j.deadline_s is not None
+        allowed = j.deadline_s + LATE_TOLERANCE_RATIO * (j.deadline_s - j.arrival_s)
+        return j.finish_s is None or j.finish_s > allowed
+
+    be = [j for j in result.jobs if j.deadline_s is None]
+    p50, p99 = _pcts(result.planner_ms)
+    return {
+        "trace": spec.name,
+        "policy": policy,
+        "jobs": len(result.jobs),
+        "nodes": nodes,
+        "deadline_jobs": len(dl),
+        "met": len(met),
+        "met_ratio": round(len(met) / len(dl), 4) if dl else None,
+        "admitted": len(admitted),
+        "admitted_met_ratio": round(len(met_admitted) / len(admitted), 4) if admitted else None,
+        "late_admitted": sum(1 for j in admitted if late(j)),
+        "dropped": sum(1 for j in dl if j.dropped),
+        "resource_seconds": round(result.resource_seconds, 1),
+        "deadline_resource_seconds": round(result.deadline_resource_seconds, 1),
+        "best_effort_work": round(
+            sum(
+                (j.steps_at_window_end if j.steps_at_window_end is not None else j.steps_done)
+                / j.steps_total
+                for j in be
+            ),
+            3,
+        ),  # fmt: skip
+        "best_effort_jobs": len(be),
+        "planner_ms_p50": p50,
+        "planner_ms_p99": p99,
+        "periods": result.periods,
+        "noise_sigma": spec.noise_sigma,
+        "contended": spec.contended,
+        "exact_plants": spec.noise_sigma == 0,
+    }
+
+
+def scale_snapshot(
+    jobs_n: int, nodes_n: int, gpu: bool, seed: int = 5
+) -> tuple[list[pl.Demand], list[pl.Node]]:
+    """A contended moment: ``jobs_n`` jobs on ``nodes_n`` nodes, most admitted and placed,
+    some new, a fifth best-effort; needs add up to more than the cluster holds. With ``gpu``
+    a third of the nodes and jobs are GPU ones."""
+    rng = random.Random(seed)
+    gpu_nodes = nodes_n // 3 if gpu else 0
+    nodes = [pl.Node(f"cpu-{i:03d}", 32.0) for i in range(nodes_n - gpu_nodes)]
+    nodes += [pl.Node(f"gpu-{i:03d}", 32.0, 8.0) for i in range(gpu_nodes)]
+    demands = []
+    for i in range(jobs_n):
+        is_gpu = gpu and i % 3 == 0
+        pool = [n for n in nodes if (n.gpus > 0) == is_gpu]
+        max_a = float(rng.choice((1, 2, 4, 8))) if is_gpu else float(rng.choice((2, 4, 8, 16)))
+        serial = rng.uniform(0.02, 0.3)
+        curve = Amdahl(a=1.0 - serial, b=serial)
+        best_effort = rng.random() < 0.2
+        admitted = not best_effort and rng.random() < 0.7
+        need = (
+            float(rng.randint(1, int(max_a))) if is_gpu else round(rng.uniform(0.5, max_a * 0.6), 2)
+        )
+        steps = rng.uniform(500.0, 5000.0)
+        demands.append(
+            pl.Demand(
+                key=f"s/{i:05d}",
+                mode="gpu" if is_gpu else "cpu",
+                need=need,
+                min_allocation=1.0 if is_gpu else 0.5,
+                max_allocation=max_a,
+                current=need if admitted else 0.0,
+                steps_remaining=steps,
+                deadline_s=None if best_effort else steps * curve(need) * rng.uniform(1.0, 1.5),
+                arrival_s=float(i),
+                priority=1 if rng.random() < 0.05 else 0,
+                admitted=admitted,
+                node=rng.choice(pool).name
+                if admitted or (best_effort and rng.random() < 0.5)
+                else None,
+                step_time_s=curve,
+                restart_cost_s=rng.uniform(30.0, 120.0) if is_gpu else 0.0,
+            )
+        )
+    return demands, nodes
+
+
+def time_planner(
+    demands: Sequence[pl.Demand], nodes: Sequence[pl.Node], policy: str, calls: int
+) -> list[float]:
+    """Milliseconds per ``plan`` call over ``calls`` calls (the input's order shuffled each
+    time, so no call benefits from a sorted input)."""
+    settings = pl.PlannerSettings(policy=policy)
+    rng = random.Random(3)
+    out = []
+    items = list(demands)
+    for _ in range(calls):
+        rng.shuffle(items)
+        t0 = time.perf_counter()
+        pl.plan(items, nodes, 0.0, settings)
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Traces, targets, report
+
+
+def traces(quick: bool) -> list[TraceSpec]:
+    if quick:
+        return [
+            TraceSpec("quick-cpu", jobs=60, cpu_nodes=4, gpu_nodes=0, load=1.5, gpu_share=0.0),
+            TraceSpec("quick-gpu", jobs=40, cpu_nodes=0, gpu_nodes=3, load=1.5, gpu_share=1.0),
+        ]
+    return [
+        TraceSpec("cpu-light", jobs=300, cpu_nodes=20, gpu_nodes=0, load=0.5, gpu_share=0.0,
+                  contended=False),
+        TraceSpec("cpu-contended", jobs=1000, cpu_nodes=50, gpu_nodes=0, load=1.5, gpu_share=0.0),
+        TraceSpec("cpu-contended-noisy", jobs=1000, cpu_nodes=50, gpu_nodes=0, load=1.5,
+                  gpu_share=0.0, noise_sigma=0.05),
+        TraceSpec("gpu-contended", jobs=400, cpu_nodes=0, gpu_nodes=16, load=1.5, gpu_share=1.0),
+        TraceSpec("mixed-100-nodes", jobs=1000, cpu_nodes=80, gpu_nodes=20, load=1.2,
+                  gpu_share=0.3, noise_sigma=0.03),
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    met: bool | None  # None: not measured in this run
+    measured: str
+
+
+def targets(records: Sequence[dict[str, Any]]) -> list[Target]:
+    """The benchmark's targets, each with what was measured."""
+    by = {(r["trace"], r["policy"]): r for r in records}
+    sims = sorted({r["trace"] for r in records if r.get("kind") == "simulation"})
+    out = []
+    rows = []
+    ok = True
+    for t in sims:
+        ours, ef = by.get((t, pl.POLICY_DECOR)), by.get((t, pl.POLICY_ELASTICFLOW))
+        if ours and ef:
+            rows.append(f"{t}: {ours['met']} vs {ef['met']}")
+            ok = ok and ours["met"] >= ef["met"]
+    out.append(Target("decor meets >= as many deadlines as elasticflow on every trace",
+                      ok if rows else None, "; ".join(rows)))  # fmt: skip
+    rows, ok = [], True
+    for t in sims:
+        ours, nn = by.get((t, pl.POLICY_DECOR)), by.get((t, pl.POLICY_PROPORTIONAL))
+        if ours and nn and ours["contended"]:
+            ratio = ours["met"] / nn["met"] if nn["met"] else math.inf
+            rows.append(f"{t}: {ratio:.2f}x")
+            ok = ok and ratio >= TARGET_VS_PROPORTIONAL_RATIO
+    out.append(Target(f"decor meets >= {TARGET_VS_PROPORTIONAL_RATIO}x as many as decor-nn on "
+                      "contended traces", ok if rows else None, "; ".join(rows)))  # fmt: skip
+    rows, ok = [], True
+    for t in sims:
+        ours = by.get((t, pl.POLICY_DECOR))
+        if ours and ours["exact_plants"]:
+            rows.append(f"{t}: {ours['late_admitted']}")
+            ok = ok and ours["late_admitted"] == 0
+    out.append(Target("no admitted job late by more than 1 % on exact plants (decor)",
+                      ok if rows else None, "; ".join(rows)))  # fmt: skip
+    for kind, limit in (("cpu", TARGET_PLANNER_CPU_MS), ("gpu", TARGET_PLANNER_GPU_MS)):
+        r = by.get((f"scale-{SCALE_JOBS}x{SCALE_NODES}-{kind}", pl.POLICY_DECOR))
+        out.append(
+            Target(
+                f"planner p99 for {SCALE_JOBS} jobs on {SCALE_NODES} nodes < {limit:g} ms ({kind})",
+                None if r is None else r["planner_ms_p99"] < limit,
+                "" if r is None else f"p50 {r['planner_ms_p50']} ms, p99 {r['planner_ms_p99']} ms",
+            )
+        )
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
+    """results.json, plots and README.md under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(
+        json.dumps({**meta, "records": list(records)}, indent=1) + "\n"
+    )
+    plots = _plots(out, records)
+    lines = [
+        "# Cluster planner benchmark (a SIMULATION)",
+        "",
+        "Generated by `make bench-cluster` (`bench/cluster_sim.py`) from `results.json`; do not",
+        "edit by hand. The real planner (`decor.planner.plan`) arbitrates simulated jobs whose",
+        "speed curves are known (see the module docstring and docs/planner.md). Each job's need",
+        "is the exact one from its curve, not the law's fit.",
+        "",
+        f"Run: {meta['date']}, {meta['wall_s']:.0f} s on {meta['machine']}, git {meta['git_head']}"
+        f"{' (--quick)' if meta['quick'] else ''}.",
+        "",
+        "## Targets",
+        "",
+        "| target | met | measured |",
+        "|---|---|---|",
+    ]
+    for t in targets(records):
+        mark = "not measured" if t.met is None else ("yes" if t.met else "**no**")
+        lines.append(f"| {t.name} | {mark} | {t.measured} |")
+    cols = ["policy", "met", "met_ratio", "admitted", "admitted_met_ratio", "late_admitted",
+            "dropped", "resource_seconds", "deadline_resource_seconds", "best_effort_work",
+            "planner_ms_p50", "planner_ms_p99"]  # fmt: skip
+    for trace in dict.fromkeys(r["trace"] for r in records):
+        rs = [r for r in records if r["trace"] == trace]
+        first = rs[0]
+        lines += ["", f"## {trace}", ""]
+        if first.get("kind") == "simulation":
+            lines.append(
+                f"{first['jobs']} jobs ({first['deadline_jobs']} with a deadline, "
+                f"{first['best_effort_jobs']} best-effort) on {first['nodes']} nodes; "
+                f"load {first['load']}; noise sigma {first['noise_sigma']}"
+                f"{' (exact plants)' if first['exact_plants'] else ''}; "
+                f"{'contended' if first['contended'] else 'not contended'}."
+            )
+        else:
+            lines.append(
+                f"Planner time only: one contended snapshot of {first['jobs']} jobs on "
+                f"{first['nodes']} nodes, {SCALE_CALLS} calls per policy."
+            )
+        lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rs]
+    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
+    lines += [
+        "",
+        "Columns: `met` deadline jobs finished by their deadline; `admitted` deadline jobs ever",
+        "admitted (every deadline job under policies without admission); `late_admitted` admitted",
+        "jobs later than 1 % of their relative deadline or never finished; `dropped` queued",
+        "jobs withdrawn once even their max could not meet the deadline; `resource_seconds`",
+        "core-seconds plus GPU-seconds granted (all jobs), `deadline_resource_seconds` those of",
+        "deadline jobs; `best_effort_work` best-effort jobs' work done by the last deadline job's",
+        "arrival (later every policy finishes them all), in whole jobs.",
+        "",
+    ]
+    (out / "README.md").write_text("\n".join(lines))
+
+
+def _plots(out: Path, records: Sequence[dict[str, Any]]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sims = [r for r in records if r.get("kind") == "simulation"]
+    traces_ = list(dict.fromkeys(r["trace"] for r in sims))
+    names = []
+    for metric, title in (
+        ("met_ratio", "deadline-met ratio (all deadline jobs)"),
+        ("deadline_resource_seconds", "resource-seconds of deadline jobs"),
+        ("best_effort_work", "best-effort work done (jobs)"),
+    ):
+        fig, ax = plt.subplots(figsize=(9, 4))
+        width = 0.8 / len(POLICIES)
+        for k, policy in enumerate(POLICIES):
+            vals = [
+                next((r[metric] or 0 for r in sims if r["trace"] == t and r["policy"] == policy), 0)
+                for t in traces_
+            ]
+            ax.bar([i + k * width for i in range(len(traces_))], vals, width, label=policy)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(traces_))], traces_, fontsize=8)
+        ax.set_title(title + " (simulation)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = f"{metric}.png"
+        fig.savefig(out / name, dpi=90)
+        plt.close(fig)
+        names.append(name)
+    return names
+
+
+def run(quick: bool, out: Path, policies: Sequence[str] = POLICIES) -> list[dict[str, Any]]:
+    """Every trace under every policy, then the planner's time at scale."""
+    refs = reference_curves()
+    records: list[dict[str, Any]] = []
+    for spec in traces(quick):
+        for policy in policies:
+            jobs, nodes = make_trace(spec, refs)  # fresh jobs: the state is per run
+            t0 = time.perf_counter()
+            result = simulate(jobs, nodes, spec, policy)
+            rec = summarize(spec, policy, result, len(nodes))
+            rec.update(
+                kind="simulation", load=spec.load, sim_wall_s=round(time.perf_counter() - t0, 2)
+            )
+            records.append(rec)
+            print(
+                f"{spec.name:22s} {policy:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
+                f"late_admitted {rec['late_admitted']:3d} dropped {rec['dropped']:4d} "
+                f"be_work {rec['best_effort_work']:8.2f} p99 {rec['planner_ms_p99']} ms "
+                f"({rec['sim_wall_s']} s)",
+                flush=True,
+            )
+    jobs_n, nodes_n = (200, 20) if quick else (SCALE_JOBS, SCALE_NODES)
+    calls = 5 if quick else SCALE_CALLS
+    for kind in ("cpu", "gpu"):
+        demands, nodes = scale_snapshot(jobs_n, nodes_n, gpu=kind == "gpu")
+        for policy in policies:
+            ms = time_planner(demands, nodes, policy, calls)
+            p50, p99 = _pcts(ms)
+            records.append({
+                "trace": f"scale-{jobs_n}x{nodes_n}-{kind}", "policy": policy, "kind": "scale",
+                "jobs": jobs_n, "nodes": nodes_n, "met_ratio": None, "admitted_met_ratio": None,
+                "late_admitted": None, "resource_seconds": None, "best_effort_work": None,
+                "planner_ms_p50": p50, "planner_ms_p99": p99,
+            })  # fmt: skip
+            print(f"scale {kind} {policy:12s} p50 {p50} ms p99 {p99} ms", flush=True)
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="two small traces (seconds)")
+    ap.add_argument("--out", type=Path, default=OUT_DIR, help="output folder")
+    args = ap.parse_args(argv)
+    import os
+    import platform
+    import subprocess
+
+    t0 = time.perf_counter()
+    records = run(args.quick, args.out)
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    meta = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "quick": args.quick,
+        "wall_s": time.perf_counter() - t0,
+        "machine": f"{os.cpu_count()} cores, Python {platform.python_version()}",
+        "git_head": head,
+    }
+    write_report(args.out, meta, records)
+    for t in targets(records):
+        print(f"target: {t.name}: {t.met} ({t.measured})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
