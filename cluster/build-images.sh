@@ -166,12 +166,18 @@ image_key_in_containerd() { # the decor.key label of NAME in containerd, or noth
 }
 containerd_up() { [ -S "$CONTAINERD_SOCK" ] && ctr_k8s version >/dev/null 2>&1; }
 
-build_image() { # build_image NAME KEY CMD_JSON LAYER_DIR...: one layer per directory
-  local name=$1 key=$2 cmd=$3; shift 3
+# Both images run as a non-root user by default (numeric, so that Kubernetes can check
+# runAsNonRoot without a passwd entry); HOME points at a directory any user may write.
+TRAINER_USER=1000:1000   # build.TRAINER_UID/TRAINER_GID in operator/decor/build.py
+OPERATOR_USER=65534:65534  # nobody, as the chart's podSecurityContext
+
+build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per directory
+  local name=$1 key=$2 cmd=$3 user=$4; shift 4
   local short=${name#localhost/decor/}; short=${short%%:*}
   local t args=() r
   for r in "$@"; do args+=(--layer "$r"); done
-  args+=(--name "$name" --cmd "$cmd" --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1
+  args+=(--name "$name" --cmd "$cmd" --user "$user" --env HOME=/tmp
+         --env PYTHONUNBUFFERED=1 --env PYTHONDONTWRITEBYTECODE=1
          --workdir / --label "org.opencontainers.image.title=$short" --label "dev.decor.key=$key")
   if [ "$do_import" = 0 ]; then
     local archive=$IMG/$short-$key.oci.tar
@@ -209,9 +215,12 @@ tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$odi
 mkdir -p "$tdir/$SITE"
 cp -r "$root/trainer_image/decor_trainer" "$tdir/$SITE/"
 find "$tdir" -name '__pycache__' -prune -exec rm -rf {} +
+# The default checkpoint directory, writable by the trainer's user (pods mount a volume there).
+mkdir -p "$tdir/var/lib/decor/checkpoints"
 chmod -R u=rwX,go=rX "$tdir"
-tkey=$(hash_of "trainer $trainer_base v1" "$tdir" "$here/oci-pack.py")
-build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$trainer_base" "$tdir"
+chown "$TRAINER_USER" "$tdir/var/lib/decor/checkpoints"
+tkey=$(hash_of "trainer $trainer_base v2 $TRAINER_USER" "$tdir" "$here/oci-pack.py")
+build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$trainer_base" "$tdir"
 
 # operator: the decor package + a `decor` command
 [ -d "$root/operator/decor" ] || die "operator/decor not found in $root"
@@ -220,8 +229,8 @@ cp -r "$root/operator/decor" "$odir/$SITE/"
 find "$odir" -name '__pycache__' -prune -exec rm -rf {} +
 printf '#!/usr/bin/python3\nimport sys\nfrom decor.cli import main\nsys.exit(main())\n' > "$odir/usr/local/bin/decor"
 chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"
-okey=$(hash_of "operator $apt_base $operator_base v1" "$odir" "$here/oci-pack.py")
-build_image "$OPERATOR_IMAGE" "$okey" '["decor", "operator"]' "$apt_base" "$operator_base" "$odir"
+okey=$(hash_of "operator $apt_base $operator_base v2 $OPERATOR_USER" "$odir" "$here/oci-pack.py")
+build_image "$OPERATOR_IMAGE" "$okey" '["decor", "operator"]' "$OPERATOR_USER" "$apt_base" "$operator_base" "$odir"
 
 # Drop what older builds left in containerd: the CRI keeps a `sha256:<config>` reference per
 # image it has seen; references whose config no named image uses any more are removed, and

@@ -15,7 +15,7 @@ image's layers come from the store).
 
 usage: oci-pack.py (--layer DIR ... | --rootfs DIR ...) --name localhost/decor/x:tag --out FILE.tar
                    [--entrypoint JSON] [--cmd JSON] [--env K=V ...] [--workdir DIR]
-                   [--label K=V ...] [--present FILE]
+                   [--label K=V ...] [--user UID[:GID]] [--present FILE]
 """
 
 import argparse
@@ -99,6 +99,7 @@ def main():
     p.add_argument("--env", action="append", default=[])
     p.add_argument("--workdir", default="/")
     p.add_argument("--label", action="append", default=[])
+    p.add_argument("--user", default="", help="numeric UID[:GID] the image runs as (config User)")
     p.add_argument("--present", help="file of sha256:... digests the target store already has")
     a = p.parse_args()
     if bool(a.layer) == bool(a.rootfs):
@@ -124,6 +125,10 @@ def main():
         labels = dict(kv.split("=", 1) for kv in a.label)
         if labels:
             cfg["Labels"] = labels
+        if a.user:
+            if not all(part.isdigit() for part in a.user.split(":", 1)):
+                sys.exit(f"oci-pack: --user must be numeric UID[:GID], got {a.user!r}")
+            cfg["User"] = a.user
         if json.loads(a.entrypoint) is not None:
             cfg["Entrypoint"] = json.loads(a.entrypoint)
         if json.loads(a.cmd) is not None:
