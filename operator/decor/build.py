@@ -96,7 +96,9 @@ PHASE_RESTARTING = "Restarting"  # the trainer pod is being replaced (GPU change
 PHASE_SUSPENDED = "Suspended"  # spec.suspend: no pod, controller state kept
 PHASE_SUCCEEDED = "Succeeded"  # all planned steps done (see status.outcome)
 PHASE_FAILED = "Failed"  # the trainer failed more often than the operator retries
+PHASE_QUEUED = "Queued"  # not admitted (yet): the planner cannot meet its deadline now
 PHASES: tuple[str, ...] = (
+    PHASE_QUEUED,
     PHASE_PENDING,
     PHASE_RUNNING,
     PHASE_RESTARTING,
@@ -108,7 +110,9 @@ TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 
 # --- condition types (the controller's, shared with control.py) ----------------------------
 
+CONDITION_ADMITTED = "Admitted"  # the planner's verdict; reason = planner.ADMITTED, QUEUED, ...
 CONDITION_TYPES: tuple[str, ...] = (
+    CONDITION_ADMITTED,
     control.ON_TRACK,
     control.AT_RISK,
     control.INFEASIBLE,
@@ -144,6 +148,10 @@ EVENT_RESIZED = "Resized"  # an in-place CPU resize was requested
 EVENT_RESIZE_INFEASIBLE = "ResizeInfeasible"  # the kubelet cannot fit a resize on the node
 EVENT_RESTARTING = "Restarting"  # the trainer pod was deleted to change the GPU count
 EVENT_POD_LOST = "PodLost"  # the trainer pod vanished or failed; recreated from checkpoint
+EVENT_QUEUED = "Queued"  # not admitted: its deadline cannot be met without making another late
+EVENT_ADMITTED = "Admitted"  # admitted after waiting in the queue
+EVENT_PREEMPTED = "Preempted"  # gave its capacity to a higher-priority job; waits in the queue
+EVENT_SHORTED = "Shorted"  # admitted, but its node cannot hold what it needs now
 EVENT_SUSPENDED = "Suspended"  # spec.suspend: the trainer pod was deleted
 EVENT_RESUMED = "Resumed"  # spec.suspend cleared: a pod resumes from the checkpoint
 EVENT_DEADLINE_CHANGED = "DeadlineChanged"  # spec.deadline/duration moved the deadline
@@ -735,7 +743,11 @@ def conditions_for_completion(
     late = finished_s > deadline_s
     result = [dict(c) for c in conditions]
     delta = finished_s - deadline_s
-    when = f"{abs(delta):.1f}s {'after' if late else 'before'} the deadline"
+    when = (
+        f"{abs(delta):.1f}s {'after' if late else 'before'} the deadline"
+        if math.isfinite(delta)
+        else "no deadline (best effort)"
+    )
     for type_, status, reason, message in (
         (control.COMPLETE, True, REASON_FINISHED, f"all planned steps done, {when}"),
         (
@@ -803,7 +815,7 @@ def build_status(
     status: dict[str, Any] = {
         "phase": phase,
         "startTime": format_time(start_s),
-        "deadline": format_time(deadline_s),
+        "deadline": format_time(deadline_s) if math.isfinite(deadline_s) else None,
         "controller": state.to_dict(),
         "allocation": format_allocation(mode, applied) if applied is not None else None,
         "desiredAllocation": format_allocation(mode, desired) if desired is not None else None,
@@ -845,6 +857,31 @@ def build_trainer_status(observation: control.Observation, eta_s: float | None) 
         "estimatedRemainingSeconds": remaining_s,
         "lastUpdatedTime": format_time(observation.time_s),
     }
+
+
+# Fields whose change a user sees (``kubectl get dtj``, conditions); anything else (the
+# controller's state, steps done) alone does not cause a status write.
+VISIBLE_STATUS_FIELDS = (
+    "phase", "deadline", "allocation", "desiredAllocation", "podName", "admission",
+    "resizes", "restarts", "podFailures", "outcome", "observedGeneration",
+)  # fmt: skip
+
+
+def visible_status(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a user sees of ``status``: the visible fields, the conditions (type, status,
+    reason, message), progress to a whole percent, ETA to ten seconds."""
+    conditions = tuple(
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+        for c in status.get("conditions") or []
+    )
+    progress = status.get("progress")
+    eta = status.get("eta")
+    return (
+        tuple(str(status.get(k)) for k in VISIBLE_STATUS_FIELDS),
+        conditions,
+        None if progress is None else int(float(progress) * 100),
+        None if not eta else str(eta)[:-2],  # "...:5" of "...:57Z": tens of seconds
+    )
 
 
 # ============================================================================================
@@ -978,6 +1015,18 @@ def pod_gpu_count(pod: Mapping[str, Any], container: str) -> float | None:
         resources.get("requests") or {}
     ).get(GPU_RESOURCE)
     return parse_allocation("gpu", value)
+
+
+def pod_allocation(pod: Mapping[str, Any], container: str, mode: str) -> float | None:
+    """What the pod's spec asks for its trainer: CPU cores or GPUs."""
+    if mode == "gpu":
+        return pod_gpu_count(pod, container)
+    return desired_cpu_cores(pod, container)
+
+
+def sidecar_cpu_cores() -> float:
+    """CPU the metrics sidecar requests beside the trainer (cores)."""
+    return parse_allocation("cpu", SIDECAR_RESOURCES["requests"]["cpu"]) or 0.0
 
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:

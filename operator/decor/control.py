@@ -715,3 +715,44 @@ def _hold_or_change(
     return Decision(
         allocation=target, state=state, condition=condition, message=message, eta_s=eta_s
     )
+
+
+# ---------------------------------------------------------------------------------------
+# What the planner needs from a job's law, and how the law follows the planner
+
+
+def step_time_curve(state: State, settings: Settings) -> Callable[[float], float] | None:
+    """The job's fitted speed curve: seconds per step at an allocation (decreasing in it);
+    None before anything was measured. The planner predicts finishes with it."""
+    return _step_time_model(state.fit, state.level_fit, settings)
+
+
+def follow_grant(
+    decision: Decision, allocation: float, base: State, settings: Settings, now: float
+) -> Decision:
+    """``decision`` after the planner (or the node) granted ``allocation`` instead of what
+    the law asked; ``base`` is the state the law decided from. The state remembers what was
+    granted, so the next period plans with what runs (decor-nn's integral follows it, as in
+    back-calculation anti-windup). A grant below the need makes an on-track decision
+    AtRisk, saying so."""
+    granted = clamp(allocation, settings)
+    if abs(granted - decision.allocation) < 1e-9:
+        return decision
+    changed = abs(granted - base.allocation) > 1e-9
+    state = replace(
+        decision.state,
+        allocation=granted,
+        integral=min(decision.state.integral, granted)
+        if decision.state.policy == "decor-nn"
+        else decision.state.integral,
+        last_change_s=now if changed else base.last_change_s,
+        change_pending_since_s=now
+        if changed and settings.mode == "gpu"
+        else base.change_pending_since_s,
+    )
+    condition, message = decision.condition, decision.message
+    if granted < decision.allocation - 1e-9:
+        message = f"granted {granted:g} of the {decision.allocation:g} needed; {message}"
+        if condition == ON_TRACK:
+            condition = AT_RISK
+    return replace(decision, allocation=granted, state=state, condition=condition, message=message)

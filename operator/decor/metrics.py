@@ -1,12 +1,16 @@
 """Reading training progress: the only module that talks to Prometheus or a /metrics endpoint.
 
-Two sources, one result (``control.Observation`` or None):
-* ``scrape_observation``: GET the trainer's (or sidecar's) ``/metrics`` and parse the text
-  exposition format;
-* ``prometheus_observation``: instant queries against a Prometheus server's HTTP API.
+Two sources, one result per trainer pod (:class:`Progress`, or the :class:`MetricsError`
+saying why there is none), read once per control period for every job at once:
+* :func:`prometheus_progress_all`: one instant query to a Prometheus server's HTTP API for
+  every pod's series;
+* :func:`scrape_all`: the trainers' (or sidecars') ``/metrics`` endpoints in the text
+  exposition format, a bounded number in flight.
 
-Missing or malformed metrics give None (the controller then holds the allocation); the
-reason is returned alongside so callers can log it. Metric names are in docs/contract.md.
+Every read is bounded (:func:`_http_get`): one total deadline, a size cap, no redirects, so a
+slow, dripping or huge answer costs one worker for a bounded time and never stalls the loop.
+Missing or malformed metrics make the controller hold the allocation. Metric names are in
+docs/contract.md.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from decor.control import Observation
@@ -28,6 +34,13 @@ EPOCHS_DONE = "decor_epochs_completed"
 SAMPLES_DONE = "decor_samples_completed_total"
 
 DEFAULT_TIMEOUT_S = 2.0
+"""Total time one read may take (connect, headers and the whole body)."""
+DEFAULT_MAX_BYTES = 1 << 20
+"""Largest /metrics or Prometheus answer read (a trainer's endpoint is a few KiB)."""
+READ_CHUNK_BYTES = 65536
+DEFAULT_SCRAPE_WORKERS = 16
+"""Scrapes in flight at once when reading progress without Prometheus."""
+PROGRESS_NAMES = (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE)
 
 
 @dataclass(frozen=True)
@@ -99,12 +112,53 @@ def observation_from_progress(
     )
 
 
-def _http_get(url: str, timeout_s: float) -> str:
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A progress endpoint that redirects is refused: the operator reads only the URL it
+    built (a redirect could point it anywhere)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        fp.close()
+        raise urllib.error.URLError(f"redirect refused ({code} {msg} to {newurl})")
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _http_get(url: str, timeout_s: float, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
+    """GET ``url`` within ``timeout_s`` in total (connect, headers and body: a server that
+    drips its answer is cut off), at most ``max_bytes`` of body, no redirects."""
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    size = 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (our URL)
-            return response.read().decode("utf-8", errors="replace")
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        with _OPENER.open(url, timeout=timeout_s) as response:  # noqa: S310 (our URL)
+            while True:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise MetricsError(f"cannot read {url}: no complete answer in {timeout_s:g}s")
+                sock = getattr(getattr(response, "fp", None), "raw", None)
+                sock = getattr(sock, "_sock", None)
+                if sock is not None:
+                    sock.settimeout(left_s)
+                chunk = response.read1(READ_CHUNK_BYTES)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > max_bytes:
+                    raise MetricsError(f"cannot read {url}: answer larger than {max_bytes} bytes")
+                chunks.append(chunk)
+    except MetricsError:
+        raise
+    except urllib.error.HTTPError as exc:
+        exc.close()  # it holds the response's socket
+        raise MetricsError(f"cannot read {url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+        if time.monotonic() >= deadline:
+            raise MetricsError(
+                f"cannot read {url}: no complete answer in {timeout_s:g}s ({exc})"
+            ) from exc
         raise MetricsError(f"cannot read {url}: {exc}") from exc
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def scrape_progress(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Progress:
@@ -112,10 +166,20 @@ def scrape_progress(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Progress:
     return progress_from_samples(parse_exposition(_http_get(url, timeout_s)))
 
 
-def query_prometheus(
-    base_url: str, query: str, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> float | None:
-    """One instant query; the single result's value, None when the result is empty."""
+# ---------------------------------------------------------------------------------------
+# One read per period for every job
+
+PodKey = tuple[str, str]  # (namespace, pod)
+ProgressRead = Progress | MetricsError
+
+
+def prometheus_progress_all(
+    base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> dict[PodKey, ProgressRead]:
+    """Every trainer pod's progress from one instant query (all four metric names, every
+    pod), by (namespace, pod). Raises MetricsError when Prometheus cannot answer."""
+    names = "|".join(PROGRESS_NAMES)
+    query = f'{{__name__=~"{names}",pod!=""}}'
     url = f"{base_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     try:
         body = json.loads(_http_get(url, timeout_s))
@@ -123,46 +187,57 @@ def query_prometheus(
         raise MetricsError(f"Prometheus answered with malformed JSON: {exc}") from exc
     if body.get("status") != "success":
         raise MetricsError(f"Prometheus query failed: {body.get('error', body)}")
-    result = body.get("data", {}).get("result", [])
-    if not result:
-        return None
-    try:
-        return float(result[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise MetricsError(f"unexpected Prometheus result: {result[0]!r}") from exc
+    return progress_by_pod(body.get("data", {}).get("result", []))
 
 
-def prometheus_progress(
-    base_url: str, namespace: str, pod: str, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> Progress:
-    """Progress of one pod from a Prometheus server (raises MetricsError).
+def progress_by_pod(result: list[dict[str, object]]) -> dict[PodKey, ProgressRead]:
+    """Group an instant vector of the progress metrics by (namespace, pod); the largest value
+    of a name wins (a pod scraped twice, e.g. by two jobs of a scrape configuration)."""
+    samples: dict[PodKey, dict[str, float]] = {}
+    for series in result:
+        labels = series.get("metric")
+        value = series.get("value")
+        if not isinstance(labels, dict) or not isinstance(value, list) or len(value) != 2:
+            continue
+        key = (str(labels.get("namespace", "")), str(labels.get("pod", "")))
+        name = str(labels.get("__name__", ""))
+        try:
+            number = float(value[1])
+        except (TypeError, ValueError):
+            continue
+        pod = samples.setdefault(key, {})
+        pod[name] = max(number, pod.get(name, -math.inf))
+    reads: dict[PodKey, ProgressRead] = {}
+    for key, pod_samples in samples.items():
+        try:
+            reads[key] = progress_from_samples(pod_samples)
+        except MetricsError as exc:
+            reads[key] = exc
+    return reads
 
-    Series are selected by the ``namespace`` and ``pod`` labels that a Kubernetes pod scrape
-    configuration attaches.
-    """
-    selector = f'{{namespace="{namespace}",pod="{pod}"}}'
-    samples: dict[str, float] = {}
-    for name in (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE):
-        value = query_prometheus(base_url, f"max({name}{selector})", timeout_s)
-        if value is not None:
-            samples[name] = value
-    return progress_from_samples(samples)
+
+def scrape_all(
+    fetch: dict[PodKey, Callable[[], str]],
+    max_workers: int = DEFAULT_SCRAPE_WORKERS,
+) -> dict[PodKey, ProgressRead]:
+    """Call every ``fetch`` (each returns a /metrics text, raising MetricsError) with at most
+    ``max_workers`` in flight; each is bounded by its own total deadline, so one slow
+    endpoint costs one worker for at most that long and never stalls the others."""
+    if not fetch:
+        return {}
+
+    def one(getter: Callable[[], str]) -> ProgressRead:
+        try:
+            return progress_from_samples(parse_exposition(getter()))
+        except MetricsError as exc:
+            return exc
+
+    workers = max(1, min(max_workers, len(fetch)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-scrape") as pool:
+        futures = {key: pool.submit(one, getter) for key, getter in fetch.items()}
+        return {key: future.result() for key, future in futures.items()}
 
 
-def scrape_observation(url: str, allocation: float, pending: bool = False) -> Observation | None:
-    """Observation from a /metrics endpoint now, or None when progress is unreadable."""
-    try:
-        return observation_from_progress(scrape_progress(url), time.time(), allocation, pending)
-    except MetricsError:
-        return None
-
-
-def prometheus_observation(
-    base_url: str, namespace: str, pod: str, allocation: float, pending: bool = False
-) -> Observation | None:
-    """Observation from a Prometheus server now, or None when progress is unreadable."""
-    try:
-        progress = prometheus_progress(base_url, namespace, pod)
-    except MetricsError:
-        return None
-    return observation_from_progress(progress, time.time(), allocation, pending)
+def url_fetcher(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable[[], str]:
+    """A fetch for :func:`scrape_all`: GET ``url`` with the bounded reader."""
+    return lambda: _http_get(url, timeout_s)

@@ -89,7 +89,8 @@ class MetricsSpec:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A validated DeadlineTrainingJob. Exactly one of ``deadline`` / ``duration_s`` is set."""
+    """A validated DeadlineTrainingJob. Exactly one of ``deadline`` / ``duration_s`` is set,
+    unless ``best_effort`` (no deadline: it trains on capacity nobody else needs)."""
 
     name: str
     namespace: str
@@ -103,9 +104,18 @@ class JobSpec:
     checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     suspend: bool = False
+    priority: int = 0  # higher gives way last when the cluster cannot meet every deadline
+    best_effort: bool = False  # no deadline: gets capacity that deadline jobs leave idle
+    # Seconds per step at ``estimate_allocation`` (spec.estimate), for admission before the
+    # job's own speed was measured; None: unknown.
+    estimate_step_s: float | None = None
+    estimate_allocation: float | None = None
 
     def deadline_s(self, start_s: float) -> float:
-        """Absolute deadline (Unix seconds) of a job that started at ``start_s``."""
+        """Absolute deadline (Unix seconds) of a job that started at ``start_s``; infinite
+        for a best-effort job."""
+        if self.best_effort:
+            return math.inf
         if self.deadline is not None:
             return self.deadline.timestamp()
         assert self.duration_s is not None
@@ -376,12 +386,20 @@ def parse_job(manifest: Any) -> JobSpec:
             "checkpoint",
             "metrics",
             "suspend",
+            "priority",
+            "bestEffort",
+            "estimate",
         },
         "spec",
     )
     has_deadline = spec.get("deadline") is not None
     has_duration = spec.get("duration") is not None
-    if has_deadline == has_duration:
+    best_effort = spec.get("bestEffort", False)
+    if not isinstance(best_effort, bool):
+        raise ManifestError("spec.bestEffort", f"must be true or false, got {best_effort!r}")
+    if best_effort and (has_deadline or has_duration):
+        raise ManifestError("spec.bestEffort", "a best-effort job has no deadline or duration")
+    if not best_effort and has_deadline == has_duration:
         raise ManifestError("spec.deadline", "set exactly one of spec.deadline and spec.duration")
     deadline = parse_time(spec["deadline"], "spec.deadline") if has_deadline else None
     duration_s = parse_duration_s(spec["duration"], "spec.duration") if has_duration else None
@@ -435,6 +453,21 @@ def parse_job(manifest: Any) -> JobSpec:
             "must be a plain path of letters, digits, . _ ~ - and / (no .., //, ? or #, "
             f"at most {METRICS_PATH_MAX_CHARS} characters), got {path!r}",
         )
+    estimate_raw = _mapping(spec.get("estimate"), "spec.estimate")
+    _reject_unknown(estimate_raw, {"stepSeconds", "allocation"}, "spec.estimate")
+    estimate_step_s = estimate_allocation = None
+    if estimate_raw:
+        if "stepSeconds" not in estimate_raw or "allocation" not in estimate_raw:
+            raise ManifestError("spec.estimate", "needs both stepSeconds and allocation")
+        estimate_step_s = _positive(estimate_raw["stepSeconds"], "spec.estimate.stepSeconds")
+        estimate_allocation = (
+            parse_cpu_cores(estimate_raw["allocation"], "spec.estimate.allocation")
+            if resources.mode == "cpu"
+            else parse_gpu_count(estimate_raw["allocation"], "spec.estimate.allocation")
+        )
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ManifestError("spec.priority", f"must be an integer, got {priority!r}")
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):
         raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
@@ -451,4 +484,8 @@ def parse_job(manifest: Any) -> JobSpec:
         checkpoint=checkpoint,
         metrics=MetricsSpec(port=port, path=path),
         suspend=suspend,
+        priority=priority,
+        best_effort=best_effort,
+        estimate_step_s=estimate_step_s,
+        estimate_allocation=estimate_allocation,
     )

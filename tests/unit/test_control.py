@@ -972,3 +972,51 @@ def test_decor_gpu_follows_a_moved_deadline(move: float) -> None:
             result = simulate("decor", "gpu-noise", factor, seed, move, mode="gpu")
             assert_finished_within(result, DECOR_GPU_DEV, f"{factor}x -> {move} seed {seed}")
             assert result.actuations <= 4, allocations(result)
+
+
+# ---------------------------------------------------------------------------------------
+# (c) following the planner: a grant other than the need
+
+
+def test_follow_grant_remembers_what_was_granted_and_says_when_short() -> None:
+    from decor.control import follow_grant, step_time_curve
+
+    settings = cpu_settings(200.0, policy="decor")
+    base = replace(initial_state(settings, 2.0), last_change_s=10.0)
+    decision = decide(base, None, settings, 50.0)  # holds 2 cores (no sample)
+    asked = replace(decision, allocation=3.0, state=replace(decision.state, allocation=3.0))
+    same = follow_grant(asked, 3.0, base, settings, 60.0)
+    assert same is asked  # granted what it asked: nothing changes
+    asked_on_track = replace(asked, condition=ON_TRACK, message="3 cores finish on time")
+    short = follow_grant(asked_on_track, 2.0, base, settings, 60.0)
+    assert short.allocation == 2.0 and short.state.allocation == 2.0
+    assert short.state.last_change_s == 10.0  # 2 cores is what ran before: no change
+    assert short.condition == AT_RISK and "granted 2 of the 3 needed" in short.message
+    lower = follow_grant(asked_on_track, 1.5, base, settings, 60.0)
+    assert lower.state.last_change_s == 60.0  # a change: intervals before it are not learned
+    clamped = follow_grant(asked_on_track, 0.1, base, settings, 60.0)
+    assert clamped.allocation == MIN_CORES
+    assert step_time_curve(base, settings) is None  # nothing measured yet
+
+
+def test_follow_grant_keeps_the_decor_nn_integral_within_the_grant() -> None:
+    from decor.control import follow_grant
+
+    settings = cpu_settings(200.0)
+    base = initial_state(settings)  # decor-nn: integral starts at MAX
+    decision = decide(base, Observation(1.0, 1.0, 1000.0, MAX_CORES), settings, 1.0)
+    followed = follow_grant(decision, 2.0, base, settings, 1.0)
+    assert followed.state.integral <= 2.0  # no windup above what can be applied
+
+
+def test_follow_grant_marks_a_gpu_change_pending() -> None:
+    from decor.control import follow_grant
+
+    settings = gpu_settings(400.0, policy="decor")
+    base = initial_state(settings, 2.0)
+    decision = decide(base, None, settings, 5.0)
+    asked = replace(decision, allocation=4.0, state=replace(decision.state, allocation=4.0))
+    followed = follow_grant(asked, 3.0, base, settings, 5.0)
+    assert followed.state.change_pending_since_s == 5.0
+    held = follow_grant(asked, 2.0, base, settings, 5.0)
+    assert held.state.change_pending_since_s is None and held.allocation == 2.0

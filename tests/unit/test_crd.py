@@ -64,7 +64,10 @@ def test_names(crd: dict[str, Any], version: dict[str, Any]) -> None:
 
 def test_printer_columns(version: dict[str, Any]) -> None:
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
-    assert list(columns) == ["Phase", "Progress", "Deadline", "ETA", "CPU/GPU", "Age"]
+    assert list(columns) == ["Phase", "Progress", "Deadline", "ETA", "CPU/GPU", "Age", "Admission"]
+    # the planner's answer (a queued job's earliest deadline) with kubectl get -o wide
+    assert columns["Admission"]["priority"] == 1
+    assert columns["Admission"]["jsonPath"] == '.status.conditions[?(@.type=="Admitted")].message'
     assert columns["Phase"]["jsonPath"] == ".status.phase"
     assert columns["Progress"]["jsonPath"] == ".status.progress"
     assert columns["Deadline"]["jsonPath"] == ".status.deadline"
@@ -86,6 +89,7 @@ def test_printer_columns_point_at_declared_status_fields(
         path = column["jsonPath"].lstrip(".")
         if path.startswith("metadata."):
             continue
+        path = path.split("[", 1)[0]  # a filter selects among the list's items
         at(schema, path)  # raises KeyError if the field is not declared
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -11,12 +13,14 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from decor.metrics import (
     MetricsError,
+    Progress,
     observation_from_progress,
     parse_exposition,
     progress_from_samples,
-    prometheus_progress,
-    scrape_observation,
+    prometheus_progress_all,
+    scrape_all,
     scrape_progress,
+    url_fetcher,
 )
 
 EXPOSITION = """\
@@ -70,6 +74,7 @@ class _Server:
     def __init__(self, routes: dict[str, tuple[int, str]]) -> None:
         self.routes = routes
         self.queries: list[str] = []
+        self.default_query_answer = (200, _prom([]))
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -78,7 +83,7 @@ class _Server:
                 if url.path == "/api/v1/query":
                     query = parse_qs(url.query)["query"][0]
                     outer.queries.append(query)
-                    status, body = outer.routes.get(query, (200, _prom([])))
+                    status, body = outer.routes.get(query, outer.default_query_answer)
                 else:
                     status, body = outer.routes.get(url.path, (404, "not found"))
                 data = body.encode()
@@ -114,7 +119,6 @@ def server() -> Iterator[_Server]:
 def test_scrape_a_real_endpoint(server: _Server) -> None:
     progress = scrape_progress(server.url + "/metrics")
     assert progress.steps_done == 120 and progress.steps_planned == 400
-    assert scrape_observation(server.url + "/metrics", allocation=2.0) is not None
 
 
 def test_scrape_failures_are_metrics_errors(server: _Server) -> None:
@@ -122,31 +126,131 @@ def test_scrape_failures_are_metrics_errors(server: _Server) -> None:
         scrape_progress(server.url + "/broken")
     with pytest.raises(MetricsError, match="cannot read"):
         scrape_progress(server.url + "/absent")
-    assert scrape_observation(server.url + "/broken", allocation=1.0) is None
 
 
-def test_prometheus_queries_select_the_pod(server: _Server) -> None:
-    selector = '{namespace="ns",pod="job-trainer"}'
-    for name, value in [
-        ("decor_steps_completed_total", "50"),
-        ("decor_steps_planned", "200"),
-        ("decor_last_step_timestamp_seconds", "1795860000"),
-    ]:
-        server.routes[f"max({name}{selector})"] = (
-            200,
-            _prom([{"metric": {}, "value": [0, value]}]),
-        )
-    progress = prometheus_progress(server.url, "ns", "job-trainer")
-    assert (progress.steps_done, progress.steps_planned) == (50, 200)
-    assert progress.last_step_time_s == 1795860000
-    assert all(selector in q for q in server.queries)
+def _series(name: str, namespace: str, pod: str, value: str) -> dict[str, object]:
+    return {"metric": {"__name__": name, "namespace": namespace, "pod": pod}, "value": [0, value]}
 
 
-def test_prometheus_without_series_is_an_error(server: _Server) -> None:
-    with pytest.raises(MetricsError, match="missing"):
-        prometheus_progress(server.url, "ns", "nothing-here")
+def test_one_prometheus_query_reads_every_pod(server: _Server) -> None:
+    result = [
+        _series("decor_steps_completed_total", "ns", "a-0", "50"),
+        _series("decor_steps_planned", "ns", "a-0", "200"),
+        _series("decor_last_step_timestamp_seconds", "ns", "a-0", "1795860000"),
+        _series("decor_steps_completed_total", "other", "b-0", "7"),
+        _series("decor_steps_planned", "other", "b-0", "70"),
+        # the same pod scraped twice (two scrape jobs): the larger counter wins
+        _series("decor_steps_completed_total", "other", "b-0", "9"),
+        _series("decor_steps_completed_total", "ns", "broken-0", "1"),
+    ]
+    names = "decor_steps_completed_total|decor_steps_planned|"
+    server.default_query_answer = (200, _prom(result))
+    reads = prometheus_progress_all(server.url)
+    assert len(server.queries) == 1 and names in server.queries[0]
+    a = reads[("ns", "a-0")]
+    assert isinstance(a, Progress) and (a.steps_done, a.steps_planned) == (50, 200)
+    assert a.last_step_time_s == 1795860000
+    b = reads[("other", "b-0")]
+    assert isinstance(b, Progress) and b.steps_done == 9
+    assert isinstance(reads[("ns", "broken-0")], MetricsError)
 
 
 def test_prometheus_down_is_an_error() -> None:
     with pytest.raises(MetricsError, match="cannot read"):
-        prometheus_progress("http://127.0.0.1:9", "ns", "pod", timeout_s=0.5)
+        prometheus_progress_all("http://127.0.0.1:9", timeout_s=0.5)
+
+
+def test_scrape_all_reads_each_endpoint_and_reports_each_failure(server: _Server) -> None:
+    reads = scrape_all(
+        {
+            ("ns", "good"): url_fetcher(server.url + "/metrics"),
+            ("ns", "broken"): url_fetcher(server.url + "/broken"),
+            ("ns", "absent"): url_fetcher(server.url + "/absent"),
+        },
+        max_workers=2,
+    )
+    assert isinstance(reads[("ns", "good")], Progress)
+    assert isinstance(reads[("ns", "broken")], MetricsError)
+    assert "cannot read" in str(reads[("ns", "absent")])
+
+
+class _Misbehaving:
+    """A raw socket server: answers every request the same misbehaving way."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/metrics"
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(4096)
+                if self.mode == "drip":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                    while not self.stop.is_set():
+                        conn.sendall(b"#")
+                        time.sleep(0.1)
+                elif self.mode == "huge":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+                    chunk = b"# padding\n" * 10000
+                    while not self.stop.is_set():
+                        conn.sendall(chunk)
+                elif self.mode == "redirect":
+                    conn.sendall(
+                        b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:9/x\r\n"
+                        b"Content-Length: 0\r\n\r\n"
+                    )
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("drip", "no complete answer"), ("huge", "larger than"), ("redirect", "redirect refused")],
+)
+def test_reads_are_bounded(mode: str, reason: str) -> None:
+    bad = _Misbehaving(mode)
+    try:
+        started = time.monotonic()
+        with pytest.raises(MetricsError, match=reason):
+            scrape_progress(bad.url, timeout_s=1.0)
+        assert time.monotonic() - started < 3.0  # one total deadline, not one per byte
+    finally:
+        bad.close()
+
+
+def test_a_dripping_endpoint_does_not_hold_up_the_others(server: _Server) -> None:
+    bad = _Misbehaving("drip")
+    try:
+        started = time.monotonic()
+        reads = scrape_all(
+            {
+                ("ns", "drip"): url_fetcher(bad.url, timeout_s=1.0),
+                **{("ns", f"ok-{i}"): url_fetcher(server.url + "/metrics") for i in range(6)},
+            },
+            max_workers=2,
+        )
+        assert time.monotonic() - started < 3.0
+        assert all(isinstance(reads[("ns", f"ok-{i}")], Progress) for i in range(6))
+        assert isinstance(reads[("ns", "drip")], MetricsError)
+    finally:
+        bad.close()

@@ -41,3 +41,12 @@ app.kubernetes.io/component: operator
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* Whether the operator watches nodes and every pod: planner.watchNodes, or "auto". */}}
+{{- define "decor.watchNodes" -}}
+{{- if eq (toString .Values.planner.watchNodes) "auto" -}}
+{{- if eq .Values.watchNamespace "" }}true{{ else }}false{{ end -}}
+{{- else -}}
+{{- .Values.planner.watchNodes -}}
+{{- end -}}
+{{- end }}

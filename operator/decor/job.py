@@ -1,0 +1,1010 @@
+"""One DeadlineTrainingJob's part of a control period, in two halves around the planner.
+
+:meth:`JobController.prepare` reads what the period's snapshot says about the job and its
+trainer pod, keeps the pod lifecycle going (create, replace, suspend, complete, fail), and
+when the trainer runs asks the job's own law what it needs (``control.decide``). It returns
+the job's :class:`planner.Demand`, or None when the job takes no part in this period's plan.
+:meth:`JobController.commit` takes the planner's :class:`planner.Grant` and acts on it:
+follows the grant in the law's state, resizes in place (CPU) or restarts with a new count
+(GPU) as far as the node has room now, admits or queues, and writes status when something a
+user sees has changed.
+
+Status is kept in memory (``self.status``, the operator-owned status as last written); a new
+controller (operator restart) starts from the status stored in the job, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from decor import build, control, metrics, planner
+from decor.kube import Kube, KubeError
+from decor.model import JobSpec, ManifestError, format_time, parse_job, parse_time
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decor.handlers import OperatorConfig, OperatorMetrics
+
+log = logging.getLogger("decor.operator")
+
+CPU_EPSILON_CORES = 0.0005
+"""CPU allocations closer than half a millicore are the same (pods store millicores)."""
+MIN_PERIOD_S = 0.2
+"""Shortest control period a job runs (protects the API server from a tiny spec value)."""
+BEST_EFFORT_HORIZON_S = 30 * 86400.0
+"""The horizon a best-effort job's law plans over (it has no deadline)."""
+STATUS_HEARTBEAT_S = 30.0
+"""Status is written at least this often while a job runs (it carries the controller's state
+for an operator restart), and otherwise only when something a user sees changes."""
+
+# Kinds of actuation counted by decor_operator_actuations_total.
+ACTUATION_RESIZE = "resize"  # in-place CPU resize requested
+ACTUATION_RESTART = "restart"  # trainer pod deleted to change the GPU count
+ACTUATION_CREATE = "create"  # trainer pod created (first start, resume, recreation)
+ACTUATION_SUSPEND = "suspend"  # trainer pod deleted because of spec.suspend
+ACTUATION_PREEMPT = "preempt"  # trainer pod deleted because a higher priority job needs room
+ACTUATIONS = (
+    ACTUATION_RESIZE,
+    ACTUATION_RESTART,
+    ACTUATION_CREATE,
+    ACTUATION_SUSPEND,
+    ACTUATION_PREEMPT,
+)
+
+# What prepare() found; commit() acts on it.
+STEP_CREATE = "create"  # no trainer pod: create one once admitted and there is room
+STEP_HOLD = "hold"  # a pod exists but is not controllable yet (pending, starting, replaced)
+STEP_RUN = "run"  # the law decided; act on the grant
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What one period learned about the trainer pod's allocation."""
+
+    applied: float | None  # in effect (cores or GPUs); None while unknown
+    desired: float | None  # what the pod's spec asks for
+    pending: bool  # a resize is being applied (asked, not yet in effect)
+    refused: bool = False  # the kubelet answered Deferred or Infeasible
+    refusal: str = ""
+
+
+class Room:
+    """Capacity left on each node this period for growing DECOR's trainers.
+
+    Starts at what the node can give DECOR minus what its trainers hold now (each at
+    max(requested, applied)); shrinks asked for this period free nothing until they land,
+    so a grow never meets a node that is still full (no Deferred resize by design).
+    ``None`` capacity: the operator cannot see nodes; nothing is limited.
+    """
+
+    def __init__(self, free: Mapping[str, tuple[float, float]] | None) -> None:
+        self.free = None if free is None else {k: list(v) for k, v in free.items()}
+
+    def take(self, node: str | None, cpu: float = 0.0, gpus: float = 0.0) -> bool:
+        """Reserve ``cpu`` cores and ``gpus`` on ``node``; False (nothing taken) if they do
+        not fit. A pod not yet on a node (None) is the scheduler's to place: any node with
+        room will do."""
+        if self.free is None:
+            return True
+        names = [node] if node is not None else sorted(self.free)
+        for name in names:
+            slot = self.free.get(name)
+            if slot is None:
+                continue
+            if cpu <= slot[0] + 1e-9 and gpus <= slot[1] + 1e-9:
+                slot[0] -= cpu
+                slot[1] -= gpus
+                return True
+        return False
+
+    def most_cpu(self, node: str | None) -> float:
+        if self.free is None:
+            return math.inf
+        if node is None:
+            return max((slot[0] for slot in self.free.values()), default=0.0)
+        return self.free.get(node, [0.0, 0.0])[0]
+
+
+@dataclass
+class _Period:
+    """A period's facts about the job between prepare() and commit()."""
+
+    step: str
+    body: Mapping[str, Any]
+    spec: JobSpec
+    generation: int | None
+    start_s: float
+    deadline_s: float
+    settings: control.Settings
+    state: control.State
+    conditions: list[dict[str, Any]]
+    deadline_was_past: bool
+    pod: Mapping[str, Any] | None = None
+    view: PodView | None = None
+    observation: control.Observation | None = None
+    epochs_done: float | None = None
+    decision: control.Decision | None = None
+
+
+class JobController:
+    """The control of one DeadlineTrainingJob across periods (see the module docstring)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        *,
+        kube: Kube,
+        config: OperatorConfig,
+        operator_metrics: OperatorMetrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.uid = uid
+        self.kube = kube
+        self.config = config
+        self.metrics = operator_metrics
+        self.clock = clock
+        self.status: dict[str, Any] = {}
+        self.written: dict[str, Any] | None = None
+        self.written_at_s = -math.inf
+        self.loaded = False
+        self.period_s = 1.0
+        self.next_due_s = -math.inf
+        self.done = False
+        self.first_running_s: dict[str, float] = {}  # pod -> when first seen running
+        self.progress_seen: set[str] = set()  # pods that produced a progress sample
+        self.invalid_generation: int | None = None
+        self.refusal_warned: str | None = None
+        self.metrics_reason = ""
+        self.demand: planner.Demand | None = None  # the last demand (kept between periods)
+        self._period: _Period | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def plan_key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    # ========================================================================================
+    # Phase 1: read, keep the pod going, ask the law
+
+    def prepare(
+        self,
+        body: Mapping[str, Any],
+        pods: Sequence[Mapping[str, Any]],
+        progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+        now: float,
+    ) -> planner.Demand | None:
+        """This period up to the law's decision. ``pods``: the job's trainer pods from the
+        snapshot; ``progress``: the period's batched progress read, by pod name. Returns the
+        job's demand, or None when it takes no part in this period's plan (finished, failed,
+        suspended, invalid; ``self.done`` says whether it needs periods any more)."""
+        self._period = None
+        if not self.loaded:
+            self.status = copy.deepcopy(dict(body.get("status") or {}))
+            self.loaded = True
+        if self.status.get("phase") in build.TERMINAL_PHASES:
+            self.metrics.job_phase(self.key, self.status["phase"])
+            return self._finish_period(False)
+        generation = (body.get("metadata") or {}).get("generation")
+        try:
+            spec = parse_job(dict(body))
+        except ManifestError as exc:
+            return self._finish_period(self._invalid_spec(body, exc, now, generation))
+        self.period_s = max(self.config.min_period_s, MIN_PERIOD_S, spec.control.period_s)
+        period = self._times_and_state(body, spec, generation, now)
+        if period is None:
+            return self._finish_period(False)
+        return self._pod_lifecycle(period, pods, progress, now)
+
+    def _finish_period(self, keep_going: bool) -> planner.Demand | None:
+        """End the period without a demand; ``keep_going`` False: the job needs no more."""
+        self.done = not keep_going
+        self.demand = None
+        return None
+
+    def _times_and_state(
+        self, body: Mapping[str, Any], spec: JobSpec, generation: int | None, now: float
+    ) -> _Period | None:
+        """Start time, effective deadline, settings and the law's state; the first period
+        records the start (and a deadline move is announced). None: the job is gone."""
+        status = self.status
+        first = not status.get("startTime")
+        start_s = (
+            float(math.floor(now))
+            if first
+            else parse_time(status["startTime"], "startTime").timestamp()
+        )
+        deadline_s = build.effective_deadline_s(spec, start_s)
+        # A best-effort job's law only learns its speed (for the planner's marginal gains).
+        law_deadline_s = start_s + BEST_EFFORT_HORIZON_S if spec.best_effort else deadline_s
+        settings = build.build_settings(spec, start_s, law_deadline_s)
+        deadline_text = format_time(deadline_s) if not spec.best_effort else None
+        if first:
+            deadline_was_past = deadline_s <= now
+            state = control.initial_state(
+                settings, settings.max_allocation if deadline_was_past else spec.resources.initial
+            )
+            status.update(
+                phase=build.PHASE_PENDING,
+                startTime=format_time(start_s),
+                deadline=deadline_text,
+                controller=state.to_dict(),
+                podsCreated=0,
+                resizes=0,
+                restarts=0,
+                podFailures=0,
+            )
+            if deadline_was_past:
+                self._event(
+                    body, build.EVENT_WARNING, build.EVENT_DEADLINE_IN_PAST,
+                    f"deadline {deadline_text} had already passed; running at max "
+                    f"({build.format_allocation(spec.resources.mode, settings.max_allocation)})",
+                    now,
+                )  # fmt: skip
+            status["conditions"] = build.conditions_at_admission(
+                deadline_was_past, now_s=now, generation=generation
+            )
+            if not self._write(force=True):  # record the start before acting on it
+                return None
+        else:
+            state = self._load_state(status, settings)
+            if status.get("deadline") != deadline_text:
+                deadline_was_past = self._deadline_moved(
+                    body, status, deadline_text, deadline_s, generation, now
+                )
+            else:
+                infeasible = build.get_condition(status.get("conditions") or [], "Infeasible")
+                deadline_was_past = (infeasible or {}).get("status") == "True" and (
+                    infeasible or {}
+                ).get("reason") == build.REASON_DEADLINE_IN_PAST
+        return _Period(
+            step=STEP_HOLD,
+            body=body,
+            spec=spec,
+            generation=generation,
+            start_s=start_s,
+            deadline_s=deadline_s,
+            settings=settings,
+            state=state,
+            conditions=list(status.get("conditions") or []),
+            deadline_was_past=deadline_was_past,
+        )
+
+    def _deadline_moved(
+        self,
+        body: Mapping[str, Any],
+        status: dict[str, Any],
+        deadline_text: str | None,
+        deadline_s: float,
+        generation: int | None,
+        now: float,
+    ) -> bool:
+        deadline_was_past = deadline_s <= now
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_DEADLINE_CHANGED,
+            f"deadline moved from {status.get('deadline')} to {deadline_text}", now,
+        )  # fmt: skip
+        if deadline_was_past:
+            self._event(
+                body, build.EVENT_WARNING, build.EVENT_DEADLINE_IN_PAST,
+                f"new deadline {deadline_text} has already passed; running at max", now,
+            )  # fmt: skip
+        status["deadline"] = deadline_text
+        status["conditions"] = build.conditions_for_deadline(
+            status.get("conditions") or [], deadline_was_past, now_s=now, generation=generation
+        )
+        return deadline_was_past
+
+    def _pod_lifecycle(
+        self,
+        period: _Period,
+        pods: Sequence[Mapping[str, Any]],
+        progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+        now: float,
+    ) -> planner.Demand | None:
+        status, spec, body = self.status, period.spec, period.body
+        container = spec.trainer_container["name"]
+        active = [p for p in pods if not build.is_terminating(p)]
+        terminating = [p for p in pods if build.is_terminating(p)]
+        current = self._pick_current(active)
+        for extra in active:
+            if extra is not current:  # only one trainer at a time
+                self.kube.delete_pod(self.namespace, extra["metadata"]["name"])
+
+        if spec.suspend:
+            return self._finish_period(self._suspend(body, current, now))
+        if status.get("phase") == build.PHASE_SUSPENDED:
+            self._event(
+                body, build.EVENT_NORMAL, build.EVENT_RESUMED, "spec.suspend cleared; resuming", now
+            )
+            status["phase"] = build.PHASE_RESTARTING
+
+        if current is None:
+            previous = status.get("podName")
+            if previous and status.get("phase") not in (
+                build.PHASE_RESTARTING,
+                build.PHASE_SUSPENDED,
+                build.PHASE_QUEUED,
+            ):
+                # The trainer is going or gone without us asking (evicted, deleted, node lost).
+                if not self._pod_lost(body, str(previous), now):
+                    return self._finish_period(False)
+            if terminating:  # the previous trainer is still saving its checkpoint
+                period.step = STEP_HOLD
+                return self._demand(period, current=None, node=_node_of(terminating[0]))
+            period.step = STEP_CREATE
+            return self._demand(period, current=None, node=None)
+
+        pod_name = current["metadata"]["name"]
+        phase = build.pod_phase(current)
+        if phase == "Succeeded":
+            finished_s = build.container_finished_s(current, container) or now
+            return self._finish_period(self._complete(period, finished_s, None, now))
+        if phase == "Failed":
+            return self._finish_period(self._pod_failed(body, current, container, now))
+        period.pod = current
+        trainer_status = build.container_status(current, container) or {}
+        # A replacement pod, or a trainer the kubelet restarts in place after a crash.
+        recreated = (
+            int(status.get("podsCreated") or 0) > 1
+            or int(trainer_status.get("restartCount") or 0) > 0
+        )
+        held = build.pod_allocation(current, container, spec.resources.mode)
+        if phase != "Running" or not build.container_running(current, container):
+            status["phase"] = build.PHASE_RESTARTING if recreated else build.PHASE_PENDING
+            status["podName"] = pod_name
+            return self._demand(period, current=held, node=_node_of(current))
+
+        first_running_s = self.first_running_s.setdefault(pod_name, now)
+        view = self._read_allocation(period, current, container, now)
+        period.view = view
+        observation, epochs_done = self._observe(current, spec, view, progress.get(pod_name), now)
+        period.observation, period.epochs_done = observation, epochs_done
+        if observation is not None:
+            self.progress_seen.add(pod_name)
+        elif (
+            pod_name not in self.progress_seen
+            and now - first_running_s < self.config.startup_grace_s
+        ):
+            # Still starting (importing, building the model): nothing to control yet.
+            status.update(
+                phase=build.PHASE_RESTARTING if recreated else build.PHASE_RUNNING,
+                podName=pod_name,
+                allocation=build.format_allocation(
+                    spec.resources.mode, view.applied or period.state.allocation
+                ),
+            )
+            return self._demand(period, current=held, node=_node_of(current))
+        if observation is not None and observation.complete:
+            return self._finish_period(self._complete(period, observation.time_s, observation, now))
+
+        # The law plans with what is in effect: a refused or pending resize is not assumed.
+        state = period.state
+        if view.applied is not None and view.refused:
+            state = replace(state, allocation=view.applied)
+            period.state = state
+        period.decision = control.decide(state, observation, period.settings, now)
+        if spec.best_effort:
+            period.decision = replace(
+                period.decision,
+                allocation=period.settings.max_allocation,
+                condition=control.ON_TRACK
+                if observation is not None
+                else period.decision.condition,
+                message="best effort: trains on capacity no deadline job needs",
+                eta_s=None,
+            )
+        period.step = STEP_RUN
+        return self._demand(
+            period,
+            current=view.applied if view.applied is not None else held,
+            node=_node_of(current),
+            need=period.decision.allocation,
+        )
+
+    def _demand(
+        self,
+        period: _Period,
+        *,
+        current: float | None,
+        node: str | None,
+        need: float | None = None,
+    ) -> planner.Demand:
+        spec, state = period.spec, period.state
+        curve = control.step_time_curve(state, period.settings)
+        remaining = float(self.status.get("stepsTotal") or 0) - float(
+            self.status.get("stepsDone") or 0
+        )
+        if period.observation is not None:
+            remaining = period.observation.steps_total - period.observation.steps_done
+        if curve is None and spec.estimate_step_s and spec.estimate_allocation:
+            curve = _estimated_curve(spec.estimate_step_s, spec.estimate_allocation)
+        admitted = self.status.get("admission") not in (None, planner.QUEUED, planner.PREEMPTED)
+        if period.step != STEP_CREATE:
+            admitted = True  # it holds a pod
+        self._period = period
+        self.demand = planner.Demand(
+            key=self.plan_key,
+            mode=spec.resources.mode,
+            need=state.allocation if need is None else need,
+            min_allocation=spec.resources.min,
+            max_allocation=spec.resources.max,
+            current=current or 0.0,
+            steps_remaining=max(0.0, remaining),
+            deadline_s=None if spec.best_effort else period.deadline_s,
+            arrival_s=_created_s(period.body, period.start_s),
+            priority=spec.priority,
+            admitted=admitted,
+            node=node,
+            step_time_s=curve,
+            restart_cost_s=state.restart_cost_s or period.settings.restart_cost_s,
+        )
+        return self.demand
+
+    # ========================================================================================
+    # Phase 2: act on the planner's grant
+
+    def commit(self, grant: planner.Grant | None, room: Room, now: float) -> bool:
+        """Act on ``grant`` (None: the planner was not consulted: grant the need). False when
+        the job needs no more periods."""
+        period = self._period
+        self._period = None
+        if period is None:
+            return not self.done
+        if period.step == STEP_CREATE:
+            return self._commit_create(period, grant, room, now)
+        if period.step == STEP_HOLD:
+            self._note_admission(period, grant, now)
+            return self._write()
+        return self._commit_run(period, grant, room, now)
+
+    def _commit_create(
+        self, period: _Period, grant: planner.Grant | None, room: Room, now: float
+    ) -> bool:
+        spec = period.spec
+        allocation = grant.allocation if grant is not None else period.state.allocation
+        waiting = grant is not None and (
+            grant.verdict in (planner.QUEUED, planner.PREEMPTED) or allocation <= 0
+        )
+        if not waiting:
+            cpu = allocation + build.sidecar_cpu_cores() if spec.resources.mode == "cpu" else 0.0
+            gpus = allocation if spec.resources.mode == "gpu" else 0.0
+            if not room.take(None, cpu=cpu, gpus=gpus):
+                waiting = True
+                if grant is not None:
+                    grant = replace(
+                        grant, reason=f"{grant.reason}; waiting for the node to free room"
+                    )
+        self._note_admission(period, grant, now)
+        if waiting:
+            if grant is not None and grant.verdict in (planner.QUEUED, planner.PREEMPTED):
+                self.status["phase"] = build.PHASE_QUEUED
+            return self._write()
+        state = replace(period.state, allocation=allocation)
+        self.status["controller"] = state.to_dict()
+        return self._create_pod(period.body, spec, state, now)
+
+    def _commit_run(
+        self, period: _Period, grant: planner.Grant | None, room: Room, now: float
+    ) -> bool:
+        spec, decision, view, pod = period.spec, period.decision, period.view, period.pod
+        assert decision is not None and view is not None and pod is not None
+        pod_name = pod["metadata"]["name"]
+        if grant is not None and grant.verdict == planner.PREEMPTED:
+            return self._preempt(period, grant, now)
+        target = decision.allocation if grant is None else grant.allocation
+        target, desired, phase_after = self._actuate(period, target, room, now)
+        followed = control.follow_grant(decision, target, period.state, period.settings, now)
+        self._note_admission(period, grant, now)
+        message = followed.message
+        if period.observation is None:
+            message = f"{self.metrics_reason or 'no progress sample'}; holding {target:g}"
+        conditions = list(self.status.get("conditions") or period.conditions)
+        new_conditions = build.conditions_for_decision(
+            conditions,
+            followed.condition,
+            message,
+            now_s=now,
+            generation=period.generation,
+            deadline_was_past=period.deadline_was_past,
+        )
+        self._transition_events(period.body, conditions, new_conditions, now)
+        self.status.update(
+            build.build_status(
+                phase=phase_after,
+                mode=spec.resources.mode,
+                start_s=period.start_s,
+                deadline_s=period.deadline_s,
+                state=followed.state,
+                applied=view.applied,
+                desired=desired,
+                observation=period.observation,
+                eta_s=followed.eta_s,
+                generation=period.generation,
+                conditions=new_conditions,
+                pod=pod_name,
+                epochs_done=period.epochs_done,
+            )
+        )
+        return self._write()
+
+    def _actuate(
+        self, period: _Period, target: float, room: Room, now: float
+    ) -> tuple[float, float | None, str]:
+        """Move the pod towards ``target`` as far as the node has room now. Returns the
+        allocation the law should remember, the pod's desired allocation, and the phase."""
+        spec, decision, view, pod = period.spec, period.decision, period.view, period.pod
+        assert decision is not None and view is not None and pod is not None
+        pod_name = pod["metadata"]["name"]
+        container = spec.trainer_container["name"]
+        node = _node_of(pod)
+        desired = view.desired
+        if view.applied is None or desired is None:
+            return decision.allocation, desired, build.PHASE_RUNNING
+        if view.refused:
+            # Never leave a resize waiting: take the refused request back to what runs.
+            self._warn_refusal(period.body, desired, view, now)
+            self.kube.resize_pod_cpu(self.namespace, pod_name, container, view.applied)
+            return view.applied, view.applied, build.PHASE_RUNNING
+        if view.pending:  # a change is landing: stack nothing on it
+            return decision.allocation, desired, build.PHASE_RUNNING
+        if spec.resources.mode == "gpu":
+            if abs(target - desired) < 0.5:
+                return desired, desired, build.PHASE_RUNNING
+            if target > desired and not room.take(node, gpus=target - desired):
+                return desired, desired, build.PHASE_RUNNING
+            self._restart_for_gpus(period.body, pod_name, desired, target, decision, now)
+            return target, target, build.PHASE_RESTARTING
+        if abs(target - desired) < CPU_EPSILON_CORES:
+            return target, desired, build.PHASE_RUNNING
+        held = max(desired, view.applied)
+        if target > held and not room.take(node, cpu=target - held):
+            target = max(desired, min(target, held + room.most_cpu(node)))
+            room.take(node, cpu=max(0.0, target - held))
+        if abs(target - desired) >= CPU_EPSILON_CORES:
+            self._resize(period.body, pod_name, container, desired, target, decision, now)
+        return target, target, build.PHASE_RUNNING
+
+    def _note_admission(self, period: _Period, grant: planner.Grant | None, now: float) -> None:
+        """Record the planner's verdict in ``status.admission`` and the Admitted condition;
+        announce a job queued, admitted after waiting, displaced or shorted."""
+        if grant is None:
+            return
+        before = self.status.get("admission")
+        self.status["admission"] = grant.verdict
+        admitted = grant.verdict in (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
+        message = grant.reason
+        if grant.earliest_deadline_s is not None:
+            message = f"{message}; earliest deadline it could meet now: {format_time(grant.earliest_deadline_s)}"
+        conditions = list(self.status.get("conditions") or period.conditions)
+        self.status["conditions"] = build.set_condition(
+            conditions,
+            build.CONDITION_ADMITTED,
+            admitted,
+            grant.verdict,
+            message,
+            now_s=now,
+            generation=period.generation,
+        )
+        if before == grant.verdict:
+            return
+        if grant.verdict == planner.QUEUED:
+            self._event(period.body, build.EVENT_WARNING, build.EVENT_QUEUED, message, now)
+        elif grant.verdict == planner.PREEMPTED:
+            self._event(period.body, build.EVENT_WARNING, build.EVENT_PREEMPTED, message, now)
+        elif grant.verdict == planner.SHORTED:
+            self._event(period.body, build.EVENT_WARNING, build.EVENT_SHORTED, message, now)
+        elif before in (planner.QUEUED, planner.PREEMPTED):
+            self._event(period.body, build.EVENT_NORMAL, build.EVENT_ADMITTED, message, now)
+
+    # ========================================================================================
+    # Pieces of a period
+
+    def _load_state(self, status: Mapping[str, Any], settings: control.Settings) -> control.State:
+        raw = status.get("controller")
+        try:
+            state = control.State.from_dict(dict(raw)) if isinstance(raw, Mapping) else None
+        except (TypeError, ValueError):
+            log.warning("%s/%s: unreadable controller state; starting afresh", *self.key)
+            state = None
+        if state is None:
+            return control.initial_state(settings)
+        if state.policy != settings.policy:  # spec.control.policy changed mid-run
+            current = control.clamp(state.allocation, settings)
+            fresh = control.initial_state(settings, current)
+            return replace(fresh, allocation=current, integral=current)
+        return state
+
+    def _pick_current(self, active: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        if not active:
+            return None
+        wanted = self.status.get("podName")
+        for pod in active:
+            if pod["metadata"]["name"] == wanted:
+                return pod
+        return max(active, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+
+    def _create_pod(
+        self, body: Mapping[str, Any], spec: JobSpec, state: control.State, now: float
+    ) -> bool:
+        status = self.status
+        index = int(status.get("podsCreated") or 0)
+        allocation = state.allocation
+        created = None
+        for _attempt in range(5):
+            name = build.pod_name(self.name, index)
+            pod = build.build_trainer_pod(
+                body,
+                spec,
+                allocation,
+                name,
+                sidecar_image=self.config.sidecar_image,
+                checkpoint_host_root=self.config.checkpoint_host_root,
+            )
+            try:
+                created = self.kube.create_pod(pod)
+                break
+            except KubeError as exc:
+                if exc.status != 409:  # a leftover pod with that name (e.g. a crash mid-period)
+                    raise
+                index += 1
+        if created is None:
+            raise KubeError(f"create pod for {self.namespace}/{self.name}", 409, "no free pod name")
+        self.metrics.actuations.labels(kind=ACTUATION_CREATE).inc()
+        quantity = build.format_allocation(spec.resources.mode, allocation)
+        what = "first trainer pod" if index == 0 else "trainer pod (resuming from the checkpoint)"
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_POD_CREATED,
+            f"created {what} {name} with {quantity} {_unit(spec)}", now,
+        )  # fmt: skip
+        status.update(
+            podName=name,
+            podsCreated=index + 1,
+            desiredAllocation=quantity,
+            phase=build.PHASE_PENDING if index == 0 else build.PHASE_RESTARTING,
+        )
+        return self._write()
+
+    def _pod_lost(self, body: Mapping[str, Any], pod_name: str, now: float) -> bool:
+        """Count a trainer pod that went away unasked; False once past the failure budget."""
+        status = self.status
+        failures = int(status.get("podFailures") or 0) + 1
+        status["podFailures"] = failures
+        status["phase"] = build.PHASE_RESTARTING
+        if failures > self.config.max_pod_failures:
+            return self._give_up(body, f"trainer pod lost {failures} times", now)
+        self._event(
+            body, build.EVENT_WARNING, build.EVENT_POD_LOST,
+            f"trainer pod {pod_name} is gone; recreating it from the last checkpoint", now,
+        )  # fmt: skip
+        return True
+
+    def _read_allocation(
+        self, period: _Period, pod: Mapping[str, Any], container: str, now: float
+    ) -> PodView:
+        if period.spec.resources.mode == "gpu":
+            count = build.pod_gpu_count(pod, container)
+            return PodView(applied=count, desired=count, pending=False)
+        desired = build.desired_cpu_cores(pod, container)
+        applied = build.applied_cpu_cores(pod, container)
+        resize = build.resize_state(pod)
+        if applied is None:  # a kubelet that does not report it: trust the spec when quiet
+            applied = desired if not resize.waiting else None
+        refused = resize.deferred or resize.infeasible
+        pending = resize.in_progress or (
+            not refused
+            and (applied is None or desired is None or abs(applied - desired) >= CPU_EPSILON_CORES)
+        )
+        return PodView(
+            applied=applied,
+            desired=desired,
+            pending=pending,
+            refused=refused,
+            refusal=("Infeasible" if resize.infeasible else "Deferred") + f": {resize.message}",
+        )
+
+    def _warn_refusal(
+        self, body: Mapping[str, Any], desired: float, view: PodView, now: float
+    ) -> None:
+        quantity = build.format_allocation("cpu", desired)
+        if self.refusal_warned == quantity:
+            return
+        self.refusal_warned = quantity
+        self._event(
+            body, build.EVENT_WARNING, build.EVENT_RESIZE_INFEASIBLE,
+            f"the node did not apply {quantity} CPU ({view.refusal}); back to "
+            f"{build.format_allocation('cpu', view.applied or 0.0)}", now,
+        )  # fmt: skip
+
+    def _observe(
+        self,
+        pod: Mapping[str, Any],
+        spec: JobSpec,
+        view: PodView,
+        read: metrics.Progress | metrics.MetricsError | None,
+        now: float,
+    ) -> tuple[control.Observation | None, float | None]:
+        """A progress sample (and epochs done) or (None, None) with ``metrics_reason`` set."""
+        if view.applied is None:
+            self.metrics_reason = "allocation in effect is not known yet"
+            return None, None
+        if read is None:
+            self.metrics_reason = f"no progress read for pod {pod['metadata']['name']}"
+            return None, None
+        if isinstance(read, metrics.MetricsError):
+            self.metrics_reason = str(read)
+            return None, None
+        self.metrics_reason = ""
+        observation = metrics.observation_from_progress(read, now, view.applied, view.pending)
+        return observation, read.epochs_done
+
+    def _resize(
+        self,
+        body: Mapping[str, Any],
+        pod_name: str,
+        container: str,
+        current: float,
+        target: float,
+        decision: control.Decision,
+        now: float,
+    ) -> None:
+        self.kube.resize_pod_cpu(self.namespace, pod_name, container, target)
+        self.status["resizes"] = int(self.status.get("resizes") or 0) + 1
+        self.metrics.actuations.labels(kind=ACTUATION_RESIZE).inc()
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_RESIZED,
+            f"cpu {build.format_allocation('cpu', current)} -> "
+            f"{build.format_allocation('cpu', target)} in place: {decision.message}", now,
+        )  # fmt: skip
+
+    def _restart_for_gpus(
+        self,
+        body: Mapping[str, Any],
+        pod_name: str,
+        current: float,
+        target: float,
+        decision: control.Decision,
+        now: float,
+    ) -> None:
+        # Deleting sends SIGTERM: the trainer checkpoints and exits; the next periods see the
+        # pod terminating, then gone, and create one with the new count (state.allocation).
+        self.kube.delete_pod(self.namespace, pod_name)
+        self.status["restarts"] = int(self.status.get("restarts") or 0) + 1
+        self.metrics.actuations.labels(kind=ACTUATION_RESTART).inc()
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_RESTARTING,
+            f"nvidia.com/gpu {current:g} -> {target:g}: checkpoint, restart and resume "
+            f"({decision.message})", now,
+        )  # fmt: skip
+
+    def _preempt(self, period: _Period, grant: planner.Grant, now: float) -> bool:
+        """Give the node back to a higher-priority job: the trainer checkpoints and goes; the
+        job waits (Queued) and resumes from its checkpoint when admitted again."""
+        assert period.pod is not None
+        self.kube.delete_pod(self.namespace, period.pod["metadata"]["name"])
+        self.metrics.actuations.labels(kind=ACTUATION_PREEMPT).inc()
+        self._note_admission(period, grant, now)
+        self.status["phase"] = build.PHASE_QUEUED
+        return self._write()
+
+    def _suspend(
+        self, body: Mapping[str, Any], current: Mapping[str, Any] | None, now: float
+    ) -> bool:
+        status = self.status
+        if current is not None:
+            self.kube.delete_pod(self.namespace, current["metadata"]["name"])
+            self.metrics.actuations.labels(kind=ACTUATION_SUSPEND).inc()
+        if status.get("phase") != build.PHASE_SUSPENDED:
+            self._event(
+                body, build.EVENT_NORMAL, build.EVENT_SUSPENDED,
+                "spec.suspend: trainer pod deleted (it checkpoints); controller state kept", now,
+            )  # fmt: skip
+        status["phase"] = build.PHASE_SUSPENDED
+        return self._write()
+
+    def _pod_failed(
+        self, body: Mapping[str, Any], pod: Mapping[str, Any], container: str, now: float
+    ) -> bool:
+        status = self.status
+        pod_name = pod["metadata"]["name"]
+        reason = build.pod_failure_reason(pod, container)
+        failures = int(status.get("podFailures") or 0) + 1
+        status["podFailures"] = failures
+        if failures > self.config.max_pod_failures:
+            return self._give_up(
+                body, f"trainer pod {pod_name} failed ({reason}); {failures} failures", now
+            )
+        self._event(
+            body, build.EVENT_WARNING, build.EVENT_POD_LOST,
+            f"trainer pod {pod_name} failed ({reason}); recreating it from the last checkpoint",
+            now,
+        )  # fmt: skip
+        self.kube.delete_pod(self.namespace, pod_name, grace_period_s=0)
+        status["phase"] = build.PHASE_RESTARTING
+        return self._write()
+
+    def _give_up(self, body: Mapping[str, Any], why: str, now: float) -> bool:
+        self.status["phase"] = build.PHASE_FAILED
+        self.status["conditions"] = build.set_condition(
+            self.status.get("conditions") or [],
+            control.COMPLETE,
+            False,
+            build.REASON_TRAINER_FAILED,
+            why,
+            now_s=now,
+            generation=(body.get("metadata") or {}).get("generation"),
+        )
+        self._event(body, build.EVENT_WARNING, build.EVENT_FAILED, why, now)
+        self._write(force=True)
+        return False
+
+    def _complete(
+        self,
+        period: _Period,
+        finished_s: float,
+        observation: control.Observation | None,
+        now: float,
+    ) -> bool:
+        status, body = self.status, period.body
+        before = list(status.get("conditions") or [])
+        conditions = build.conditions_for_completion(
+            before, finished_s, period.deadline_s, now_s=now, generation=period.generation
+        )
+        outcome = build.build_outcome(finished_s, period.deadline_s, period.start_s)
+        total = observation.steps_total if observation is not None else status.get("stepsTotal")
+        status.update(
+            phase=build.PHASE_SUCCEEDED,
+            conditions=conditions,
+            outcome=outcome,
+            progress=1.0,
+            eta=None,
+            observedGeneration=period.generation,
+        )
+        if total:
+            status.update(stepsDone=int(total), stepsTotal=int(total))
+        if observation is not None:
+            status["controller"] = replace(
+                period.state, last_time_s=observation.time_s, last_steps=observation.steps_done
+            ).to_dict()
+        if period.spec.best_effort:
+            self._event(
+                body, build.EVENT_NORMAL, build.EVENT_COMPLETED,
+                f"finished at {outcome['finishedAt']} (best effort), "
+                f"{status.get('resizes', 0)} resizes, {status.get('restarts', 0)} restarts", now,
+            )  # fmt: skip
+            self._write(force=True)
+            return False
+        delta = finished_s - period.deadline_s
+        deviation = outcome.get("deviationPercent")
+        relative = (
+            f"deviation {deviation:+.2f}%"
+            if deviation is not None
+            else "the deadline was before the start"
+        )
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_COMPLETED,
+            f"finished at {outcome['finishedAt']}, {abs(delta):.1f}s "
+            f"{'after' if delta > 0 else 'before'} the deadline ({relative}), "
+            f"{status.get('resizes', 0)} resizes, {status.get('restarts', 0)} restarts", now,
+        )  # fmt: skip
+        if build.became_true(before, conditions, control.DEADLINE_MISSED):
+            self._event(
+                body, build.EVENT_WARNING, build.EVENT_DEADLINE_MISSED,
+                f"finished {delta:.1f}s after the deadline", now,
+            )  # fmt: skip
+        self._write(force=True)
+        return False
+
+    def _invalid_spec(
+        self, body: Mapping[str, Any], exc: ManifestError, now: float, generation: int | None
+    ) -> bool:
+        if self.invalid_generation != generation:
+            self.invalid_generation = generation
+            self._event(body, build.EVENT_WARNING, build.EVENT_INVALID_SPEC, str(exc), now)
+        self.status["conditions"] = build.set_condition(
+            self.status.get("conditions") or [],
+            control.ON_TRACK,
+            None,
+            build.REASON_INVALID_SPEC,
+            str(exc),
+            now_s=now,
+            generation=generation,
+        )
+        self._write()
+        return True
+
+    def _transition_events(
+        self,
+        body: Mapping[str, Any],
+        before: Sequence[Mapping[str, Any]],
+        after: Sequence[Mapping[str, Any]],
+        now: float,
+    ) -> None:
+        for type_, reason in (
+            (control.INFEASIBLE, build.EVENT_INFEASIBLE),
+            (control.AT_RISK, build.EVENT_AT_RISK),
+            (control.DEADLINE_MISSED, build.EVENT_DEADLINE_MISSED),
+            (control.METRICS_UNAVAILABLE, build.EVENT_METRICS_UNAVAILABLE),
+        ):
+            if not build.became_true(before, after, type_):
+                continue
+            condition = build.get_condition(after, type_) or {}
+            if condition.get("reason") == build.REASON_DEADLINE_IN_PAST:
+                continue  # announced when the deadline was set
+            if type_ == control.AT_RISK and build.condition_is_true(after, control.INFEASIBLE):
+                continue  # Infeasible says more (and was announced when it turned True)
+            self._event(body, build.EVENT_WARNING, reason, str(condition.get("message", "")), now)
+        if build.condition_is_true(
+            before, control.METRICS_UNAVAILABLE
+        ) and not build.condition_is_true(after, control.METRICS_UNAVAILABLE):
+            self._event(
+                body, build.EVENT_NORMAL, build.EVENT_METRICS_RECOVERED,
+                "progress is readable again", now,
+            )  # fmt: skip
+
+    # --- I/O helpers --------------------------------------------------------------------------
+
+    def _event(
+        self, body: Mapping[str, Any], event_type: str, reason: str, message: str, now: float
+    ) -> None:
+        log.info("%s/%s: %s %s", self.namespace, self.name, reason, message)
+        self.kube.post_event(
+            build.build_event(
+                body, event_type, reason, message, now_s=now, instance=self.config.instance
+            )
+        )
+
+    def _write(self, force: bool = False) -> bool:
+        """Merge-patch status when something a user sees changed (or the heartbeat is due,
+        or ``force``). False when the job no longer exists."""
+        self.metrics.job_phase(self.key, self.status.get("phase"))
+        if self.written == self.status:
+            return True
+        now = self.clock()
+        visible_same = self.written is not None and build.visible_status(
+            self.written
+        ) == build.visible_status(self.status)
+        if visible_same and not force and now - self.written_at_s < STATUS_HEARTBEAT_S:
+            return True
+        snapshot = copy.deepcopy(self.status)
+        if not self.kube.patch_job_status(self.namespace, self.name, snapshot):
+            self.metrics.job_phase(self.key, None)
+            return False
+        self.written = snapshot
+        self.written_at_s = now
+        return True
+
+
+def _estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
+    """Seconds per step from ``spec.estimate``, assuming linear speed-up from it."""
+    return lambda u: step_s * allocation / max(u, 1e-9)
+
+
+def _unit(spec: JobSpec) -> str:
+    return "CPU" if spec.resources.mode == "cpu" else "nvidia.com/gpu"
+
+
+def _node_of(pod: Mapping[str, Any]) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def _created_s(body: Mapping[str, Any], fallback_s: float) -> float:
+    stamp = (body.get("metadata") or {}).get("creationTimestamp")
+    if not stamp:
+        return fallback_s
+    try:
+        return parse_time(stamp, "creationTimestamp").timestamp()
+    except ManifestError:
+        return fallback_s

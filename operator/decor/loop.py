@@ -1,0 +1,271 @@
+"""One control loop for the whole operator.
+
+Each period, in named steps:
+
+1. ``snapshot``   freeze the live views of jobs, pods and nodes (fed by watches);
+2. ``read``       one batched progress read for every due job (one Prometheus query, or
+                  bounded parallel scrapes of the trainers' endpoints);
+3. ``prepare``    each due job's lifecycle and law (:meth:`JobController.prepare`): its demand;
+4. ``plan``       the pure planner over every active job's latest demand and the nodes'
+                  free capacity (:func:`planner.plan`);
+5. ``commit``     each due job acts on its grant as far as its node has room now, and writes
+                  status when something a user sees changed.
+
+A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
+minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from decor import build, metrics, planner
+from decor.job import JobController, Room
+from decor.kube import Kube, KubeError
+from decor.model import DEFAULT_METRICS_PATH, DEFAULT_METRICS_PORT
+from decor.views import ClusterView, Key, Snapshot, free_capacity, pod_charge
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decor.handlers import OperatorConfig, OperatorMetrics
+
+log = logging.getLogger("decor.operator")
+
+IDLE_PERIOD_S = 1.0
+"""How often the loop looks at the views when no job is due sooner."""
+
+
+class ControlLoop:
+    """The operator's single control loop over a :class:`ClusterView`."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        *,
+        kube: Kube,
+        config: OperatorConfig,
+        operator_metrics: OperatorMetrics,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.view = view
+        self.kube = kube
+        self.config = config
+        self.metrics = operator_metrics
+        self.clock = clock
+        self.controllers: dict[Key, JobController] = {}
+        self.planner_settings = planner.PlannerSettings(policy=config.planner_policy)
+        self._woken: set[Key] = set()
+        self._woken_lock = threading.Lock()
+
+    def wake(self, key: Key) -> None:
+        """Make the job due at the next period, whatever its own period (its spec changed)."""
+        with self._woken_lock:
+            self._woken.add(key)
+
+    # --- one period ---------------------------------------------------------------------------
+
+    def run_period(self) -> float:
+        """Run every due job through one period. Returns seconds until the next job is due."""
+        now = self.clock()
+        snapshot = self.view.snapshot()
+        due = self._due_jobs(snapshot, now)
+        progress = self._read_progress(snapshot, due) if due else {}
+        for key in due:
+            self._prepare(snapshot, key, progress, now)
+        grants = self._plan(snapshot, now)
+        room = self._room(snapshot)
+        for key in sorted(due, key=lambda k: self._commit_order(k)):
+            self._commit(key, grants, room, now)
+        self.metrics.jobs_total.set(len(self.controllers))
+        waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
+        return max(0.0, min(waits, default=IDLE_PERIOD_S))
+
+    def _due_jobs(self, snapshot: Snapshot, now: float) -> list[Key]:
+        """Jobs whose period has come, creating controllers for new jobs and forgetting
+        deleted ones."""
+        for key in list(self.controllers):
+            if key not in snapshot.jobs:
+                self.metrics.job_phase(key, None)
+                del self.controllers[key]
+        with self._woken_lock:
+            woken, self._woken = self._woken, set()
+        due = []
+        for key, body in snapshot.jobs.items():
+            controller = self.controllers.get(key)
+            uid = str(body["metadata"].get("uid"))
+            if controller is None or controller.uid != uid:
+                controller = JobController(
+                    key[0],
+                    key[1],
+                    uid,
+                    kube=self.kube,
+                    config=self.config,
+                    operator_metrics=self.metrics,
+                    clock=self.clock,
+                )
+                self.controllers[key] = controller
+            if controller.done or (controller.next_due_s > now and key not in woken):
+                continue
+            lateness_s = now - controller.next_due_s
+            if math.isfinite(lateness_s) and lateness_s >= 0:
+                self.metrics.period_lateness.observe(lateness_s)
+            due.append(key)
+        return sorted(due)
+
+    def _read_progress(
+        self, snapshot: Snapshot, due: list[Key]
+    ) -> dict[metrics.PodKey, metrics.ProgressRead]:
+        """Step 2: progress of every running trainer pod of the due jobs, in one read."""
+        running: dict[metrics.PodKey, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        for key in due:
+            body = snapshot.jobs[key]
+            for pod in snapshot.job_pods(key[0], str(body["metadata"].get("uid"))):
+                if build.pod_phase(pod) == "Running" and not build.is_terminating(pod):
+                    running[(key[0], pod["metadata"]["name"])] = (body, pod)
+        if not running:
+            return {}
+        if self.config.prometheus_url:
+            try:
+                reads = metrics.prometheus_progress_all(
+                    self.config.prometheus_url, self.config.read_timeout_s
+                )
+            except metrics.MetricsError as exc:
+                return dict.fromkeys(running, exc)
+            missing = metrics.MetricsError("Prometheus has no progress series for this pod yet")
+            return {k: reads.get(k, missing) for k in running}
+        return metrics.scrape_all(
+            {k: self._fetcher(body, pod) for k, (body, pod) in running.items()},
+            max_workers=self.config.scrape_workers,
+        )
+
+    def _fetcher(self, body: Mapping[str, Any], pod: Mapping[str, Any]) -> Callable[[], str]:
+        raw = (body.get("spec") or {}).get("metrics") or {}
+        port = int(raw.get("port") or DEFAULT_METRICS_PORT)
+        path = str(raw.get("path") or DEFAULT_METRICS_PATH)
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if self.config.scrape_via == "apiserver":
+
+            def via_apiserver() -> str:
+                try:
+                    return self.kube.pod_proxy_get(namespace, name, port, path)
+                except KubeError as exc:
+                    raise metrics.MetricsError(str(exc)) from exc
+
+            return via_apiserver
+        url = build.metrics_url(pod, port, path)
+        if url is None:
+
+            def no_ip() -> str:
+                raise metrics.MetricsError(f"pod {name} has no IP yet")
+
+            return no_ip
+        return metrics.url_fetcher(url, self.config.read_timeout_s)
+
+    def _prepare(
+        self,
+        snapshot: Snapshot,
+        key: Key,
+        progress: Mapping[metrics.PodKey, metrics.ProgressRead],
+        now: float,
+    ) -> None:
+        """Step 3 for one job; a failure costs this job its period, never the others'."""
+        controller = self.controllers[key]
+        body = snapshot.jobs[key]
+        pods = snapshot.job_pods(key[0], controller.uid)
+        by_pod = {
+            pod["metadata"]["name"]: progress[(key[0], pod["metadata"]["name"])]
+            for pod in pods
+            if (key[0], pod["metadata"]["name"]) in progress
+        }
+        controller.next_due_s = now + controller.period_s
+        try:
+            controller.prepare(body, pods, by_pod, now)
+        except Exception as exc:  # noqa: BLE001 - one bad job must not stop the loop
+            self._failed(controller, exc)
+        controller.next_due_s = now + controller.period_s
+
+    def _plan(self, snapshot: Snapshot, now: float) -> Mapping[str, planner.Grant] | None:
+        """Step 4: the planner over every active job's latest demand. None when the operator
+        cannot see nodes (a namespaced install): every job then gets what its law asks."""
+        if not snapshot.nodes_known:
+            return None
+        demands = [c.demand for c in self.controllers.values() if c.demand and not c.done]
+        if not demands:
+            return {}
+        decor_pods = self._decor_pods(snapshot)
+        nodes = [
+            planner.Node(name=n.name, cpu_cores=n.cpu_cores, gpus=n.gpus)
+            for n in sorted(free_capacity(snapshot, decor_pods).values(), key=lambda n: n.name)
+        ]
+        started = time.perf_counter()
+        result = planner.plan(demands, nodes, now, self.planner_settings)
+        self.metrics.plan_seconds.observe(time.perf_counter() - started)
+        return result.grants
+
+    def _decor_pods(self, snapshot: Snapshot) -> set[Key]:
+        pods: set[Key] = set()
+        for key, controller in self.controllers.items():
+            for pod in snapshot.job_pods(key[0], controller.uid):
+                pods.add((key[0], pod["metadata"]["name"]))
+        return pods
+
+    def _room(self, snapshot: Snapshot) -> Room:
+        """Free room per node for grows this period: what DECOR may use there minus what its
+        trainers hold now (each at max(requested, applied))."""
+        if not snapshot.nodes_known:
+            return Room(None)
+        decor_pods = self._decor_pods(snapshot)
+        free = {
+            name: [node.cpu_cores, node.gpus]
+            for name, node in free_capacity(snapshot, decor_pods).items()
+        }
+        for key in decor_pods:
+            pod = snapshot.pods[key]
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node in free:
+                cpu, gpus = pod_charge(pod)
+                free[node][0] -= cpu
+                free[node][1] -= gpus
+        return Room({name: (max(0.0, v[0]), max(0.0, v[1])) for name, v in free.items()})
+
+    def _commit_order(self, key: Key) -> tuple[float, str]:
+        """Earliest deadline first: when room is short, the most urgent grows first."""
+        demand = self.controllers[key].demand
+        deadline = demand.deadline_s if demand and demand.deadline_s is not None else math.inf
+        return (deadline, f"{key[0]}/{key[1]}")
+
+    def _commit(
+        self,
+        key: Key,
+        grants: Mapping[str, planner.Grant] | None,
+        room: Room,
+        now: float,
+    ) -> None:
+        """Step 5 for one job."""
+        controller = self.controllers[key]
+        grant = None if grants is None else grants.get(controller.plan_key)
+        started = time.perf_counter()
+        try:
+            keep_going = controller.commit(grant, room, now)
+        except Exception as exc:  # noqa: BLE001 - one bad job must not stop the loop
+            self._failed(controller, exc)
+            keep_going = True
+        self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+        if not keep_going:
+            controller.done = True
+            controller.demand = None
+
+    def _failed(self, controller: JobController, exc: Exception) -> None:
+        self.metrics.reconcile_errors.inc()
+        controller.demand = None
+        log.warning(
+            "%s/%s: control period failed: %s",
+            controller.namespace,
+            controller.name,
+            exc,
+            exc_info=not isinstance(exc, KubeError),
+        )

@@ -1,0 +1,252 @@
+"""Live in-memory views of jobs, pods and nodes, and the capacity DECOR may hand out.
+
+The kopf layer feeds every watch event into one :class:`ClusterView` (no LIST per job per
+period); the control loop takes an immutable :class:`Snapshot` of it at the start of each
+period. Capacity accounting (:func:`free_capacity`) is a pure function of a snapshot and
+follows the kubelet: a node's allocatable minus every other pod's requests, and a pod being
+resized in place is charged ``max(requested, applied)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from decor import build
+from decor.model import ManifestError, parse_cpu_cores
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """What a node can hold: allocatable CPU (cores) and ``nvidia.com/gpu``."""
+
+    name: str
+    cpu_cores: float
+    gpus: float
+    schedulable: bool = True
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One period's frozen view. Pods are the API server's bodies (deep copies)."""
+
+    jobs: Mapping[Key, dict[str, Any]]
+    pods: Mapping[Key, dict[str, Any]]
+    nodes: Mapping[str, NodeCapacity]
+    nodes_known: bool  # False: the operator cannot see nodes (namespaced install)
+
+    def job_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
+        """Trainer pods owned by the job with ``uid``."""
+        return [
+            pod
+            for (ns, _), pod in self.pods.items()
+            if ns == namespace and owner_uid(pod) == uid and job_label(pod)
+        ]
+
+
+def owner_uid(pod: Mapping[str, Any]) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "DeadlineTrainingJob":
+            return str(ref.get("uid"))
+    return None
+
+
+def job_label(pod: Mapping[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(build.LABEL_JOB)
+
+
+def _cores(value: Any) -> float:
+    if value is None:
+        return 0.0
+    try:
+        return parse_cpu_cores(str(value), "quantity")
+    except ManifestError:
+        return 0.0
+
+
+def _count(value: Any) -> float:
+    try:
+        return float(str(value)) if value is not None else 0.0
+    except ValueError:
+        return 0.0
+
+
+def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
+    """Allocatable CPU and GPUs of a node body; unschedulable when cordoned or not Ready."""
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    return NodeCapacity(
+        name=str(node["metadata"]["name"]),
+        cpu_cores=_cores(allocatable.get("cpu")),
+        gpus=_count(allocatable.get(build.GPU_RESOURCE)),
+        schedulable=ready and not cordoned,
+    )
+
+
+def pod_charge(pod: Mapping[str, Any]) -> tuple[float, float]:
+    """(cores, GPUs) the scheduler and kubelet count for a pod on its node.
+
+    Per container the larger of what its spec requests and what the kubelet reports as
+    allocated (a resize in flight holds both until it lands); plus native sidecars (init
+    containers with ``restartPolicy: Always``), which run beside the others. Finished pods
+    hold nothing.
+    """
+    if build.pod_phase(pod) in ("Succeeded", "Failed"):
+        return 0.0, 0.0
+    spec = pod.get("spec") or {}
+    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+    cpu = gpu = 0.0
+    containers = list(spec.get("containers") or [])
+    containers += [
+        c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+    for container in containers:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        allocated = (statuses.get(container.get("name")) or {}).get("allocatedResources") or {}
+        applied = ((statuses.get(container.get("name")) or {}).get("resources") or {}).get(
+            "requests"
+        ) or {}
+        cpu += max(
+            _cores(requests.get("cpu")), _cores(allocated.get("cpu")), _cores(applied.get("cpu"))
+        )
+        gpu += _count(requests.get(build.GPU_RESOURCE))
+    return cpu, gpu
+
+
+def free_capacity(snapshot: Snapshot, decor_pods: set[Key]) -> dict[str, NodeCapacity]:
+    """Per schedulable node, what is left for DECOR's trainer pods: allocatable minus every
+    pod that is not one of ``decor_pods`` (DECOR's trainers, planned by the planner)."""
+    used: dict[str, list[float]] = {}
+    for key, pod in snapshot.pods.items():
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or key in decor_pods:
+            continue
+        cpu, gpu = pod_charge(pod)
+        slot = used.setdefault(str(node), [0.0, 0.0])
+        slot[0] += cpu
+        slot[1] += gpu
+    free = {}
+    for name, node in snapshot.nodes.items():
+        if not node.schedulable:
+            continue
+        cpu, gpu = used.get(name, [0.0, 0.0])
+        free[name] = NodeCapacity(
+            name=name, cpu_cores=max(0.0, node.cpu_cores - cpu), gpus=max(0.0, node.gpus - gpu)
+        )
+    return free
+
+
+@dataclass
+class ClusterView:
+    """Thread-safe store fed by watch events; :meth:`snapshot` freezes it for a period."""
+
+    _jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
+    nodes_known: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put_job(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        key = _key(body)
+        with self._lock:
+            if deleted:
+                self._jobs.pop(key, None)
+            else:
+                self._jobs[key] = copy.deepcopy(dict(body))
+
+    def put_pod(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        key = _key(body)
+        with self._lock:
+            if deleted:
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = _slim_pod(body)
+
+    def put_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        name = str(body["metadata"]["name"])
+        with self._lock:
+            self.nodes_known = True
+            if deleted:
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = node_capacity(body)
+
+    def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
+        """A fresh LIST of every pod (a re-listed watch)."""
+        pods = {_key(b): _slim_pod(b) for b in bodies}
+        with self._lock:
+            self._pods = pods
+
+    def replace_nodes(self, bodies: list[dict[str, Any]]) -> None:
+        """A fresh LIST of every node."""
+        nodes = {str(b["metadata"]["name"]): node_capacity(b) for b in bodies}
+        with self._lock:
+            self.nodes_known = True
+            self._nodes = nodes
+
+    def job(self, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            body = self._jobs.get(key)
+            return copy.deepcopy(body) if body is not None else None
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(
+                jobs=MappingProxyType(copy.deepcopy(self._jobs)),
+                pods=MappingProxyType(dict(self._pods)),  # pod bodies are replaced, not mutated
+                nodes=MappingProxyType(dict(self._nodes)),
+                nodes_known=self.nodes_known,
+            )
+
+
+def _key(body: Mapping[str, Any]) -> Key:
+    meta = body.get("metadata") or {}
+    return (str(meta.get("namespace") or "default"), str(meta["name"]))
+
+
+def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep what capacity accounting and the loop read; DECOR's trainers are kept whole."""
+    pod = copy.deepcopy(dict(body))
+    if job_label(pod):
+        return pod
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+
+    def slim_container(c: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "name": c.get("name"),
+            "resources": {"requests": (c.get("resources") or {}).get("requests") or {}},
+            "restartPolicy": c.get("restartPolicy"),
+        }
+
+    return {
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": {
+            "nodeName": spec.get("nodeName"),
+            "containers": [slim_container(c) for c in spec.get("containers") or []],
+            "initContainers": [slim_container(c) for c in spec.get("initContainers") or []],
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "containerStatuses": [
+                {
+                    "name": s.get("name"),
+                    "allocatedResources": s.get("allocatedResources") or {},
+                    "resources": {"requests": (s.get("resources") or {}).get("requests") or {}},
+                }
+                for s in status.get("containerStatuses") or []
+            ],
+        },
+    }

@@ -1,0 +1,101 @@
+"""Cluster-wide watches of nodes and pods that feed the :class:`views.ClusterView`.
+
+Capacity accounting needs every pod on a node, in every namespace, and the nodes
+themselves, even when the operator serves one namespace; kopf serves only what it handles
+in its namespaces, so these two watches run beside it, each in a thread: list, then watch
+from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails.
+Needs ``list``/``watch`` on nodes and pods cluster-wide (the chart's ``planner.watchNodes``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from decor.views import ClusterView
+
+log = logging.getLogger("decor.operator")
+
+WATCH_TIMEOUT_S = 300
+"""Server-side timeout of one watch request; it is renewed from the last resourceVersion."""
+RETRY_S = 5.0
+"""Pause before re-listing after an error."""
+
+
+class ClusterWatch:
+    """Two threads keeping ``view``'s nodes and pods current until :meth:`stop`."""
+
+    def __init__(self, view: ClusterView, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.view = view
+        self.core = client.CoreV1Api(api_client)
+        self.api_client = api_client
+        self.stopped = threading.Event()
+        self.threads = [
+            threading.Thread(
+                target=self._run,
+                args=("nodes", self.core.list_node, view.replace_nodes, view.put_node),
+                name="decor-watch-nodes",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._run,
+                args=(
+                    "pods",
+                    self.core.list_pod_for_all_namespaces,
+                    view.replace_pods,
+                    view.put_pod,
+                ),
+                name="decor-watch-pods",
+                daemon=True,
+            ),
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(
+        self,
+        what: str,
+        lister: Callable[..., Any],
+        replace: Callable[[list[dict[str, Any]]], None],
+        put: Callable[..., None],
+    ) -> None:
+        from kubernetes import watch
+
+        while not self.stopped.is_set():
+            try:
+                listed = lister(_preload_content=False, _request_timeout=60)
+                body = json.loads(listed.data)
+                replace(list(body.get("items") or []))
+                version = body.get("metadata", {}).get("resourceVersion")
+                while not self.stopped.is_set():
+                    stream = watch.Watch().stream(
+                        lister,
+                        resource_version=version,
+                        timeout_seconds=WATCH_TIMEOUT_S,
+                        allow_watch_bookmarks=True,
+                        _request_timeout=WATCH_TIMEOUT_S + 30,
+                    )
+                    for event in stream:
+                        if self.stopped.is_set():
+                            return
+                        kind = event.get("type")
+                        raw = event.get("raw_object") or {}
+                        if kind == "ERROR":
+                            raise RuntimeError(f"watch of {what} ended: {raw.get('message')}")
+                        version = (raw.get("metadata") or {}).get("resourceVersion", version)
+                        if kind == "BOOKMARK":
+                            continue
+                        put(raw, deleted=kind == "DELETED")
+            except Exception as exc:  # noqa: BLE001 - keep watching whatever happened
+                log.warning("watch of %s failed (%s); listing again in %gs", what, exc, RETRY_S)
+                self.stopped.wait(RETRY_S)

@@ -1,0 +1,134 @@
+"""Capacity accounting from the live views: what a node can still give DECOR's trainers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from decor import build
+from decor.job import Room
+from decor.views import ClusterView, free_capacity, node_capacity, pod_charge
+
+
+def _node(name: str, cpu: str, gpus: str | None = None, ready: bool = True) -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": "8Gi"}
+    if gpus is not None:
+        allocatable[build.GPU_RESOURCE] = gpus
+    return {
+        "metadata": {"name": name},
+        "spec": {},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def _pod(
+    name: str,
+    node: str | None,
+    cpu: str,
+    *,
+    namespace: str = "ns",
+    applied: str | None = None,
+    allocated: str | None = None,
+    phase: str = "Running",
+    job: str | None = None,
+    sidecar_cpu: str | None = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": []}
+    if applied is not None or allocated is not None:
+        entry: dict[str, Any] = {"name": "main"}
+        if applied is not None:
+            entry["resources"] = {"requests": {"cpu": applied}, "limits": {"cpu": applied}}
+        if allocated is not None:
+            entry["allocatedResources"] = {"cpu": allocated}
+        status["containerStatuses"].append(entry)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}}}],
+    }
+    if node:
+        spec["nodeName"] = node
+    if sidecar_cpu:
+        spec["initContainers"] = [
+            {
+                "name": "metrics",
+                "restartPolicy": "Always",
+                "resources": {"requests": {"cpu": sidecar_cpu}},
+            },
+            {"name": "setup", "resources": {"requests": {"cpu": "4"}}},  # ran before: free
+        ]
+    labels = {build.LABEL_JOB: job} if job else {}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": spec,
+        "status": status,
+    }
+
+
+@pytest.mark.parametrize(
+    ("pod", "cores"),
+    [
+        (_pod("p", "n", "500m"), 0.5),
+        # a shrink asked but not applied yet holds the larger, applied size
+        (_pod("p", "n", "500m", applied="1500m", allocated="1500m"), 1.5),
+        # a grow asked and allocated by the kubelet holds the new size
+        (_pod("p", "n", "1", applied="500m", allocated="1"), 1.0),
+        # native sidecars run beside the containers; ordinary init containers do not count
+        (_pod("p", "n", "1", sidecar_cpu="10m"), 1.01),
+        (_pod("p", "n", "1", phase="Succeeded"), 0.0),
+    ],
+)
+def test_a_pod_is_charged_what_the_kubelet_counts(pod: dict[str, Any], cores: float) -> None:
+    assert pod_charge(pod)[0] == pytest.approx(cores)
+
+
+def test_free_capacity_is_allocatable_minus_every_other_pod() -> None:
+    view = ClusterView()
+    view.put_node(_node("a", "2", gpus="4"))
+    view.put_node(_node("b", "4"))
+    view.put_node(_node("down", "8", ready=False))
+    view.put_pod(_pod("system", "a", "250m", namespace="kube-system"))
+    view.put_pod(_pod("trainer", "a", "1", job="j"))
+    view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"))
+    view.put_pod(_pod("unscheduled", None, "2", namespace="other"))
+    snapshot = view.snapshot()
+    free = free_capacity(snapshot, decor_pods={("ns", "trainer")})
+    assert set(free) == {"a", "b"}  # a node that is not Ready holds nothing
+    assert free["a"].cpu_cores == pytest.approx(1.75) and free["a"].gpus == 4
+    assert free["b"].cpu_cores == pytest.approx(0.5)
+    # a deleted pod gives its room back
+    view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"), deleted=True)
+    assert free_capacity(view.snapshot(), set())["b"].cpu_cores == pytest.approx(4.0)
+
+
+def test_slim_views_keep_what_accounting_reads() -> None:
+    view = ClusterView()
+    big = _pod("other", "a", "750m", applied="1", allocated="1")
+    big["spec"]["volumes"] = [{"name": "x", "emptyDir": {}}] * 50
+    view.put_pod(big)
+    kept = view.snapshot().pods[("ns", "other")]
+    assert "volumes" not in kept["spec"]
+    assert pod_charge(kept) == pod_charge(big)
+    trainer = _pod("t", "a", "1", job="j")
+    trainer["spec"]["volumes"] = [{"name": "x", "emptyDir": {}}]
+    view.put_pod(trainer)
+    assert view.snapshot().pods[("ns", "t")]["spec"]["volumes"]  # DECOR's own are kept whole
+
+
+def test_a_cordoned_node_is_not_offered() -> None:
+    node = _node("a", "2")
+    node["spec"]["unschedulable"] = True
+    assert not node_capacity(node).schedulable
+
+
+def test_room_lets_grows_take_only_what_is_free_now() -> None:
+    room = Room({"a": (1.0, 0.0), "b": (0.25, 2.0)})
+    assert room.take("a", cpu=0.75)
+    assert not room.take("a", cpu=0.5)  # 0.25 left
+    assert room.most_cpu("a") == pytest.approx(0.25)
+    assert room.take(None, cpu=0.25)  # any node with room: a (first by name)
+    assert room.take(None, gpus=2)  # only b has GPUs
+    assert not room.take(None, cpu=0.1, gpus=1)
+    unlimited = Room(None)
+    assert unlimited.take("anything", cpu=1e6) and unlimited.most_cpu(None) == float("inf")
