@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
@@ -159,7 +159,7 @@ def _speed(d: Demand, allocation: float) -> float:
 
 
 def _utc(t_s: float) -> str:
-    return datetime.fromtimestamp(t_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_s))  # pure: formats t_s only
 
 
 def _names(ds: Sequence[Demand], most: int = 3) -> str:
