@@ -1,7 +1,7 @@
 # The benchmark verbs (included by the top Makefile). bench/harness.py says what a grid runs.
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-smoke bench-report bench-k8s
+.PHONY: bench bench-quick bench-smoke bench-report bench-k8s bench-cluster
 
 bench: ## full benchmark grid on the local runtime (T ~ 60 s; hours), then docs/benchmarks/README.md
 	$(PY) bench/harness.py --grid full --report $(BENCH_ARGS)
@@ -20,3 +20,6 @@ bench-k8s: ## cluster subset (resnet; d1.5 d1.8 d2.5 move-0.8; decor, decor-nn):
 	bash cluster/cluster-up.sh >/dev/null; bash cluster/build-images.sh; \
 	. cluster/env.sh; \
 	$(PY) bench/harness.py --runtime k8s --resume --report $(BENCH_ARGS)
+
+bench-cluster: ## SIMULATION of the cluster planner: 5 policies on traces of 300-1,000 jobs (~10 min), then docs/benchmarks/cluster/
+	$(PY) bench/cluster_sim.py $(BENCH_ARGS)

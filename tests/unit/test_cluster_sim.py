@@ -1,0 +1,85 @@
+"""The cluster SIMULATION benchmark (bench/cluster_sim.py): its plants, exact needs, and a
+``--quick`` run end to end into a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import cluster_sim as cs  # noqa: E402
+from decor import planner as pl  # noqa: E402
+
+
+def test_fit_recovers_a_known_curve() -> None:
+    truth = cs.Amdahl(a=0.03, b=0.01)
+    fitted = cs.fit_amdahl([(c, 1.0 / truth(c)) for c in (0.5, 1.0, 1.5, 2.0)])
+    assert fitted.a == pytest.approx(0.03) and fitted.b == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    "curve", [cs.Amdahl(a=2.0, b=0.1), cs.Saturating(rate_max=1.0, k_units=3.0)]
+)
+def test_allocation_for_inverts_the_curve(curve: cs.Curve) -> None:
+    for u in (0.5, 1.0, 3.0, 7.5):
+        assert curve.allocation_for(curve(u)) == pytest.approx(u)
+
+
+def sim_job(**kw: object) -> cs.SimJob:
+    base: dict[str, object] = dict(
+        key="t/x", mode="cpu", min_allocation=0.5, max_allocation=8.0, steps_total=1000.0,
+        arrival_s=0.0, deadline_s=600.0, curve=cs.Amdahl(a=2.0, b=0.1),
+    )  # fmt: skip
+    base.update(kw)
+    return cs.SimJob(**base)  # type: ignore[arg-type]
+
+
+def test_exact_need_finishes_by_the_deadline_and_no_sooner_than_a_quantum_allows() -> None:
+    j = sim_job()
+    need = cs.exact_need(j, 0.0)
+    assert 1000 * j.curve(need) <= 600.0  # on time at the need
+    assert 1000 * j.curve(need - cs.CPU_QUANTUM_CORES) > 600.0  # late one quantum below it
+    assert cs.exact_need(sim_job(deadline_s=50.0), 0.0) == 8.0  # infeasible: max
+    assert cs.exact_need(sim_job(deadline_s=None), 0.0) == 8.0  # best-effort: max
+
+
+def test_exact_gpu_need_counts_the_restart_of_a_change() -> None:
+    curve = cs.Amdahl(a=1.0, b=0.0)  # 1000 steps at g GPUs: 1000 / g s
+    fresh = sim_job(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=300.0)
+    assert cs.exact_need(fresh, 0.0) == 4.0  # 250 s <= 300 s; 3 GPUs take 333 s
+    running = sim_job(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=300.0,
+                      allocation=5.0, steps_done=1.0, steps_total=1001.0, restart_cost_s=100.0)  # fmt: skip
+    # 4 GPUs would need 250 s + a 100 s restart > 300 s: keeping 5 (200 s) is the need.
+    assert cs.exact_need(running, 0.0) == 5.0
+
+
+def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
+    assert cs.main(["--quick", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    records = data["records"]
+    sims = [r for r in records if r["kind"] == "simulation"]
+    assert {(r["trace"], r["policy"]) for r in sims} == {
+        (t.name, p) for t in cs.traces(quick=True) for p in cs.POLICIES
+    }
+    fields = {"trace", "policy", "jobs", "nodes", "met_ratio", "admitted_met_ratio",
+              "late_admitted", "resource_seconds", "best_effort_work", "planner_ms_p50",
+              "planner_ms_p99"}  # fmt: skip
+    assert all(fields <= set(r) for r in records)
+    for r in sims:
+        assert 0.0 <= r["met_ratio"] <= 1.0 and r["planner_ms_p99"] >= r["planner_ms_p50"] > 0
+    by = {(r["trace"], r["policy"]): r for r in sims}
+    for t in cs.traces(quick=True):  # admission: what is admitted on exact plants is met
+        ours = by[(t.name, pl.POLICY_DECOR)]
+        assert ours["late_admitted"] == 0 and ours["admitted_met_ratio"] == 1.0
+        assert by[(t.name, pl.POLICY_NONE)]["late_admitted"] > 0  # the trace is contended
+    scale = [r for r in records if r["kind"] == "scale"]
+    assert {r["trace"] for r in scale} == {"scale-200x20-cpu", "scale-200x20-gpu"}
+    readme = (tmp_path / "README.md").read_text()
+    assert "SIMULATION" in readme and "## quick-cpu" in readme and "## Targets" in readme
+    assert all(
+        (tmp_path / f"{m}.png").stat().st_size > 0 for m in ("met_ratio", "best_effort_work")
+    )
