@@ -325,9 +325,7 @@ def _without_resize_conditions(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _container_statuses(
-    pod: Mapping[str, Any], change: Mapping[str, Any]
-) -> list[dict[str, Any]]:
+def _container_statuses(pod: Mapping[str, Any], change: Mapping[str, Any]) -> list[dict[str, Any]]:
     name = trainer_container(pod).get("name")
     statuses = [dict(s) for s in (pod.get("status") or {}).get("containerStatuses") or []]
     for status in statuses:

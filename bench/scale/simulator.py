@@ -39,7 +39,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleet  # noqa: E402  (bench/scale is not a package)
-
 from decor import build  # noqa: E402
 
 log = logging.getLogger("decor.scale.simulator")

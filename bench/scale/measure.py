@@ -1,0 +1,370 @@
+"""The scale benchmark's pure parts: job manifests, and turning what was read (the API
+server's audit log and /metrics, Prometheus's and the operator's /metrics, /proc samples,
+patch and resize times, job outcomes) into one results record. No I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+RESULT_FIELDS = (
+    "jobs",
+    "period_s",
+    "operator_cores_mean",
+    "operator_rss_mib_max",
+    "api_requests_per_s_per_job",
+    "prometheus_queries_per_s",
+    "drift_p99_s",
+    "patch_to_resize_p50_s",
+    "patch_to_resize_p99_s",
+    "mean_abs_deviation_pct",
+)
+"""The fields every record of docs/benchmarks/scale/results.json has (issue 11)."""
+
+KWOK_NODE_SELECTOR = {"type": "kwok"}
+KWOK_TOLERATION = {
+    "key": "kwok.x-k8s.io/node",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+CPU_WORKLOADS = ("resnet", "vgg", "lstm")
+"""Reference workloads whose measured speed curves the simulated CPU trainers follow."""
+GPU_WORKLOAD = "gpu"
+TRAINER_IMAGE = "localhost/decor/trainer:0.1.0"
+"""Never pulled: kwok runs no container. Named as a real job would."""
+CHECKPOINT_PATH = "/checkpoint"
+MIB = 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet of jobs
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One benchmark job: its workload, size and deadline."""
+
+    name: str
+    mode: str  # cpu | gpu
+    workload: str
+    epochs: int
+    steps_per_epoch: int
+    duration_s: float
+    min_allocation: float
+    max_allocation: float
+
+
+def plan_jobs(
+    count: int,
+    *,
+    gpu_share: float,
+    duration_s: tuple[float, float],
+    target_allocation: tuple[float, float],
+    rates: Mapping[str, Any],
+    startup_s: float,
+    seed: int,
+) -> list[JobPlan]:
+    """``count`` jobs, ``gpu_share`` of them GPU jobs, each sized so that the allocation the
+    deadline needs is drawn from ``target_allocation`` (cores or GPUs): steps =
+    speed(target) x (deadline - start-up). ``rates``: workload -> callable(allocation) ->
+    steps/s (the simulator's curves). Deterministic for a ``seed``."""
+    rng = random.Random(seed)
+    gpu_jobs = round(count * gpu_share)
+    plans = []
+    for index in range(count):
+        gpu = index % max(1, round(1 / gpu_share)) == 0 and gpu_jobs > 0 if gpu_share else False
+        if gpu:
+            gpu_jobs -= 1
+        mode = "gpu" if gpu else "cpu"
+        workload = GPU_WORKLOAD if gpu else CPU_WORKLOADS[index % len(CPU_WORKLOADS)]
+        deadline_s = rng.uniform(*duration_s)
+        target = rng.uniform(*target_allocation)
+        if gpu:
+            target = float(max(1, round(target)))
+        steps = max(1, round(rates[workload](target) * max(1.0, deadline_s - startup_s)))
+        epochs = 4
+        plans.append(
+            JobPlan(
+                name=f"scale-{index:04d}",
+                mode=mode,
+                workload=workload,
+                epochs=epochs,
+                steps_per_epoch=max(1, math.ceil(steps / epochs)),
+                duration_s=round(deadline_s),
+                min_allocation=1.0 if gpu else 0.5,
+                max_allocation=4.0,
+            )
+        )
+    return plans
+
+
+def job_manifest(plan: JobPlan, namespace: str, period_s: float) -> dict[str, Any]:
+    """The DeadlineTrainingJob of ``plan``, for pods on kwok's fake nodes."""
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": TRAINER_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": ["python3", "-m", "decor_trainer.train"],
+        "args": ["--workload", plan.workload],
+    }
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": dict(KWOK_NODE_SELECTOR),
+        "tolerations": [dict(KWOK_TOLERATION)],
+        "containers": [container],
+    }
+    spec: dict[str, Any] = {
+        "duration": f"{plan.duration_s:g}s",
+        "epochs": plan.epochs,
+        "stepsPerEpoch": plan.steps_per_epoch,
+        "resources": {
+            "mode": plan.mode,
+            "min": f"{plan.min_allocation:g}",
+            "max": f"{plan.max_allocation:g}",
+        },
+        "control": {"periodSeconds": period_s},
+        "template": {"spec": pod_spec},
+    }
+    if plan.mode == "gpu":
+        # The checkpoint lives in the template's own volume: no claim to provision here.
+        container["volumeMounts"] = [{"name": "checkpoint", "mountPath": CHECKPOINT_PATH}]
+        pod_spec["volumes"] = [{"name": "checkpoint", "emptyDir": {}}]
+        spec["checkpoint"] = {"path": CHECKPOINT_PATH}
+    return {
+        "apiVersion": "decor.dev/v1alpha1",
+        "kind": "DeadlineTrainingJob",
+        "metadata": {"name": plan.name, "namespace": namespace},
+        "spec": spec,
+    }
+
+
+def nodes_for(plans: Sequence[JobPlan], node_cores: float, node_gpus: float) -> tuple[int, int]:
+    """(CPU nodes, GPU nodes) that hold every job at 3/4 of its max: room to grow for most,
+    contention when many want their max at once."""
+    share = 0.75
+    cpu = sum(p.max_allocation * share for p in plans if p.mode == "cpu")
+    gpu = sum(p.max_allocation * share for p in plans if p.mode == "gpu")
+    return max(1, math.ceil(cpu / node_cores)), (math.ceil(gpu / node_gpus) if gpu else 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what was measured
+
+
+def parse_time_s(stamp: str) -> float:
+    """RFC 3339 with optional fraction (the audit log's microseconds) -> Unix s."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_counts(
+    lines: Iterable[str], user: str, start_s: float, end_s: float
+) -> Counter[tuple[str, str]]:
+    """Requests of ``user`` received in [start_s, end_s), by (verb, resource[/subresource]),
+    from the API server's JSON audit log (one event per request: ResponseComplete)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for line in lines:
+        if user not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (event.get("user") or {}).get("username") != user:
+            continue
+        received = parse_time_s(str(event.get("requestReceivedTimestamp")))
+        if not start_s <= received < end_s:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = str(ref.get("resource") or event.get("requestURI", "?").split("?")[0])
+        if ref.get("subresource"):
+            resource += "/" + str(ref["subresource"])
+        counts[(str(event.get("verb")), resource)] += 1
+    return counts
+
+
+def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition -> name -> [(labels, value)]."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        if "{" in head:
+            name, _, rest = head.partition("{")
+            labels = _parse_labels(rest.rstrip("}"))
+        else:
+            name, labels = head, {}
+        try:
+            out.setdefault(name.strip(), []).append((labels, float(value)))
+        except ValueError:
+            continue
+    return out
+
+
+def _parse_labels(text: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    i = 0
+    while i < len(text):
+        eq = text.index("=", i)
+        key = text[i:eq].strip().lstrip(",").strip()
+        j = eq + 2  # past ="
+        value = []
+        while text[j] != '"':
+            if text[j] == "\\":
+                j += 1
+            value.append(text[j])
+            j += 1
+        labels[key] = "".join(value)
+        i = j + 1
+        while i < len(text) and text[i] in ", ":
+            i += 1
+    return labels
+
+
+def metric_sum(
+    metrics: Mapping[str, list[tuple[dict[str, str], float]]],
+    name: str,
+    **match: str,
+) -> float:
+    """Sum of ``name``'s samples whose labels include ``match``."""
+    return sum(
+        value
+        for labels, value in metrics.get(name, [])
+        if all(labels.get(k) == v for k, v in match.items())
+    )
+
+
+def histogram_delta(
+    before: Mapping[str, list[tuple[dict[str, str], float]]],
+    after: Mapping[str, list[tuple[dict[str, str], float]]],
+    name: str,
+) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of ``name``'s buckets between two reads."""
+
+    def buckets(m: Mapping[str, list[tuple[dict[str, str], float]]]) -> dict[float, float]:
+        return {float(labels["le"]): v for labels, v in m.get(f"{name}_bucket", [])}
+
+    b, a = buckets(before), buckets(after)
+    return sorted((le, a[le] - b.get(le, 0.0)) for le in a)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus's histogram_quantile over cumulative (upper bound, count) buckets: linear
+    within the bucket; the highest finite bound when it falls in +Inf. None without data."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    total = buckets[-1][1]
+    rank = q * total
+    previous_bound, previous_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return previous_bound
+            if count == previous_count:
+                return bound
+            return previous_bound + (bound - previous_bound) * (rank - previous_count) / (
+                count - previous_count
+            )
+        previous_bound, previous_count = bound, count
+    return previous_bound
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` (0-1) percentile by linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One /proc read of the operator: Unix s, CPU seconds used so far, resident bytes."""
+
+    time_s: float
+    cpu_s: float
+    rss_bytes: int
+
+
+def parse_proc_stat(stat: str, clock_ticks_per_s: int) -> float:
+    """CPU seconds (user + system) from the text of /proc/PID/stat."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / clock_ticks_per_s
+
+
+def parse_proc_rss(status: str) -> int:
+    """VmRSS in bytes from the text of /proc/PID/status."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def cores_mean(samples: Sequence[ProcSample]) -> float | None:
+    """Mean cores over the samples' span."""
+    if len(samples) < 2 or samples[-1].time_s <= samples[0].time_s:
+        return None
+    return (samples[-1].cpu_s - samples[0].cpu_s) / (samples[-1].time_s - samples[0].time_s)
+
+
+def build_record(
+    *,
+    jobs: int,
+    period_s: float,
+    window_s: float,
+    proc: Sequence[ProcSample],
+    operator_requests: Mapping[tuple[str, str], int],
+    all_requests: Mapping[tuple[str, str], float],
+    prometheus_queries: float,
+    lateness_buckets: Sequence[tuple[float, float]],
+    patch_latencies_s: Sequence[float],
+    patches_without_resize: int,
+    deviations_pct: Sequence[float],
+    outcomes: Mapping[str, int],
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One results record (every field of :data:`RESULT_FIELDS`, plus the breakdowns)."""
+    total = sum(operator_requests.values())
+    by_kind = {
+        f"{verb} {resource}": round(count / window_s, 4)
+        for (verb, resource), count in sorted(operator_requests.items())
+    }
+    mean_abs = sum(abs(d) for d in deviations_pct) / len(deviations_pct) if deviations_pct else None
+    record: dict[str, Any] = {
+        "jobs": jobs,
+        "period_s": period_s,
+        "operator_cores_mean": _round(cores_mean(proc)),
+        "operator_rss_mib_max": _round(max((s.rss_bytes for s in proc), default=0) / MIB, 1),
+        "api_requests_per_s_per_job": _round(total / window_s / jobs if jobs else None),
+        "prometheus_queries_per_s": _round(prometheus_queries / window_s),
+        "drift_p99_s": _round(histogram_quantile(0.99, lateness_buckets)),
+        "patch_to_resize_p50_s": _round(percentile(patch_latencies_s, 0.5)),
+        "patch_to_resize_p99_s": _round(percentile(patch_latencies_s, 0.99)),
+        "mean_abs_deviation_pct": _round(mean_abs),
+        "window_s": round(window_s, 1),
+        "api_requests_per_s": _round(total / window_s),
+        "operator_requests_per_s_by_kind": by_kind,
+        "all_clients_requests_per_s": _round(sum(all_requests.values()) / window_s),
+        "drift_p50_s": _round(histogram_quantile(0.5, lateness_buckets)),
+        "periods_in_window": int(lateness_buckets[-1][1]) if lateness_buckets else 0,
+        "deadline_patches": len(patch_latencies_s) + patches_without_resize,
+        "deadline_patches_without_resize": patches_without_resize,
+        "jobs_finished": len(deviations_pct),
+        "outcomes": dict(outcomes),
+        "max_abs_deviation_pct": _round(max((abs(d) for d in deviations_pct), default=None)),
+    }
+    record.update(extra or {})
+    return record
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
