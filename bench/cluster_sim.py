@@ -15,8 +15,10 @@ What is real and what is simulated:
   0.5, 1, 1.5, 2 cores) and stretched so that 2 profile cores map to the job's max; the
   rest are synthetic concave (Amdahl, serial fraction 2-30 %) and saturating curves.
 * **the need**: not the law's fit (``control.decide``) but the *exact* need of each job
-  from its own curve: the smallest allocation (10 millicores, or whole GPUs, counting the
-  restart a change costs) that finishes the remaining steps by the deadline. This is the
+  from its own curve, aimed the way the law aims (``control.Settings`` defaults): at the
+  deadline minus the law's safety margin, CPU jobs keeping the law's reserve (a fraction of
+  the time left before the end game); the smallest allocation (10 millicores, or whole GPUs,
+  counting the restart a change costs) that finishes the remaining steps so. This is the
   need the law converges to on an exact plant, and it keeps a 1,000-job trace cheap.
 * GPU jobs lose ``restart_cost_s`` of progress at every change of GPU count (and on a
   resume after a preemption); CPU resizes are in place and free.
@@ -46,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+from decor import control  # noqa: E402
 from decor import planner as pl  # noqa: E402
 
 OUT_DIR = ROOT / "docs" / "benchmarks" / "cluster"
@@ -252,25 +255,41 @@ def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], 
 # The exact need and the simulation loop
 
 
+def _law(job: SimJob) -> control.Settings:
+    """The law's settings for ``job`` (its defaults: safety margin, reserve, end game)."""
+    assert job.deadline_s is not None
+    return control.Settings(
+        mode=job.mode,
+        min_allocation=job.min_allocation,
+        max_allocation=job.max_allocation,
+        start_s=job.arrival_s,
+        deadline_s=job.deadline_s,
+    )
+
+
 def exact_need(job: SimJob, now_s: float) -> float:
-    """The smallest allocation that finishes ``job`` by its deadline on its exact curve
-    (quantized up; counting a GPU job's restart when the count changes); max if none does,
-    and max for a best-effort job."""
+    """The smallest allocation that finishes ``job`` where the law aims, on its exact curve:
+    by the deadline minus the law's safety margin, a CPU job keeping the law's reserve
+    (quantized up; a GPU job's change of count paying its restart); max if none does, and
+    max for a best-effort job."""
     if job.deadline_s is None:
         return job.max_allocation
+    law = _law(job)
     remaining = job.steps_total - job.steps_done
-    left_s = job.deadline_s - now_s - job.pause_s
-    if left_s <= 0:
-        return job.max_allocation
-    u = job.curve.allocation_for(left_s / remaining)
-    if u > job.max_allocation:
+    horizon_s = law.target_s - now_s - job.pause_s
+    if horizon_s <= 0:
         return job.max_allocation
     if job.mode == "gpu":  # the smallest count that makes it, a change paying its restart
         restarts = job.allocation > 0 and job.steps_done > 0
         for g in range(max(1, math.ceil(job.min_allocation)), int(job.max_allocation) + 1):
-            budget_s = left_s - (job.restart_cost_s if restarts and g != job.allocation else 0.0)
+            budget_s = horizon_s - (job.restart_cost_s if restarts and g != job.allocation else 0.0)
             if budget_s > 0 and remaining * job.curve(g) <= budget_s:
                 return float(g)
+        return job.max_allocation
+    endgame_s = law.endgame_ratio * law.duration_s
+    budget_s = horizon_s - law.reserve_ratio * max(0.0, horizon_s - endgame_s)
+    u = job.curve.allocation_for(budget_s / remaining)
+    if u > job.max_allocation:
         return job.max_allocation
     u = math.ceil(u / CPU_QUANTUM_CORES - 1e-6) * CPU_QUANTUM_CORES
     return min(max(u, job.min_allocation), job.max_allocation)
