@@ -754,6 +754,7 @@ class _Runtime:
             job.prepare(now)
         grants: dict[str, planner.Grant] = {}
         live = [j for j in self.jobs if j.arrived and not j.done and j.demand is not None]
+        idle = not any(j.child is not None and not j.paused for j in live)
         if plan_fn is not None and live:
             demands = [_current_demand(j) for j in live]
             grants = dict(plan_fn(demands, [self.node], now, settings).grants)
@@ -763,12 +764,13 @@ class _Runtime:
         for job in live:
             if job not in due and not job.done:
                 job.enforce(grants.get(job.key), now)
-        self._give_up_on_a_stuck_queue()
+        if plan_fn is not None and idle:
+            self._give_up_on_a_stuck_queue()
         self._show()
 
     def _give_up_on_a_stuck_queue(self) -> None:
-        """Nothing runs, nothing else will arrive, and the planner still queues: no later
-        period can change its mind, so the waiting jobs end, saying why."""
+        """Nothing ran when the planner queued every job, and nothing else will arrive: no
+        later period can change its mind, so the waiting jobs end, saying why."""
         if any(not j.arrived for j in self.jobs):
             return
         left = [j for j in self.jobs if not j.done]

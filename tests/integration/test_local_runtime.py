@@ -13,13 +13,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from decor import planner
 from decor.cpulimit import CgroupV1Limiter, CgroupV2Limiter, make_limiter
-from decor.local import LocalOptions, RunSummary, request_deadline, run_local
+from decor.local import LocalOptions, RunSummary, request_deadline, run_local, run_local_many
 from decor.model import parse_job
 from decor.trace import read_trace
 
@@ -244,3 +246,128 @@ def test_missing_metrics_hold_the_allocation_with_a_warning(tmp_path: Path) -> N
     assert {r.allocation for r in rows} == {1.0}
     assert any(line.startswith("warning:") and "holding 1 cores" in line for line in lines), lines
     assert result.error is not None and "never published progress" in result.error
+
+
+# --- several jobs on one machine under the planner ---------------------------------------
+
+
+def mean_cores(rows: list[Any], start_s: float, end_s: float) -> float:
+    """Time-weighted cores in effect between ``start_s`` and ``end_s`` (run seconds)."""
+    total = weight = 0.0
+    for row, after in zip(rows, rows[1:], strict=False):
+        lo, hi = max(row.t_s, start_s), min(after.t_s, end_s)
+        if hi > lo:
+            total += row.allocation * (hi - lo)
+            weight += hi - lo
+    assert weight > 0, f"no rows between {start_s:.1f}s and {end_s:.1f}s"
+    return total / weight
+
+
+@pytest.mark.skipif(CPUS < 2, reason="two jobs sharing cores need 2 CPUs")
+def test_two_jobs_share_the_machine_and_both_meet_their_deadlines(
+    tmp_path: Path, all_cores_s: float
+) -> None:
+    """A loose job runs; a tight one arrives that both can meet only if the first shrinks
+    (their needs alone add up to more than the machine). The planner shrinks the first."""
+    arrival_s = float(round(0.2 * all_cores_s))  # whole periods: both tick together
+    loose = manifest("loose", epochs=EPOCHS, duration_s=1.8 * all_cores_s)
+    tight = manifest("tight", epochs=EPOCHS // 2, duration_s=1.0 * all_cores_s)
+    lines: list[str] = []
+    summaries = run_local_many(
+        [parse_job(loose), parse_job(tight)],
+        LocalOptions(
+            out_dir=tmp_path / "run",
+            max_cores=2,
+            display=lambda line, final: lines.append(line),
+            board=lambda board: lines.extend(board),
+        ),
+        arrivals_s=[0.0, arrival_s],
+    )
+    by_name = {s.name: s for s in summaries}
+    for name in ("loose", "tight"):
+        summary = by_name[name]
+        assert summary.error is None, summary.error
+        assert summary.deviation_pct is not None
+        assert abs(summary.deviation_pct) <= 5.0, (
+            f"{name} finished {summary.deviation_pct:+.1f}% off its deadline"
+        )
+        assert (tmp_path / "run" / name / "trace.png").stat().st_size > 1000
+        assert (tmp_path / "run" / name / "trainer.log").stat().st_size > 0
+    _, loose_rows = read_trace(tmp_path / "run" / "loose" / "trace.json")
+    _, tight_rows = read_trace(tmp_path / "run" / "tight" / "trace.json")
+    assert all(r.verdict is not None for r in loose_rows + tight_rows)
+    tight_finish_s = arrival_s + (by_name["tight"].finished_s or 0.0)
+    before = mean_cores(loose_rows, 0.5 * arrival_s, arrival_s)
+    during = mean_cores(loose_rows, arrival_s + 2.0, tight_finish_s)
+    assert during < before - 0.2, (
+        f"the loose job held {before:.2f} cores before the tight one arrived, {during:.2f} after"
+    )
+    assert any(line.startswith("loose ") for line in lines)
+
+
+def test_a_queued_job_starts_only_when_admitted(tmp_path: Path) -> None:
+    """With a planner that queues the second job while the first runs, the second's trainer
+    starts only after the first finished; its line says it waits and why."""
+    first = manifest("first", epochs=1, duration_s=120, initial="1")
+    second = manifest("second", epochs=1, duration_s=120, initial="1")
+    for doc in (first, second):
+        doc["spec"]["stepsPerEpoch"] = 20
+    reason = "not admitted: test planner admits one job at a time"
+    earliest_s = time.time() + 3600.0
+
+    def one_at_a_time(
+        demands: Sequence[planner.Demand],
+        nodes: Sequence[planner.Node],
+        now_s: float,
+        settings: planner.PlannerSettings,
+    ) -> planner.Plan:
+        ordered = sorted(demands, key=lambda d: d.arrival_s)
+        grants = {
+            ordered[0].key: planner.Grant(
+                ordered[0].key, ordered[0].need, "local", planner.ADMITTED, "admitted"
+            )
+        }
+        for d in ordered[1:]:
+            grants[d.key] = planner.Grant(d.key, 0.0, None, planner.QUEUED, reason, earliest_s)
+        return planner.Plan(grants=grants)
+
+    lines: list[str] = []
+    summaries = run_local_many(
+        [parse_job(first), parse_job(second)],
+        LocalOptions(
+            out_dir=tmp_path / "run",
+            display=lambda line, final: lines.append(line),
+            board=lambda board: lines.extend(board),
+        ),
+        arrivals_s=[0.0, 0.5],
+        plan_fn=one_at_a_time,
+    )
+    first_s, second_s = summaries
+    assert first_s.error is None and second_s.error is None, (first_s.error, second_s.error)
+    assert first_s.finished_s is not None and second_s.queued_s > 0
+    # The second trainer started no earlier than the first one's finish (0.5 s later arrival).
+    assert second_s.queued_s >= first_s.finished_s - 0.5 - 1e-6
+    assert any(line.startswith("second: queued: " + reason) for line in lines), lines
+    assert any("QUEUED: " + reason in line and "earliest deadline" in line for line in lines)
+    _, rows = read_trace(tmp_path / "run" / "second" / "trace.json")
+    waiting = [r for r in rows if r.verdict == planner.QUEUED]
+    assert waiting and all(r.allocation == 0.0 for r in waiting)
+    assert "Queued" in second_s.conditions
+
+
+def test_cli_runs_two_jobs_with_one_summary_each(tmp_path: Path) -> None:
+    paths = []
+    for name in ("cli-a", "cli-b"):
+        doc = manifest(name, epochs=1, duration_s=120, initial="1")
+        doc["spec"]["stepsPerEpoch"] = 10
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        paths.append(str(path))
+    env = {**os.environ, "DECOR_STATE_DIR": str(tmp_path / "state")}
+    proc = run_cli("run", *paths, "--local", "--out", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("\njob cli-") + proc.stdout.startswith("job cli-") >= 2, proc.stdout
+    for name in ("cli-a", "cli-b"):
+        assert f"job {name} (decor" in proc.stdout
+        summary, rows = read_trace(tmp_path / "out" / name / "trace.json")
+        assert summary["complete"] and summary["planner"] == "decor" and rows
