@@ -23,3 +23,23 @@ bench-k8s: ## cluster subset (resnet; d1.5 d1.8 d2.5 move-0.8; decor, decor-nn):
 
 bench-cluster: ## SIMULATION of the cluster planner: 5 policies on traces of 300-1,000 jobs (~10 min), then docs/benchmarks/cluster/
 	$(PY) bench/cluster_sim.py $(BENCH_ARGS)
+
+# The scale test bed (cluster/scale/, its own etcd/apiserver/kwok/Prometheus beside the main bed)
+.PHONY: scale-up scale-down bench-scale bench-scale-smoke bench-scale-report
+
+scale-up: ## start the scale test bed: own apiserver, kwok fake nodes, Prometheus, simulated trainers
+	@PY=$(PY) bash cluster/scale/scale-up.sh >/dev/null
+
+scale-down: ## stop the scale test bed and delete its state (the main test bed is untouched)
+	@bash cluster/scale/scale-down.sh
+
+bench-scale: ## the operator at 100, 300, 1,000 jobs on the scale bed (~60 min, quiet machine) -> docs/benchmarks/scale
+	$(PY) bench/scale/bench_scale.py --grid full $(BENCH_ARGS)
+
+bench-scale-smoke: ## 50 jobs on the scale bed into a temp dir (a few minutes; CI; asserts no performance)
+	@out=$$(mktemp -d); trap 'rm -rf "$$out"; bash cluster/scale/scale-down.sh' EXIT; \
+	$(PY) bench/scale/bench_scale.py --grid smoke --out "$$out/results.json" $(BENCH_ARGS) && \
+	$(PY) bench/scale/check_smoke.py "$$out/results.json"
+
+bench-scale-report: ## regenerate docs/benchmarks/scale/README.md and costs.png from results.json
+	$(PY) bench/scale/report.py

@@ -171,7 +171,8 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
         ax.set_xlabel("concurrent jobs")
         ax.set_xscale("log")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.suptitle("DECOR operator cost against the number of jobs (kwok + simulated trainers)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -14,7 +14,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench/scale"))
 
 import fleet  # noqa: E402
-
 from decor import metrics  # noqa: E402
 
 RESNET = fleet.SpeedCurve("resnet", "cpu", ((0.5, 16.0), (1.0, 32.0), (1.5, 33.0), (2.0, 44.8)))

@@ -1,0 +1,40 @@
+"""The CI smoke check of the scale harness: the run produced a complete record in which the
+operator did its work (jobs ran, finished and were measured). It asserts no performance."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import measure  # noqa: E402
+
+
+def problems(record: dict) -> list[str]:
+    """What is missing from a smoke record (empty: the harness works)."""
+    found = [f"missing field {k}" for k in measure.RESULT_FIELDS if k not in record]
+    if not record.get("running_at_window_start"):
+        found.append("no job was Running when the window started")
+    if not record.get("api_requests_per_s"):
+        found.append("no operator request in the audit log")
+    if not record.get("periods_in_window"):
+        found.append("the operator ran no control period in the window")
+    if record.get("operator_cores_mean") is None:
+        found.append("operator CPU not measured")
+    if not record.get("jobs_finished"):
+        found.append("no job reported an outcome")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    records = json.loads(Path(argv[0]).read_text())["records"]
+    found = [p for r in records for p in problems(r)] if records else ["no record"]
+    for p in found:
+        print(f"bench-scale-smoke: {p}", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,168 @@
+"""The scale benchmark's pure parts (bench/scale/measure.py and report.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench/scale"))
+
+import measure  # noqa: E402
+import report  # noqa: E402
+from decor.model import parse_job  # noqa: E402
+
+
+def plans(count: int = 20) -> list[measure.JobPlan]:
+    return measure.plan_jobs(
+        count,
+        gpu_share=0.1,
+        duration_s=(100.0, 200.0),
+        target_allocation=(1.2, 3.0),
+        rates={w: (lambda u: 10.0 * u) for w in ("resnet", "vgg", "lstm", "gpu")},
+        startup_s=5.0,
+        seed=3,
+    )
+
+
+def test_plan_jobs_is_deterministic_with_the_asked_gpu_share() -> None:
+    first, again = plans(), plans()
+    assert first == again
+    assert sum(p.mode == "gpu" for p in first) == 2
+    for p in first:
+        assert 100 <= p.duration_s <= 200
+        steps = p.epochs * p.steps_per_epoch
+        # sized so that the deadline needs between 1.2 and 3 (GPU: a whole count)
+        need = steps / (p.duration_s - 5.0) / 10.0
+        assert 0.9 <= need <= 3.7
+
+
+def test_job_manifests_are_valid_jobs_for_kwok_nodes() -> None:
+    for p in plans():
+        body = measure.job_manifest(p, "scale", 10.0)
+        job = parse_job(body)
+        assert job.resources.mode == p.mode
+        pod_spec = body["spec"]["template"]["spec"]
+        assert pod_spec["nodeSelector"] == {"type": "kwok"}
+        assert pod_spec["tolerations"][0]["key"] == "kwok.x-k8s.io/node"
+        assert body["spec"]["control"]["periodSeconds"] == 10.0
+        if p.mode == "gpu":
+            assert job.checkpoint.path == measure.CHECKPOINT_PATH
+
+
+def test_nodes_for_holds_three_quarters_of_every_max() -> None:
+    cpu, gpu = measure.nodes_for(plans(100), node_cores=64, node_gpus=8)
+    assert cpu == 5  # 90 CPU jobs x 4 cores x 0.75 = 270 cores
+    assert gpu == 4  # 10 GPU jobs x 4 x 0.75 = 30 GPUs
+
+
+def audit(user: str, verb: str, resource: str, at: str, sub: str = "") -> str:
+    ref = {"resource": resource, **({"subresource": sub} if sub else {})}
+    return json.dumps(
+        {
+            "stage": "ResponseComplete",
+            "verb": verb,
+            "user": {"username": user},
+            "objectRef": ref,
+            "requestReceivedTimestamp": at,
+        }
+    )
+
+
+def test_audit_counts_only_the_user_in_the_window() -> None:
+    start = measure.parse_time_s("2026-01-01T00:00:10Z")
+    lines = [
+        audit(
+            "decor-operator", "patch", "deadlinetrainingjobs", "2026-01-01T00:00:10.5Z", "status"
+        ),
+        audit("decor-operator", "patch", "pods", "2026-01-01T00:00:11.000001Z", "resize"),
+        audit("decor-operator", "patch", "pods", "2026-01-01T00:00:12Z", "resize"),
+        audit("decor-operator", "create", "events", "2026-01-01T00:00:09Z"),  # before
+        audit("decor-operator", "create", "events", "2026-01-01T00:00:20Z"),  # at the end
+        audit("decor-scale-simulator", "patch", "pods", "2026-01-01T00:00:11Z", "status"),
+        "not json decor-operator",
+    ]
+    counts = measure.audit_counts(lines, "decor-operator", start, start + 10.0)
+    assert counts == {("patch", "deadlinetrainingjobs/status"): 1, ("patch", "pods/resize"): 2}
+
+
+METRICS_BEFORE = """
+# HELP x
+decor_operator_period_lateness_seconds_bucket{le="0.1"} 10
+decor_operator_period_lateness_seconds_bucket{le="1.0"} 10
+decor_operator_period_lateness_seconds_bucket{le="+Inf"} 10
+apiserver_request_total{code="200",resource="pods",verb="LIST"} 5
+prometheus_http_requests_total{code="200",handler="/api/v1/query"} 3
+"""
+METRICS_AFTER = """
+decor_operator_period_lateness_seconds_bucket{le="0.1"} 100
+decor_operator_period_lateness_seconds_bucket{le="1.0"} 109
+decor_operator_period_lateness_seconds_bucket{le="+Inf"} 110
+apiserver_request_total{code="200",resource="pods",verb="LIST"} 25
+prometheus_http_requests_total{code="200",handler="/api/v1/query"} 33
+prometheus_http_requests_total{code="200",handler="/metrics"} 7
+"""
+
+
+def test_metrics_deltas_and_quantiles() -> None:
+    before, after = measure.parse_metrics(METRICS_BEFORE), measure.parse_metrics(METRICS_AFTER)
+    buckets = measure.histogram_delta(before, after, "decor_operator_period_lateness_seconds")
+    assert buckets == [(0.1, 90.0), (1.0, 99.0), (float("inf"), 100.0)]
+    assert measure.histogram_quantile(0.5, buckets) == pytest.approx(0.1 * 50 / 90)
+    assert measure.histogram_quantile(0.95, buckets) == pytest.approx(0.1 + 0.9 * 5 / 9)
+    assert measure.histogram_quantile(0.999, buckets) == 1.0  # in +Inf: the last finite bound
+    assert measure.histogram_quantile(0.5, []) is None
+    handler = {"handler": "/api/v1/query"}
+    delta = measure.metric_sum(after, "prometheus_http_requests_total", **handler)
+    assert delta - measure.metric_sum(before, "prometheus_http_requests_total", **handler) == 30
+
+
+def test_percentile_proc_and_record() -> None:
+    assert measure.percentile([1.0, 2.0, 3.0, 4.0], 0.5) == pytest.approx(2.5)
+    assert measure.percentile([], 0.5) is None
+    stat = "123 (python3 -m x) S " + " ".join(["0"] * 10) + " 250 150 0 0"
+    assert measure.parse_proc_stat(stat, 100) == pytest.approx(4.0)
+    assert measure.parse_proc_rss("Name: x\nVmRSS:\t  2048 kB\n") == 2 * 1024 * 1024
+    proc = [measure.ProcSample(0.0, 10.0, 100 * measure.MIB), measure.ProcSample(10.0, 12.0, 0)]
+    record = measure.build_record(
+        jobs=10,
+        period_s=10.0,
+        window_s=100.0,
+        proc=proc,
+        operator_requests={("patch", "pods/resize"): 50, ("create", "events"): 50},
+        all_requests={("PATCH", "pods"): 500.0},
+        prometheus_queries=10.0,
+        lateness_buckets=[(0.1, 90.0), (1.0, 99.0), (float("inf"), 100.0)],
+        patch_latencies_s=[0.5, 1.5],
+        patches_without_resize=1,
+        deviations_pct=[1.0, -3.0],
+        outcomes={"Succeeded": 2},
+    )
+    assert set(measure.RESULT_FIELDS) <= set(record)
+    assert record["operator_cores_mean"] == pytest.approx(0.2)
+    assert record["operator_rss_mib_max"] == 100.0
+    assert record["api_requests_per_s_per_job"] == pytest.approx(0.1)
+    assert record["prometheus_queries_per_s"] == pytest.approx(0.1)
+    assert record["patch_to_resize_p50_s"] == pytest.approx(1.0)
+    assert record["mean_abs_deviation_pct"] == pytest.approx(2.0)
+    assert record["deadline_patches"] == 3
+
+
+def test_report_renders_every_record_and_judges_the_targets(tmp_path: Path) -> None:
+    records = [
+        {"jobs": n, "period_s": 10.0, "operator_cores_mean": 0.0002 * n, "drift_p99_s": 2.0}
+        for n in (100, 1000)
+    ]
+    text = report.render(records)
+    assert "| 100 | 10 |" in text and "| 1000 | 10 |" in text
+    assert "drift_p99_s: 2 s — MISSES" in text
+    assert "operator_cores_mean: 0.2 cores — meets" in text
+    assert report.per_job_growth(records, "operator_cores_mean") == pytest.approx(1.0)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"records": records}))
+    report.write_report(results, tmp_path)
+    assert (tmp_path / "README.md").read_text() == text
+    assert (tmp_path / "costs.png").stat().st_size > 0
