@@ -272,6 +272,16 @@ def test_template_policy_and_checkpoint_storage_reach_the_operator(helm: str) ->
     assert (storage.volume, storage.storage_class, storage.size) == ("claim", "fast", "5Gi")
 
 
+def test_the_operators_endpoints_bind_where_the_values_say(helm: str) -> None:
+    default = operator_env(render(helm))
+    assert (default["DECOR_METRICS_ADDRESS"], default["DECOR_HEALTH_ADDRESS"]) == (
+        "0.0.0.0",
+        "0.0.0.0",
+    )
+    local = operator_env(render(helm, "metrics.bindAddress=127.0.0.1", "metrics.port=9090"))
+    assert (local["DECOR_METRICS_ADDRESS"], local["DECOR_METRICS_PORT"]) == ("127.0.0.1", "9090")
+
+
 def test_scraping_through_the_api_server_adds_only_pod_proxy(helm: str) -> None:
     objects = by_kind(render(helm, "trainer.scrapeVia=apiserver"))
     role = named(render(helm, "trainer.scrapeVia=apiserver"), "ClusterRole")
