@@ -10,6 +10,7 @@ decor operator [--namespace NS] [--prometheus-url URL]
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import signal
 import sys
@@ -55,7 +56,7 @@ class _Every:
 
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
-        self.last = 0.0
+        self.last = -math.inf  # the first call is always due
 
     def __call__(self) -> bool:
         now = time.monotonic()
