@@ -390,7 +390,7 @@ def priority_class(kube: Any) -> Iterator[str]:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    scheduling = client.SchedulingV1Api(kube.api_client)
+    scheduling: Any = client.SchedulingV1Api(kube.api_client)  # takes plain dicts too
     name = "decor-e2e-training"
     try:
         scheduling.create_priority_class({"metadata": {"name": name}, "value": 1000})
