@@ -151,7 +151,8 @@ class TraceSpec:
     best_effort_share: float = 0.2
     cores_per_node: float = 32.0
     gpus_per_node: float = 8.0
-    period_s: float = 60.0
+    period_s: float = 10.0  # the operator's period at a thousand jobs (DESIGN.md, Scale)
+    priority_share: float = 0.0  # fraction of deadline jobs with priority 1 (others 0)
     contended: bool = True
     seed: int = 1
 
@@ -235,6 +236,7 @@ def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], 
         t += rng.expovariate(rate_per_s)
         best_effort = rng.random() < spec.best_effort_share
         deadline = None if best_effort else t + rng.uniform(*DEADLINE_FACTOR_RANGE) * duration_s
+        priority = 1 if deadline is not None and rng.random() < spec.priority_share else 0
         jobs.append(
             SimJob(
                 key=f"t/{'g' if gpu else 'c'}{i:05d}",
@@ -246,6 +248,7 @@ def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], 
                 deadline_s=deadline,
                 curve=curve,
                 restart_cost_s=restart_s,
+                priority=priority,
             )
         )
     return jobs, nodes
@@ -448,6 +451,8 @@ def summarize(spec: TraceSpec, policy: str, result: SimResult, nodes: int) -> di
         "admitted_met_ratio": round(len(met_admitted) / len(admitted), 4) if admitted else None,
         "late_admitted": sum(1 for j in admitted if late(j)),
         "dropped": sum(1 for j in dl if j.dropped),
+        "high_priority_jobs": sum(1 for j in dl if j.priority > 0),
+        "high_priority_met": sum(1 for j in met if j.priority > 0),
         "resource_seconds": round(result.resource_seconds, 1),
         "deadline_resource_seconds": round(result.deadline_resource_seconds, 1),
         "best_effort_work": round(
@@ -538,8 +543,24 @@ def time_planner(
 def traces(quick: bool) -> list[TraceSpec]:
     if quick:
         return [
-            TraceSpec("quick-cpu", jobs=60, cpu_nodes=4, gpu_nodes=0, load=1.5, gpu_share=0.0),
-            TraceSpec("quick-gpu", jobs=40, cpu_nodes=0, gpu_nodes=3, load=1.5, gpu_share=1.0),
+            TraceSpec(
+                "quick-cpu",
+                jobs=60,
+                cpu_nodes=4,
+                gpu_nodes=0,
+                load=1.5,
+                gpu_share=0.0,
+                period_s=30.0,
+            ),
+            TraceSpec(
+                "quick-gpu",
+                jobs=40,
+                cpu_nodes=0,
+                gpu_nodes=3,
+                load=1.5,
+                gpu_share=1.0,
+                period_s=30.0,
+            ),
         ]
     return [
         TraceSpec("cpu-light", jobs=300, cpu_nodes=20, gpu_nodes=0, load=0.5, gpu_share=0.0,
@@ -549,7 +570,7 @@ def traces(quick: bool) -> list[TraceSpec]:
                   gpu_share=0.0, noise_sigma=0.05),
         TraceSpec("gpu-contended", jobs=400, cpu_nodes=0, gpu_nodes=16, load=1.5, gpu_share=1.0),
         TraceSpec("mixed-100-nodes", jobs=1000, cpu_nodes=80, gpu_nodes=20, load=1.2,
-                  gpu_share=0.3, noise_sigma=0.03),
+                  gpu_share=0.3, noise_sigma=0.03, priority_share=0.1),
     ]  # fmt: skip
 
 
@@ -638,7 +659,7 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
         mark = "not measured" if t.met is None else ("yes" if t.met else "**no**")
         lines.append(f"| {t.name} | {mark} | {t.measured} |")
     cols = ["policy", "met", "met_ratio", "admitted", "admitted_met_ratio", "late_admitted",
-            "dropped", "resource_seconds", "deadline_resource_seconds", "best_effort_work",
+            "dropped", "high_priority_met", "resource_seconds", "deadline_resource_seconds", "best_effort_work",
             "planner_ms_p50", "planner_ms_p99"]  # fmt: skip
     for trace in dict.fromkeys(r["trace"] for r in records):
         rs = [r for r in records if r["trace"] == trace]
@@ -648,7 +669,8 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
             lines.append(
                 f"{first['jobs']} jobs ({first['deadline_jobs']} with a deadline, "
                 f"{first['best_effort_jobs']} best-effort) on {first['nodes']} nodes; "
-                f"load {first['load']}; noise sigma {first['noise_sigma']}"
+                f"load {first['load']}; noise sigma {first['noise_sigma']}; "
+                f"{first['high_priority_jobs']} jobs of priority 1; period {first['period_s']:g} s"
                 f"{' (exact plants)' if first['exact_plants'] else ''}; "
                 f"{'contended' if first['contended'] else 'not contended'}."
             )
@@ -718,7 +740,10 @@ def run(quick: bool, out: Path, policies: Sequence[str] = POLICIES) -> list[dict
             result = simulate(jobs, nodes, spec, policy)
             rec = summarize(spec, policy, result, len(nodes))
             rec.update(
-                kind="simulation", load=spec.load, sim_wall_s=round(time.perf_counter() - t0, 2)
+                kind="simulation",
+                load=spec.load,
+                period_s=spec.period_s,
+                sim_wall_s=round(time.perf_counter() - t0, 2),
             )
             records.append(rec)
             print(
