@@ -38,6 +38,7 @@ from decor.job import ACTUATIONS
 from decor.kube import Kube
 from decor.loop import IDLE_PERIOD_S, ControlLoop
 from decor.model import API_GROUP, API_VERSION, PLURAL
+from decor.policy import CheckpointStorage, TemplatePolicy
 from decor.views import ClusterView
 from decor.watch import ClusterWatch
 
@@ -53,8 +54,10 @@ ENV_LOG_LEVEL = "DECOR_LOG_LEVEL"
 """DEBUG, INFO (default), WARNING or ERROR."""
 ENV_SIDECAR_IMAGE = "DECOR_SIDECAR_IMAGE"
 """Image of the metrics sidecar; unset: the trainer's own image."""
-ENV_CHECKPOINT_HOST_ROOT = "DECOR_CHECKPOINT_HOST_ROOT"
-"""hostPath root for default checkpoint volumes (default /var/lib/decor/checkpoints)."""
+ENV_METRICS_ADDRESS = "DECOR_METRICS_ADDRESS"
+"""Address the operator's own /metrics binds to (default 0.0.0.0)."""
+ENV_HEALTH_ADDRESS = "DECOR_HEALTH_ADDRESS"
+"""Address kopf's liveness endpoint binds to (default 0.0.0.0)."""
 ENV_HEALTH_PORT = "DECOR_HEALTH_PORT"
 """Port of kopf's liveness endpoint /healthz (unset: none)."""
 ENV_SCRAPE_VIA = "DECOR_SCRAPE_VIA"
@@ -96,7 +99,8 @@ class OperatorConfig:
 
     prometheus_url: str | None = None
     sidecar_image: str | None = None
-    checkpoint_host_root: str = build.DEFAULT_CHECKPOINT_HOST_ROOT
+    checkpoint_storage: CheckpointStorage = field(default_factory=CheckpointStorage)
+    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     startup_grace_s: float = STARTUP_GRACE_S
     max_pod_failures: int = MAX_POD_FAILURES
     scrape_via: str = SCRAPE_DIRECT
@@ -113,8 +117,8 @@ class OperatorConfig:
         values: dict[str, Any] = {
             "prometheus_url": env.get(ENV_PROMETHEUS_URL) or None,
             "sidecar_image": env.get(ENV_SIDECAR_IMAGE) or None,
-            "checkpoint_host_root": env.get(ENV_CHECKPOINT_HOST_ROOT)
-            or build.DEFAULT_CHECKPOINT_HOST_ROOT,
+            "checkpoint_storage": CheckpointStorage.from_env(env),
+            "template_policy": TemplatePolicy.from_env(env),
             "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
             "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
             "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
@@ -408,10 +412,13 @@ def run_operator(
         register_pod_events()
     if metrics_port is None:
         metrics_port = int(os.environ.get(ENV_METRICS_PORT) or DEFAULT_OPERATOR_METRICS_PORT)
-    server = start_metrics_server(metrics_port, registry)
+    server = start_metrics_server(
+        metrics_port, registry, os.environ.get(ENV_METRICS_ADDRESS) or "0.0.0.0"
+    )
     if health_port is None and os.environ.get(ENV_HEALTH_PORT):
         health_port = int(os.environ[ENV_HEALTH_PORT])
-    liveness = f"http://0.0.0.0:{health_port}/healthz" if health_port else None
+    health_address = os.environ.get(ENV_HEALTH_ADDRESS) or "0.0.0.0"
+    liveness = f"http://{health_address}:{health_port}/healthz" if health_port else None
     try:
         kopf.run(
             standalone=standalone,

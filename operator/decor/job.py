@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from decor import build, control, metrics, planner
+from decor import build, control, metrics, planner, policy
 from decor.kube import Kube, KubeError
 from decor.model import JobSpec, ManifestError, format_time, parse_job, parse_time
 
@@ -124,6 +124,7 @@ class _Period:
     state: control.State
     conditions: list[dict[str, Any]]
     deadline_was_past: bool
+    now_s: float
     pod: Mapping[str, Any] | None = None
     view: PodView | None = None
     observation: control.Observation | None = None
@@ -202,6 +203,9 @@ class JobController:
         except ManifestError as exc:
             return self._finish_period(self._invalid_spec(body, exc, now, generation))
         self.period_s = max(self.config.min_period_s, MIN_PERIOD_S, spec.control.period_s)
+        violations = policy.check_template(spec.template, self.config.template_policy)
+        if violations:
+            return self._finish_period(self._refused(body, violations, now, generation))
         period = self._times_and_state(body, spec, generation, now)
         if period is None:
             return self._finish_period(False)
@@ -279,6 +283,7 @@ class JobController:
             state=state,
             conditions=list(status.get("conditions") or []),
             deadline_was_past=deadline_was_past,
+            now_s=now,
         )
 
     def _deadline_moved(
@@ -423,13 +428,18 @@ class JobController:
     ) -> planner.Demand:
         spec, state = period.spec, period.state
         curve = control.step_time_curve(state, period.settings)
-        remaining = float(self.status.get("stepsTotal") or 0) - float(
-            self.status.get("stepsDone") or 0
-        )
+        planned = float(self.status.get("stepsTotal") or _planned_steps(spec))
+        remaining = planned - float(self.status.get("stepsDone") or 0)
         if period.observation is not None:
             remaining = period.observation.steps_total - period.observation.steps_done
         if curve is None and spec.estimate_step_s and spec.estimate_allocation:
             curve = _estimated_curve(spec.estimate_step_s, spec.estimate_allocation)
+        if need is None and period.step == STEP_CREATE and curve is not None and remaining > 0:
+            # Not running yet: what it needs from now on, by its curve (its estimate).
+            need = _need_from_curve(
+                curve, remaining, period.deadline_s - period.now_s, spec.resources.min,
+                spec.resources.max,
+            )  # fmt: skip
         admitted = self.status.get("admission") not in (None, planner.QUEUED, planner.PREEMPTED)
         if period.step != STEP_CREATE:
             admitted = True  # it holds a pod
@@ -504,6 +514,9 @@ class JobController:
         if grant is not None and grant.verdict == planner.PREEMPTED:
             return self._preempt(period, grant, now)
         target = decision.allocation if grant is None else grant.allocation
+        # A running trainer keeps at least its minimum (a best-effort job squeezed to
+        # nothing keeps its minimum; only preemption takes a pod away).
+        target = max(spec.resources.min, target)
         target, desired, phase_after = self._actuate(period, target, room, now)
         followed = control.follow_grant(decision, target, period.state, period.settings, now)
         self._note_admission(period, grant, now)
@@ -641,6 +654,9 @@ class JobController:
         status = self.status
         index = int(status.get("podsCreated") or 0)
         allocation = state.allocation
+        claim = build.build_checkpoint_claim(body, spec, self.config.checkpoint_storage)
+        if claim is not None and index == 0:
+            self.kube.create_claim(claim)  # an existing one (kept, or a retry) is reused
         created = None
         for _attempt in range(5):
             name = build.pod_name(self.name, index)
@@ -650,7 +666,7 @@ class JobController:
                 allocation,
                 name,
                 sidecar_image=self.config.sidecar_image,
-                checkpoint_host_root=self.config.checkpoint_host_root,
+                checkpoint_storage=self.config.checkpoint_storage,
             )
             try:
                 created = self.kube.create_pod(pod)
@@ -906,6 +922,32 @@ class JobController:
         self._write(force=True)
         return False
 
+    def _refused(
+        self,
+        body: Mapping[str, Any],
+        violations: Sequence[policy.Violation],
+        now: float,
+        generation: int | None,
+    ) -> bool:
+        """The template asks for what the admin did not allow: no pod (a running one is
+        left to finish: it was created under an earlier spec the policy accepted), a False
+        Admitted condition and a Warning Event naming each field."""
+        message = policy.describe(violations)
+        if self.invalid_generation != generation:
+            self.invalid_generation = generation
+            self._event(body, build.EVENT_WARNING, policy.REASON_TEMPLATE_REFUSED, message, now)
+        self.status["conditions"] = build.set_condition(
+            self.status.get("conditions") or [],
+            build.CONDITION_ADMITTED,
+            False,
+            policy.REASON_TEMPLATE_REFUSED,
+            message,
+            now_s=now,
+            generation=generation,
+        )
+        self._write()
+        return True
+
     def _invalid_spec(
         self, body: Mapping[str, Any], exc: ManifestError, now: float, generation: int | None
     ) -> bool:
@@ -989,6 +1031,34 @@ class JobController:
 def _estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
     """Seconds per step from ``spec.estimate``, assuming linear speed-up from it."""
     return lambda u: step_s * allocation / max(u, 1e-9)
+
+
+def _planned_steps(spec: JobSpec) -> float:
+    """Steps the spec plans (0 when the trainer decides its steps per epoch)."""
+    return float(spec.epochs * spec.steps_per_epoch) if spec.steps_per_epoch else 0.0
+
+
+def _need_from_curve(
+    curve: Callable[[float], float],
+    steps: float,
+    time_left_s: float,
+    low: float,
+    high: float,
+) -> float:
+    """The least allocation in [low, high] whose curve finishes ``steps`` within
+    ``time_left_s`` (``high`` when none does), to a thousandth."""
+    if time_left_s <= 0 or steps * curve(high) > time_left_s:
+        return high
+    lo, hi = low, high
+    if steps * curve(lo) <= time_left_s:
+        return lo
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if steps * curve(mid) <= time_left_s:
+            hi = mid
+        else:
+            lo = mid
+    return math.ceil(hi * 1000.0) / 1000.0
 
 
 def _unit(spec: JobSpec) -> str:

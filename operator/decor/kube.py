@@ -255,6 +255,24 @@ class Kube:
             else str(data or "")
         )
 
+    # --- checkpoint claims --------------------------------------------------------------------
+
+    def create_claim(self, body: Mapping[str, Any]) -> bool:
+        """Create a PersistentVolumeClaim; False when one of that name exists already."""
+        namespace = body["metadata"]["namespace"]
+        try:
+            self._call(
+                f"create pvc {namespace}/{body['metadata']['name']}",
+                self.core.create_namespaced_persistent_volume_claim,
+                namespace,
+                dict(body),
+            )
+        except KubeError as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
     # --- events -------------------------------------------------------------------------------
 
     def post_event(self, body: Mapping[str, Any]) -> None:

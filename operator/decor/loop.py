@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("decor.operator")
 
+ProgressReader = Callable[[Snapshot, list[Key]], Mapping[metrics.PodKey, metrics.ProgressRead]]
+"""Step 2: every running trainer pod's progress (or why there is none) for the due jobs."""
+
 IDLE_PERIOD_S = 1.0
 """How often the loop looks at the views when no job is due sooner."""
 
@@ -50,8 +53,11 @@ class ControlLoop:
         config: OperatorConfig,
         operator_metrics: OperatorMetrics,
         clock: Callable[[], float] = time.time,
+        read_progress: ProgressReader | None = None,
     ) -> None:
+        """``read_progress``: replaces step 2's reads (a simulated trainer fleet, tests)."""
         self.view = view
+        self.read_progress = read_progress
         self.kube = kube
         self.config = config
         self.metrics = operator_metrics
@@ -73,7 +79,8 @@ class ControlLoop:
         now = self.clock()
         snapshot = self.view.snapshot()
         due = self._due_jobs(snapshot, now)
-        progress = self._read_progress(snapshot, due) if due else {}
+        reader = self.read_progress or self._read_progress
+        progress = reader(snapshot, due) if due else {}
         for key in due:
             self._prepare(snapshot, key, progress, now)
         grants = self._plan(snapshot, now)
@@ -197,8 +204,19 @@ class ControlLoop:
         if not demands:
             return {}
         decor_pods = self._decor_pods(snapshot)
+        # What DECOR's pods hold beside their trainers (the metrics sidecars) is not the
+        # planner's to hand out.
+        overhead: dict[str, float] = {}
+        for key in decor_pods:
+            node = (snapshot.pods[key].get("spec") or {}).get("nodeName")
+            if node:
+                overhead[node] = overhead.get(node, 0.0) + build.sidecar_cpu_cores()
         nodes = [
-            planner.Node(name=n.name, cpu_cores=n.cpu_cores, gpus=n.gpus)
+            planner.Node(
+                name=n.name,
+                cpu_cores=max(0.0, n.cpu_cores - overhead.get(n.name, 0.0)),
+                gpus=n.gpus,
+            )
             for n in sorted(free_capacity(snapshot, decor_pods).values(), key=lambda n: n.name)
         ]
         started = time.perf_counter()

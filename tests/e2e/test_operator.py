@@ -914,7 +914,9 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
     subprocess.run(
         [*base, "install", "decor", str(CHART), "--set", f"watchNamespace={namespace}",
          "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-         "--set", "image.pullPolicy=Never", "--set", "logLevel=DEBUG"],
+         "--set", "image.pullPolicy=Never", "--set", "logLevel=DEBUG",
+         # the test bed has no volume provisioner (test_policy.py covers claims)
+         "--set", "trainer.checkpoint.volume=hostPath"],
         check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     try:

@@ -509,10 +509,11 @@ def test_completion_conditions_report_lateness() -> None:
 
 
 @pytest.mark.parametrize("kind", build.CONDITION_TYPES)
-def test_condition_types_are_the_controllers(kind: str) -> None:
+def test_condition_types_are_the_controllers_and_the_planners(kind: str) -> None:
     assert kind in {
         control.ON_TRACK, control.AT_RISK, control.INFEASIBLE,
         control.METRICS_UNAVAILABLE, control.COMPLETE, control.DEADLINE_MISSED,
+        build.CONDITION_ADMITTED,
     }  # fmt: skip
 
 

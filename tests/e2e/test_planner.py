@@ -1,0 +1,254 @@
+"""End to end: several jobs on the 2-core test bed share it through the planner (issue 10).
+
+One scenario, in the order a shared node sees it:
+
+1. a best-effort job runs alone and takes the idle cores (up to its max);
+2. a loose-deadline job arrives holding 1.5 cores: the best-effort job gives cores back;
+3. a tight-deadline job arrives that fits only once the first one has shrunk: the first
+   one's allocation goes down, the second's pod is created without waiting Pending, both
+   finish within 5 % of their deadlines, and no resize is ever left Deferred/Infeasible;
+4. a third deadline job that cannot be met now is Queued, its message naming the earliest
+   deadline it could meet; moved to that deadline it is admitted and started when capacity
+   frees, and runs to completion.
+
+A watcher thread samples the namespace's pods every half second for the whole scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from decor.control import SpeedFit
+from test_operator import (  # noqa: F401, F811 - fixtures used by name
+    DEVIATION_BOUND_PERCENT,
+    OperatorProcess,
+    condition,
+    cores,
+    crd,
+    create_job,
+    job_events,
+    job_manifest,
+    job_status,
+    now_utc,
+    operator,
+    report,
+    rfc3339,
+    trainer_pods,
+    trainer_spec_cpu,
+    wait_succeeded,
+)
+
+pytestmark = pytest.mark.e2e
+
+STARTUP_S = 30.0  # importing PyTorch and building the model in a throttled pod, roughly
+TIME_SCALE_NOTE = "the test bed's 2 cores are shared with the control plane"
+
+
+class PodSampler:
+    """Samples (time, pod, trainer CPU limit, resize-pending reason) every 0.5 s."""
+
+    def __init__(self, kube: Any, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.samples: list[tuple[float, str, str, float, str | None]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                pods = self.kube.core.list_namespaced_pod(self.namespace).items
+            except Exception:  # noqa: BLE001 - a missed sample is not a verdict
+                pods = []
+            now = time.monotonic()
+            for pod in pods:
+                job = (pod.metadata.labels or {}).get("decor.dev/job", "")
+                pending = None
+                for cond in pod.status.conditions or []:
+                    if cond.type == "PodResizePending" and cond.status == "True":
+                        pending = f"{cond.reason}: {cond.message}"
+                limit = pod.spec.containers[0].resources.limits.get("cpu", "0")
+                self.samples.append((now, job, pod.metadata.name, cores(limit), pending))
+            self.stop.wait(0.5)
+
+    def allocations(self, job: str, since: float = 0.0) -> list[float]:
+        return [c for t, j, _n, c, _p in self.samples if j == job and t >= since]
+
+    def refused(self) -> list[str]:
+        return sorted({f"{n}: {p}" for _t, _j, n, _c, p in self.samples if p})
+
+
+def _resources(minimum: str, maximum: str, initial: str) -> dict[str, Any]:
+    return {"mode": "cpu", "min": minimum, "max": maximum, "initial": initial}
+
+
+def _allocation(kube: Any, namespace: str, job: str) -> float | None:
+    pods = [p for p in trainer_pods(kube, namespace, job) if not p.metadata.deletion_timestamp]
+    return cores(trainer_spec_cpu(pods[0])) if pods else None
+
+
+def _step_s_at_one_core(status: dict[str, Any]) -> float | None:
+    """Seconds per step at one core by the job's own fit (sub-core fit: a / u + b)."""
+    coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
+    if coefficients is None:
+        return None
+    a, b = coefficients
+    return a + b
+
+
+def test_jobs_share_the_node_through_the_planner(
+    kube: Any,
+    namespace: str,
+    operator: OperatorProcess,  # noqa: F811
+    trainer_image: str,
+) -> None:
+    with PodSampler(kube, namespace) as sampler:
+        # 1. A best-effort job alone takes the idle cores, up to its max.
+        filler = job_manifest(
+            "filler", trainer_image, epochs=40, resources=_resources("100m", "1", "250m")
+        )
+        filler["spec"]["bestEffort"] = True
+        create_job(kube, namespace, filler)
+        kube.wait_for(
+            lambda: (_allocation(kube, namespace, "filler") or 0) >= 1.0,
+            120,
+            "the best-effort job to take the idle cores (1 core, its max)",
+        )
+
+        # 2. A loose job arrives holding 1.5 cores: the best-effort job gives them back.
+        create_job(
+            kube,
+            namespace,
+            job_manifest(
+                "loose",
+                trainer_image,
+                duration="200s",
+                resources=_resources("250m", "1500m", "1500m"),
+            ),
+        )
+        kube.wait_for(
+            lambda: (_allocation(kube, namespace, "filler") or 1.0) < 0.5,
+            60,
+            "the best-effort job to give cores back to the deadline job",
+        )
+
+        # 3. Once the loose job has measured its speed (it still holds more than it needs),
+        # a tight job arrives that fits only when the loose one shrinks.
+        def measured() -> float | None:
+            status = job_status(kube, namespace, "loose")
+            if status.get("stepsDone", 0) < 20:
+                return None
+            return _step_s_at_one_core(status)
+
+        step_s = kube.wait_for(measured, 180, "the loose job's speed fit")
+        loose_before = _allocation(kube, namespace, "loose") or 0.0
+        tight_deadline_s = 120.0
+        # About 0.7 core over the run after start-up (one thread up to 1.99 cores).
+        tight_steps = max(100, int(0.7 * (tight_deadline_s - STARTUP_S) / step_s))
+        arrived = time.monotonic()
+        create_job(
+            kube,
+            namespace,
+            job_manifest(
+                "tight",
+                trainer_image,
+                epochs=1,
+                steps_per_epoch=tight_steps,
+                duration=f"{tight_deadline_s:.0f}s",
+                resources=_resources("250m", "1500m", "1"),
+            ),
+        )
+
+        def tight_pod() -> Any:
+            pods = trainer_pods(kube, namespace, "tight")
+            return pods[0] if pods else None
+
+        kube.wait_for(tight_pod, 60, "the tight job's pod to be created")
+        created_after_s = time.monotonic() - arrived
+        kube.wait_for(
+            lambda: tight_pod().status.phase == "Running",
+            60,
+            "the tight job's pod to run (not Pending for want of CPU)",
+        )
+
+        # 4. A job that cannot be met now waits in the queue, told its earliest deadline.
+        queued_steps = int(90.0 / step_s)  # ~90 s at one core
+        late = job_manifest(
+            "queued",
+            trainer_image,
+            epochs=1,
+            steps_per_epoch=queued_steps,
+            duration="45s",
+            resources=_resources("500m", "1", "1"),
+        )
+        late["spec"]["estimate"] = {"stepSeconds": round(step_s, 4), "allocation": "1"}
+        create_job(kube, namespace, late)
+
+        def queued() -> dict[str, Any] | None:
+            status = job_status(kube, namespace, "queued")
+            admitted = condition(status, "Admitted")
+            return status if admitted.get("reason") == "Queued" else None
+
+        status = kube.wait_for(queued, 60, "the third job to be Queued")
+        message = condition(status, "Admitted")["message"]
+        assert status["phase"] == "Queued", status
+        assert not trainer_pods(kube, namespace, "queued")  # no pod while queued
+        found = re.search(r"earliest deadline it could meet now: (\S+Z)", message)
+        assert found, message
+        assert ("Warning", "Queued") in {
+            (t, r) for t, r, _m in job_events(kube, namespace, "queued")
+        }
+        # The user accepts the answer (with a margin for start-up): it is admitted and runs
+        # once capacity frees.
+        new_deadline = rfc3339(
+            max(now_utc(), _parse(found.group(1))) + timedelta(seconds=STARTUP_S + 30)
+        )
+        kube.kubectl(
+            "-n", namespace, "patch", "dtj", "queued", "--type", "merge",
+            "-p", json.dumps({"spec": {"deadline": new_deadline, "duration": None}}),
+        )  # fmt: skip
+        kube.wait_for(
+            lambda: (
+                condition(job_status(kube, namespace, "queued"), "Admitted").get("status") == "True"
+            ),
+            300,
+            "the queued job to be admitted",
+        )
+        kube.wait_for(lambda: trainer_pods(kube, namespace, "queued"), 60, "its pod")
+
+        loose = wait_succeeded(kube, namespace, "loose", timeout=400)
+        tight = wait_succeeded(kube, namespace, "tight", timeout=400)
+        last = wait_succeeded(kube, namespace, "queued", timeout=400)
+        report("loose", loose, before_tight=loose_before)
+        report("tight", tight, pod_created_after_s=round(created_after_s, 1))
+        report("queued", last, earliest=found.group(1))
+        loose_after = sampler.allocations("loose", since=arrived)
+        refused = sampler.refused()
+
+    assert created_after_s < 30.0, created_after_s  # not held Pending by unapplied requests
+    assert loose_after and min(loose_after) < loose_before, (loose_before, loose_after)
+    for status in (loose, tight):
+        assert abs(status["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, status
+    assert refused == [], refused  # never a resize left Deferred or Infeasible
+    reasons = {r for _t, r, _m in job_events(kube, namespace, "queued")}
+    assert "Admitted" in reasons, reasons
+
+
+def _parse(text: str) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
