@@ -409,6 +409,18 @@ def node_capacity(node: Mapping[str, Any]) -> tuple[float, float]:
     return parse_cpu_cores(allocatable.get("cpu")), parse_count(allocatable.get(GPU_RESOURCE))
 
 
+def held_by_node(pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Cores every node has admitted for the pods on it (:func:`pod_charge`), finished pods
+    aside."""
+    held: dict[str, float] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        held[node] = held.get(node, 0.0) + pod_charge(pod)[0]
+    return held
+
+
 def others_on_node(
     pods: Sequence[Mapping[str, Any]], node: str, exclude: tuple[str, str]
 ) -> tuple[float, float]:

@@ -119,13 +119,14 @@ class Fleet:
         with self.lock:
             pods = list(self.pods.values())
         on_nodes = [p for p in pods if (p.get("spec") or {}).get("nodeName") in self.nodes]
+        held = fleet.held_by_node(on_nodes)  # one pass: each resize is O(1), not O(pods)
         for pod in on_nodes:
             try:
-                self._tick_pod(pod, on_nodes, now)
+                self._tick_pod(pod, held, now)
             except Exception as exc:  # noqa: BLE001 - one pod must not stop the fleet
                 log.warning("pod %s: %s", pod["metadata"]["name"], exc)
 
-    def _tick_pod(self, pod: dict[str, Any], on_nodes: list[dict[str, Any]], now: float) -> None:
+    def _tick_pod(self, pod: dict[str, Any], held: dict[str, float], now: float) -> None:
         meta = pod["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         status = pod.get("status") or {}
@@ -136,10 +137,12 @@ class Fleet:
         ):
             return
         gpu = fleet.gpus_of(pod) > 0
-        allocation = fleet.gpus_of(pod) if gpu else self._kubelet_cpu(pod, on_nodes, now)
+        allocation = fleet.gpus_of(pod) if gpu else self._kubelet_cpu(pod, held, now)
         if allocation is None:
             return
         with self.lock:
+            if key not in self.pods:  # deleted meanwhile: its checkpoint is already saved
+                return
             trainer = self.trainers.get(key)
             if trainer is None:
                 trainer = self._new_trainer(pod, key, now)
@@ -168,11 +171,9 @@ class Fleet:
             rng=rng,
         )
 
-    def _kubelet_cpu(
-        self, pod: dict[str, Any], on_nodes: list[dict[str, Any]], now: float
-    ) -> float | None:
+    def _kubelet_cpu(self, pod: dict[str, Any], held: dict[str, float], now: float) -> float | None:
         """The simulated kubelet's part: the CPU applied to the trainer after answering any
-        resize. None until the first report."""
+        resize (``held``: cores admitted per node, kept current as resizes land)."""
         desired = fleet.desired_cpu_cores(pod)
         applied = fleet.applied_cpu_cores(pod)
         if applied is None:  # first sight: report what the container started with
@@ -180,14 +181,13 @@ class Fleet:
             return desired
         if abs(desired - applied) < 1e-6:
             return applied
-        meta = pod["metadata"]
         node = str(pod["spec"]["nodeName"])
         node_cores, _ = self.nodes[node]
-        others, _ = fleet.others_on_node(on_nodes, node, (meta["namespace"], meta["name"]))
-        own_rest = fleet.pod_charge(pod)[0] - applied
-        verdict = fleet.resize_verdict(desired, applied, node_cores, others + own_rest)
+        others = held.get(node, 0.0) - applied  # everything on the node but this trainer
+        verdict = fleet.resize_verdict(desired, applied, node_cores, others)
         if verdict == fleet.VERDICT_APPLY:
             self._patch(pod, fleet.applied_patch(pod))
+            held[node] = others + desired
             return desired
         message = (
             f"Node didn't have enough capacity: cpu, requested: {round(desired * 1000)}m, "

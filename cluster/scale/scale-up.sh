@@ -97,8 +97,10 @@ omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: Metadata
 EOF2
-# No kube-controller-manager runs here (no garbage collector, no token controller), so the
-# ServiceAccount admission plugin is off: nothing on a fake node needs a token.
+# No kube-controller-manager runs here (no garbage collector, no token controller, no node
+# lifecycle controller), so two admission plugins that wait on it are off: ServiceAccount
+# (nothing on a fake node needs a token) and TaintNodesByCondition (its not-ready taint on a
+# new node would never be lifted; kwok's heartbeats keep the nodes Ready).
 start_daemon kube-apiserver "$SCALE_K8S_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$SCALE_ETCD_CLIENT_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$SCALE_APISERVER_PORT" \
@@ -107,7 +109,7 @@ start_daemon kube-apiserver "$SCALE_K8S_BIN/kube-apiserver" \
   --tls-cert-file "$SCALE_PKI/apiserver.crt" --tls-private-key-file "$SCALE_PKI/apiserver.key" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$SCALE_PKI/sa.pub" --service-account-signing-key-file "$SCALE_PKI/sa.key" \
-  --authorization-mode RBAC --disable-admission-plugins ServiceAccount \
+  --authorization-mode RBAC --disable-admission-plugins ServiceAccount,TaintNodesByCondition \
   --audit-policy-file "$SCALE_CONFIG/audit-policy.yaml" --audit-log-path "$SCALE_AUDIT_LOG" \
   --audit-log-format json --audit-log-mode batch --audit-log-maxsize 0 \
   --allow-privileged=true --profiling=false --v=1
@@ -119,7 +121,7 @@ start_daemon kube-scheduler "$SCALE_K8S_BIN/kube-scheduler" \
   --authentication-kubeconfig "$(scale_kubeconfig scheduler)" \
   --authorization-kubeconfig "$(scale_kubeconfig scheduler)" \
   --bind-address 127.0.0.1 --secure-port "$SCALE_SCHEDULER_PORT" --leader-elect=false --v=1
-start_daemon kwok "$KWOK_BIN/kwok" --kubeconfig "$(scale_kubeconfig kwok)" \
+start_daemon kwok "$KWOK_BIN/kwok" --kubeconfig "$(scale_kubeconfig kwok)" --config "$KWOK_BIN/stages.yaml" \
   --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
   --server-address "127.0.0.1:$SCALE_KWOK_PORT" --node-lease-duration-seconds 40 --cidr 10.98.0.1/16
 
@@ -166,6 +168,5 @@ start_daemon prometheus "$(command -v prometheus)" --config.file="$SCALE_CONFIG/
   --storage.tsdb.path="$SCALE_PROM_DATA" --web.listen-address="127.0.0.1:$SCALE_PROMETHEUS_PORT"
 wait_for "Prometheus ready" 60 curl -fsS "http://127.0.0.1:$SCALE_PROMETHEUS_PORT/-/ready" || { dump_log prometheus; die "Prometheus not ready"; }
 wait_for "simulator /metrics" 60 curl -fsS "http://127.0.0.1:$SCALE_SIMULATOR_PORT/metrics" || { dump_log simulator; die "simulator did not start"; }
-cp "$(scale_kubeconfig admin)" "$SCALE_KUBECONFIG"
 log "scale bed up: apiserver $server, Prometheus http://127.0.0.1:$SCALE_PROMETHEUS_PORT, logs $SCALE_LOGS"
 echo "$SCALE_KUBECONFIG"

@@ -192,3 +192,11 @@ def test_node_capacity() -> None:
     node = {"status": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "8"}}}
     assert fleet.node_capacity(node) == (64.0, 8.0)
     assert fleet.parse_cpu_cores("250m") == 0.25
+
+
+def test_held_by_node_counts_what_each_node_admitted() -> None:
+    done = pod(name="done")
+    done["status"]["phase"] = "Succeeded"
+    pods = [pod(name="me"), pod(name="a", applied="2"), pod(name="b", node="n1"), done]
+    held = fleet.held_by_node(pods)
+    assert held == {"n0": pytest.approx(3.1), "n1": pytest.approx(1.05)}
