@@ -1,7 +1,7 @@
 """The cluster planner: who gets how many cores or GPUs, given every job's need and the nodes.
 
 ``plan(demands, nodes, now_s, settings)`` is a pure function: no I/O, no clock, stdlib only
-(the GPU integer program may use scipy when it is importable). The operator and the local
+(GPU counts come from an exact dynamic program, ``best_gpu_choices``). The operator and the local
 runtime call it once per control period after each job's law has said what it needs
 (``control.decide``), then act on its grants.
 
