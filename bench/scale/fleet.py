@@ -367,8 +367,11 @@ def pending_patch(pod: Mapping[str, Any], reason: str, message: str, now_rfc3339
     return {"status": {"conditions": conditions}}
 
 
-def completed_patch(pod: Mapping[str, Any], finished_rfc3339: str) -> dict[str, Any]:
-    """The trainer exited 0 after its last step: the pod Succeeded."""
+def completed_patch(
+    pod: Mapping[str, Any], finished_rfc3339: str, steps_done: int, steps_planned: int
+) -> dict[str, Any]:
+    """The trainer exited 0 after its last step: the pod Succeeded, with the termination
+    message ``steps=DONE/PLANNED`` that decor_trainer leaves (the kubelet reports it)."""
     name = trainer_container(pod).get("name")
     statuses = []
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -379,6 +382,7 @@ def completed_patch(pod: Mapping[str, Any], finished_rfc3339: str) -> dict[str, 
                 "terminated": {
                     "exitCode": 0,
                     "reason": "Completed",
+                    "message": f"steps={steps_done}/{steps_planned}",
                     "startedAt": started or finished_rfc3339,
                     "finishedAt": finished_rfc3339,
                 }

@@ -145,7 +145,34 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
                 per = "per job" if key == "operator_cores_mean" else "(already per job)"
                 out.append(f"- {key} {per}: x{g:.2f} (1.00 = flat)")
         out.append("")
+    out += RUNNING
     return "\n".join(out) + "\n"
+
+
+RUNNING = [
+    "## Running it",
+    "",
+    "```",
+    "make scale-up            # the bed alone: KUBECONFIG=/var/lib/decor-scale/admin.kubeconfig",
+    "make bench-scale         # 100, 300, 1,000 jobs: a fresh bed for each size, then this page",
+    "make bench-scale BENCH_ARGS='--jobs 100'      # one size",
+    "make bench-scale-smoke   # 50 jobs into a temp dir; checks the harness, not the numbers",
+    "make scale-down",
+    "```",
+    "",
+    "The bed (`cluster/scale/`) is its own etcd, kube-apiserver (audit log on), kube-scheduler,",
+    "kwok (`sigs.k8s.io/kwok`, built once from the Go module proxy at the version pinned in",
+    "`cluster/scale/lib.sh`, with its upstream fast pod/node stages and Lease heartbeats),",
+    "Prometheus and the simulator, on its own ports on 127.0.0.1 and its own state under",
+    "`/var/lib/decor-scale`; the main test bed can run beside it. It reuses the Kubernetes",
+    "binaries of `cluster/build-k8s.sh` (`DECOR_SCALE_K8S_BIN` points elsewhere). No",
+    "kube-controller-manager runs, so the ServiceAccount and TaintNodesByCondition admission",
+    "plugins are off. Each size takes about its longest deadline x 1.1 plus 5 minutes (bed,",
+    "creation, warm-up, end game): about 20 minutes at the full grid's deadlines, an hour for",
+    "all three, on a quiet machine with at least 4 cores (the operator, API server, etcd,",
+    "Prometheus and simulator share it; the operator's numbers are its own process only).",
+    "",
+]
 
 
 def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:

@@ -69,12 +69,14 @@ class Fleet:
         *,
         startup_s: float,
         noise: float,
+        linger_s: float = 0.0,
         seed: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.core = core
         self.curves = curves
         self.startup_s = startup_s
+        self.linger_s = linger_s
         self.noise = noise
         self.seed = seed
         self.clock = clock
@@ -152,8 +154,12 @@ class Fleet:
             curve = next(c for c in self.curves.values() if c.mode == "cpu")
         with self.lock:
             trainer.advance(now, curve.steps_per_s(allocation), self.noise)
-        if trainer.finished_s is not None:
-            self._patch(pod, fleet.completed_patch(pod, rfc3339(trainer.finished_s)))
+        if trainer.finished_s is not None and now >= trainer.finished_s + self.linger_s:
+            exited_s = trainer.finished_s + self.linger_s
+            patch = fleet.completed_patch(
+                pod, rfc3339(exited_s), trainer.whole_steps, trainer.steps_planned
+            )
+            self._patch(pod, patch)
             self.finished.add(key)
 
     def _new_trainer(self, pod: Mapping[str, Any], key: tuple[str, str], now: float) -> Any:
@@ -296,6 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tick-s", type=float, default=DEFAULT_TICK_S)
     parser.add_argument("--startup-s", type=float, default=DEFAULT_STARTUP_S)
     parser.add_argument("--noise", type=float, default=fleet.DEFAULT_NOISE)
+    parser.add_argument(
+        "--linger-s",
+        type=float,
+        default=0.0,
+        help="seconds a trainer keeps serving metrics after its last step before it exits "
+        "(decor_trainer's --metrics-linger-s; default 0 like it)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -306,7 +319,14 @@ def main(argv: list[str] | None = None) -> int:
     core = client.CoreV1Api(api_client)
     profiles = json.loads(Path(args.profiles).read_text())["profiles"]
     curves = fleet.curves_from_profiles(profiles)
-    sim = Fleet(core, curves, startup_s=args.startup_s, noise=args.noise, seed=args.seed)
+    sim = Fleet(
+        core,
+        curves,
+        startup_s=args.startup_s,
+        noise=args.noise,
+        seed=args.seed,
+        linger_s=args.linger_s,
+    )
     sim.nodes = list_nodes(core)
     stopped = threading.Event()
     threading.Thread(target=watch_pods, args=(sim, core, stopped), daemon=True).start()

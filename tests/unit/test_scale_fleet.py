@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench/scale"))
 
 import fleet  # noqa: E402
-from decor import metrics  # noqa: E402
+from decor import build, metrics  # noqa: E402
 
 RESNET = fleet.SpeedCurve("resnet", "cpu", ((0.5, 16.0), (1.0, 32.0), (1.5, 33.0), (2.0, 44.8)))
 
@@ -181,11 +181,13 @@ def test_status_patches() -> None:
     trainer_status = applied["containerStatuses"][0]
     assert trainer_status["resources"]["limits"]["cpu"] == "2"
     assert trainer_status["allocatedResources"] == {"cpu": "2"}
-    done = fleet.completed_patch(p, "2026-01-01T00:01:00Z")["status"]
+    done = fleet.completed_patch(p, "2026-01-01T00:01:00Z", 120, 120)["status"]
     assert done["phase"] == "Succeeded"
     terminated = done["containerStatuses"][0]["state"]["terminated"]
     assert terminated["exitCode"] == 0 and terminated["finishedAt"] == "2026-01-01T00:01:00Z"
     assert terminated["startedAt"] == "x"
+    p["status"] = done
+    assert build.termination_steps(p, "trainer") == (120.0, 120.0)  # what the operator reads
 
 
 def test_node_capacity() -> None:
