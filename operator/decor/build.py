@@ -111,8 +111,10 @@ TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
 # --- condition types (the controller's, shared with control.py) ----------------------------
 
 CONDITION_ADMITTED = "Admitted"  # the planner's verdict; reason = planner.ADMITTED, QUEUED, ...
+CONDITION_STALLED = "Stalled"  # the trainer runs but has completed no step for a while
 CONDITION_TYPES: tuple[str, ...] = (
     CONDITION_ADMITTED,
+    CONDITION_STALLED,
     control.ON_TRACK,
     control.AT_RISK,
     control.INFEASIBLE,
@@ -140,6 +142,11 @@ REASON_FINISHED_ON_TIME = "FinishedOnTime"  # DeadlineMissed cleared at completi
 REASON_RUNNING = "Running"  # Complete is False while steps remain
 REASON_INVALID_SPEC = "InvalidSpec"  # the spec passed the API server but not the model
 REASON_TRAINER_FAILED = "TrainerFailed"  # the trainer pod failed more than the retry budget
+REASON_EXITED_EARLY = "ExitedEarly"  # the trainer exited 0 before its planned steps
+REASON_CRASH_LOOP = "CrashLoop"  # the trainer crashed (restarted in place) past the budget
+REASON_UNSCHEDULABLE = "Unschedulable"  # a pod could not be placed: back to what last ran
+REASON_NO_NEW_STEPS = "NoNewSteps"  # Stalled: the trainer runs but completes no step
+REASON_STEPS_MOVING = "StepsMoving"  # Stalled cleared
 
 # --- event reasons ----------------------------------------------------------------------------
 
@@ -148,6 +155,8 @@ EVENT_RESIZED = "Resized"  # an in-place CPU resize was requested
 EVENT_RESIZE_INFEASIBLE = "ResizeInfeasible"  # the kubelet cannot fit a resize on the node
 EVENT_RESTARTING = "Restarting"  # the trainer pod was deleted to change the GPU count
 EVENT_POD_LOST = "PodLost"  # the trainer pod vanished or failed; recreated from checkpoint
+EVENT_UNSCHEDULABLE = REASON_UNSCHEDULABLE  # a pod waited too long to be placed; fell back
+EVENT_STALLED = CONDITION_STALLED  # the trainer completes no step
 EVENT_QUEUED = "Queued"  # not admitted: its deadline cannot be met without making another late
 EVENT_ADMITTED = "Admitted"  # admitted after waiting in the queue
 EVENT_PREEMPTED = "Preempted"  # gave its capacity to a higher-priority job; waits in the queue
@@ -869,10 +878,10 @@ VISIBLE_STATUS_FIELDS = (
 
 def visible_status(status: Mapping[str, Any]) -> tuple[Any, ...]:
     """What a user sees of ``status``: the visible fields, the conditions (type, status,
-    reason, message), progress to a whole percent, ETA to ten seconds."""
+    reason; a message whose numbers move every period rides along with the next write),
+    progress to a whole percent, ETA to ten seconds."""
     conditions = tuple(
-        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
-        for c in status.get("conditions") or []
+        (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
     )
     progress = status.get("progress")
     eta = status.get("eta")
@@ -1027,6 +1036,39 @@ def pod_allocation(pod: Mapping[str, Any], container: str, mode: str) -> float |
 def sidecar_cpu_cores() -> float:
     """CPU the metrics sidecar requests beside the trainer (cores)."""
     return parse_allocation("cpu", SIDECAR_RESOURCES["requests"]["cpu"]) or 0.0
+
+
+def termination_steps(pod: Mapping[str, Any], container: str) -> tuple[float, float] | None:
+    """(done, planned) from the trainer's termination message ``steps=DONE/PLANNED`` (what
+    decor_trainer leaves when it exits); None when there is none."""
+    status = container_status(pod, container) or {}
+    terminated = (status.get("state") or {}).get("terminated") or {}
+    message = str(terminated.get("message") or "")
+    for line in message.splitlines():
+        if line.startswith("steps="):
+            done, _, planned = line[len("steps=") :].partition("/")
+            try:
+                return float(done), float(planned)
+            except ValueError:
+                return None
+    return None
+
+
+def unschedulable_since_s(pod: Mapping[str, Any]) -> float | None:
+    """When the scheduler said the pod does not fit anywhere (Unix s); None if it has not."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            try:
+                return parse_time(
+                    condition.get("lastTransitionTime"), "lastTransitionTime"
+                ).timestamp()
+            except ManifestError:
+                return None
+    return None
 
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:

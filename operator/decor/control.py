@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 # Condition types the controller reports (also the Kubernetes condition types).
@@ -38,6 +38,9 @@ METRICS_UNAVAILABLE = "MetricsUnavailable"  # no usable progress sample; allocat
 COMPLETE = "Complete"  # all planned steps are done
 DEADLINE_MISSED = "DeadlineMissed"  # the deadline passed before the job completed
 STARTING = "Starting"  # not enough progress seen yet to predict anything
+
+STATE_VERSION = 2
+"""Version of the stored controller state (1: before it carried a version)."""
 
 AT_RISK_FRACTION_OF_MAX = 0.9
 # The speed fit estimates a fixed per-step cost only from samples this spread out
@@ -219,15 +222,26 @@ class State:
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
+    version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
     def from_dict(raw: dict[str, Any]) -> State:
-        data = dict(raw)
-        data["fit"] = SpeedFit(**data.get("fit", {}))
-        data["level_fit"] = SpeedFit(**data.get("level_fit", {}))
+        """The state as stored by any version: fields a version added take their defaults,
+        fields a version dropped are ignored. Raises ValueError when it cannot be read."""
+        known = {f.name for f in fields(State)}
+        fit_known = {f.name for f in fields(SpeedFit)}
+        data = {k: v for k, v in raw.items() if k in known}
+        if "policy" not in data or "allocation" not in data:
+            raise ValueError("controller state without policy or allocation")
+        for name in ("fit", "level_fit"):
+            sums = data.get(name) or {}
+            if not isinstance(sums, dict):
+                raise ValueError(f"controller state: {name} is not a mapping")
+            data[name] = SpeedFit(**{k: v for k, v in sums.items() if k in fit_known})
+        data["version"] = STATE_VERSION
         return State(**data)
 
 

@@ -87,6 +87,10 @@ STARTUP_GRACE_S = 180.0
 Importing PyTorch and building the model takes tens of seconds on a small VM; until the
 first sample the allocation stays where the pod started, which is what the law wants.
 """
+UNSCHEDULABLE_WAIT_S = 120.0
+"""How long a trainer pod may stay unschedulable before the job falls back to what last ran."""
+STALL_TIMEOUT_S = 120.0
+"""A running trainer that completes no step for this long is reported Stalled."""
 MAX_POD_FAILURES = 5
 """Trainer pods lost or failed that are recreated before the job is marked Failed."""
 FINALIZER = "decor.dev/finalizer"
@@ -103,6 +107,8 @@ class OperatorConfig:
     template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
     startup_grace_s: float = STARTUP_GRACE_S
     max_pod_failures: int = MAX_POD_FAILURES
+    unschedulable_wait_s: float = UNSCHEDULABLE_WAIT_S
+    stall_timeout_s: float = STALL_TIMEOUT_S
     scrape_via: str = SCRAPE_DIRECT
     instance: str = field(default_factory=socket.gethostname)
     watch_nodes: bool = True

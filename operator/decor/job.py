@@ -166,6 +166,8 @@ class JobController:
         self.refusal_warned: str | None = None
         self.metrics_reason = ""
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
+        self.last_steps: float | None = None  # steps at the last change (stall detection)
+        self.last_progress_s: float | None = None  # when the steps last changed
         self._period: _Period | None = None
 
     @property
@@ -354,12 +356,27 @@ class JobController:
         pod_name = current["metadata"]["name"]
         phase = build.pod_phase(current)
         if phase == "Succeeded":
+            early = self._exited_early(current, container)
+            if early is not None:
+                return self._finish_period(self._pod_failed(body, current, container, now, early))
             finished_s = build.container_finished_s(current, container) or now
             return self._finish_period(self._complete(period, finished_s, None, now))
         if phase == "Failed":
             return self._finish_period(self._pod_failed(body, current, container, now))
         period.pod = current
         trainer_status = build.container_status(current, container) or {}
+        crashes = int(trainer_status.get("restartCount") or 0)
+        if crashes > self.config.max_pod_failures:
+            return self._finish_period(
+                self._give_up(
+                    body,
+                    f"trainer crashed {crashes} times in pod {pod_name} "
+                    f"({build.REASON_CRASH_LOOP}: {build.pod_failure_reason(current, container)})",
+                    now,
+                )
+            )
+        if phase == "Pending" and self._unschedulable_too_long(period, current, now):
+            return self._finish_period(self._fall_back(period, current, now))
         # A replacement pod, or a trainer the kubelet restarts in place after a crash.
         recreated = (
             int(status.get("podsCreated") or 0) > 1
@@ -374,8 +391,13 @@ class JobController:
         first_running_s = self.first_running_s.setdefault(pod_name, now)
         view = self._read_allocation(period, current, container, now)
         period.view = view
+        if view.applied is not None:
+            status["ranWith"] = build.format_allocation(spec.resources.mode, view.applied)
         observation, epochs_done = self._observe(current, spec, view, progress.get(pod_name), now)
         period.observation, period.epochs_done = observation, epochs_done
+        if observation is not None and pod_name not in self.progress_seen:
+            # A new trainer (replacement, resume): the time it was away is not a slow step.
+            period.state = replace(period.state, last_time_s=None, last_steps=None)
         if observation is not None:
             self.progress_seen.add(pod_name)
         elif (
@@ -532,6 +554,7 @@ class JobController:
             generation=period.generation,
             deadline_was_past=period.deadline_was_past,
         )
+        new_conditions = self._stall_conditions(period, new_conditions, now)
         self._transition_events(period.body, conditions, new_conditions, now)
         self.status.update(
             build.build_status(
@@ -598,7 +621,7 @@ class JobController:
         self.status["admission"] = grant.verdict
         admitted = grant.verdict in (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
         message = grant.reason
-        if grant.earliest_deadline_s is not None:
+        if grant.earliest_deadline_s is not None and "earliest deadline" not in message:
             message = f"{message}; earliest deadline it could meet now: {format_time(grant.earliest_deadline_s)}"
         conditions = list(self.status.get("conditions") or period.conditions)
         self.status["conditions"] = build.set_condition(
@@ -628,11 +651,13 @@ class JobController:
         raw = status.get("controller")
         try:
             state = control.State.from_dict(dict(raw)) if isinstance(raw, Mapping) else None
-        except (TypeError, ValueError):
-            log.warning("%s/%s: unreadable controller state; starting afresh", *self.key)
+        except (TypeError, ValueError) as exc:
+            log.warning("%s/%s: unreadable controller state (%s); starting afresh", *self.key, exc)
             state = None
         if state is None:
-            return control.initial_state(settings)
+            # Not MAX: what the trainer holds now (the speed model is learned again).
+            held = build.parse_allocation(settings.mode, status.get("allocation"))
+            return control.initial_state(settings, held)
         if state.policy != settings.policy:  # spec.control.policy changed mid-run
             current = control.clamp(state.allocation, settings)
             fresh = control.initial_state(settings, current)
@@ -830,11 +855,16 @@ class JobController:
         return self._write()
 
     def _pod_failed(
-        self, body: Mapping[str, Any], pod: Mapping[str, Any], container: str, now: float
+        self,
+        body: Mapping[str, Any],
+        pod: Mapping[str, Any],
+        container: str,
+        now: float,
+        reason: str | None = None,
     ) -> bool:
         status = self.status
         pod_name = pod["metadata"]["name"]
-        reason = build.pod_failure_reason(pod, container)
+        reason = reason or build.pod_failure_reason(pod, container)
         failures = int(status.get("podFailures") or 0) + 1
         status["podFailures"] = failures
         if failures > self.config.max_pod_failures:
@@ -849,6 +879,102 @@ class JobController:
         self.kube.delete_pod(self.namespace, pod_name, grace_period_s=0)
         status["phase"] = build.PHASE_RESTARTING
         return self._write()
+
+    def _exited_early(self, pod: Mapping[str, Any], container: str) -> str | None:
+        """Why a trainer that exited 0 is not done (None: it is). Its termination message
+        (``steps=DONE/PLANNED``, written by decor_trainer) decides; without one, the last
+        progress read must have covered every planned step."""
+        steps = build.termination_steps(pod, container)
+        if steps is None:
+            done = float(self.status.get("stepsDone") or 0)
+            planned = float(self.status.get("stepsTotal") or 0)
+            if planned > 0 and done >= planned:
+                return None
+            seen = f"{done:.0f} of {planned:.0f}" if planned > 0 else "no progress"
+            return f"{build.REASON_EXITED_EARLY}: exited 0 with {seen} steps seen"
+        done, planned = steps
+        if done >= planned:
+            return None
+        return f"{build.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
+
+    def _unschedulable_too_long(self, period: _Period, pod: Mapping[str, Any], now: float) -> bool:
+        since = build.unschedulable_since_s(pod)
+        return since is not None and now - since > self.config.unschedulable_wait_s
+
+    def _fall_back(self, period: _Period, pod: Mapping[str, Any], now: float) -> bool:
+        """A pod the scheduler could not place for too long (a GPU count the cluster cannot
+        give): delete it and go back to the allocation that last ran (MIN if none did)."""
+        spec = period.spec
+        last = build.parse_allocation(spec.resources.mode, self.status.get("ranWith"))
+        fallback = last if last is not None else spec.resources.min
+        asked = build.pod_allocation(pod, spec.trainer_container["name"], spec.resources.mode)
+        state = replace(period.state, allocation=fallback, change_pending_since_s=None)
+        why = (
+            f"pod {pod['metadata']['name']} asking {asked:g} could not be scheduled for "
+            f"{self.config.unschedulable_wait_s:.0f}s; back to {fallback:g}"
+        )
+        self.kube.delete_pod(self.namespace, pod["metadata"]["name"], grace_period_s=0)
+        self._event(period.body, build.EVENT_WARNING, build.EVENT_UNSCHEDULABLE, why, now)
+        self.status["controller"] = state.to_dict()
+        self.status["phase"] = build.PHASE_RESTARTING
+        self.status["conditions"] = build.set_condition(
+            self.status.get("conditions") or period.conditions,
+            control.AT_RISK,
+            True,
+            build.REASON_UNSCHEDULABLE,
+            why,
+            now_s=now,
+            generation=period.generation,
+        )
+        return self._write()
+
+    def _stall_conditions(
+        self,
+        period: _Period,
+        conditions: list[dict[str, Any]],
+        now: float,
+    ) -> list[dict[str, Any]]:
+        """Stalled: the trainer runs but its steps have not moved for the stall timeout.
+        DeadlineMissed: the deadline passed while steps remain, even with no progress read."""
+        observation = period.observation
+        if observation is not None:
+            if observation.steps_done != self.last_steps:
+                self.last_steps = observation.steps_done
+                self.last_progress_s = now
+        stalled_for = now - self.last_progress_s if self.last_progress_s is not None else 0.0
+        stalled = observation is not None and stalled_for > self.config.stall_timeout_s
+        before = build.condition_is_true(conditions, build.CONDITION_STALLED)
+        if stalled or before:
+            conditions = build.set_condition(
+                conditions,
+                build.CONDITION_STALLED,
+                stalled,
+                build.REASON_NO_NEW_STEPS if stalled else build.REASON_STEPS_MOVING,
+                f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
+                now_s=now,
+                generation=period.generation,
+            )
+            if stalled and not before:
+                self._event(
+                    period.body, build.EVENT_WARNING, build.EVENT_STALLED,
+                    f"the trainer runs but completed no step for {stalled_for:.0f}s", now,
+                )  # fmt: skip
+        if (
+            observation is None
+            and not period.spec.best_effort
+            and now > period.deadline_s
+            and not build.condition_is_true(conditions, control.DEADLINE_MISSED)
+        ):
+            conditions = build.set_condition(
+                conditions,
+                control.DEADLINE_MISSED,
+                True,
+                build.REASON_DEADLINE_PASSED,
+                "the deadline passed and no progress can be read",
+                now_s=now,
+                generation=period.generation,
+            )
+        return conditions
 
     def _give_up(self, body: Mapping[str, Any], why: str, now: float) -> bool:
         self.status["phase"] = build.PHASE_FAILED

@@ -733,9 +733,14 @@ def _fill_by_gain(
     def offer(i: int) -> None:
         d = jobs[i]
         x = alloc[d.key]
-        if x >= d.max_allocation - EPS:
+        # The most a job may get, on the quantum grid (a max off the grid would otherwise
+        # be approached in ever smaller steps, and granted a rounding above it).
+        top = _floor_q(d.max_allocation, _quantum(d, s))
+        if x >= top - EPS:
             return
-        nxt = min(d.max_allocation, max(d.min_allocation, x + step) if x <= EPS else x + step)
+        nxt = min(top, max(d.min_allocation, x + step) if x <= EPS else x + step)
+        if nxt - x < 0.5 * _quantum(d, s):
+            return
         gain = (_speed(d, nxt) - _speed(d, x)) / (nxt - x)
         heapq.heappush(heap, (-gain, d.key, i, nxt))
 

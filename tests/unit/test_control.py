@@ -1020,3 +1020,20 @@ def test_follow_grant_marks_a_gpu_change_pending() -> None:
     assert followed.state.change_pending_since_s == 5.0
     held = follow_grant(asked, 2.0, base, settings, 5.0)
     assert held.state.change_pending_since_s is None and held.allocation == 2.0
+
+
+def test_an_older_stored_state_is_migrated_not_reset() -> None:
+    settings = cpu_settings(150.0, "decor")
+    stored = {  # as written before the state carried a version (and with a dropped field)
+        "policy": "decor",
+        "allocation": 0.42,
+        "fit": {"sw": 3.0, "sx": 3.0, "sy": 0.3, "sxx": 3.0, "sxy": 0.3, "updated_s": 10.0},
+        "decisions": 7,
+        "retired_field": 1,
+    }
+    state = State.from_dict(stored)
+    assert state.allocation == 0.42 and state.decisions == 7 and state.fit.sw == 3.0
+    assert state.level_fit == SpeedFit() and state.version >= 2
+    assert decide(state, None, settings, 20.0).allocation == 0.42
+    with pytest.raises(ValueError):
+        State.from_dict({"fit": {}})

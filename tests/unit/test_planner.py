@@ -517,3 +517,21 @@ def test_closed_loop_meets_admitted_deadlines_without_oscillation() -> None:
             moves = [y - x for x, y in itertools.pairwise(steady) if abs(y - x) > 1e-9]
             flips = [1 for u, v in itertools.pairwise(moves) if u * v < 0]
             assert not flips, (key, lo, hi, steady)
+
+
+def test_a_max_off_the_quantum_grid_is_filled_at_once_and_never_exceeded() -> None:
+    # A max like 1.9765274... used to be approached in ever smaller steps (seconds per plan).
+    import time as _time
+
+    from decor import planner as P
+
+    d = P.Demand(
+        key="ns/a", mode="cpu", need=1.0, min_allocation=1.0, max_allocation=1.97652749993118,
+        current=1.0, steps_remaining=100, deadline_s=None, arrival_s=0.0, admitted=True,
+        node="n", step_time_s=lambda u: 1.0 / u,
+    )  # fmt: skip
+    for policy in P.POLICIES:
+        started = _time.process_time()
+        grant = P.plan([d], [P.Node("n", cpu_cores=4.0)], 1000.0, P.PlannerSettings(policy=policy))
+        assert _time.process_time() - started < 0.5, policy
+        assert grant.grants["ns/a"].allocation <= d.max_allocation, policy

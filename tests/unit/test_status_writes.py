@@ -29,6 +29,8 @@ def test_what_changes_every_period_is_not_visible() -> None:
     assert visible_status(_status(stepsDone=425, progress=0.4251)) == base
     assert visible_status(_status(controller={"allocation": 0.75, "last_steps": 425})) == base
     assert visible_status(_status(eta="2026-11-23T10:00:47Z")) == base  # same ten seconds
+    moved = [{"type": "OnTrack", "status": "True", "reason": "PredictedOnTime", "message": "n"}]
+    assert visible_status(_status(conditions=moved)) == base  # numbers in a message move
 
 
 def test_what_a_user_sees_is_visible() -> None:

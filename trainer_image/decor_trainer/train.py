@@ -83,6 +83,10 @@ DEFAULT_WIDTH = 16
 DEFAULT_CHECKPOINT_EVERY_S = 60.0
 """Seconds between periodic checkpoints: at most this much work is lost to a SIGKILL."""
 
+ENV_TERMINATION_LOG = "DECOR_TERMINATION_LOG"
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+"""Where the trainer leaves ``steps=DONE/PLANNED`` when it exits (docs/contract.md)."""
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -522,6 +526,7 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
         log.info(
             "checkpoint already holds %d/%d steps: nothing to do", position.step, steps_planned
         )
+        write_termination_message(position.step, steps_planned)
         return EXIT_OK
 
     init_process_group(world, device)
@@ -708,6 +713,8 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                 )
                 if ckpt is None and main_rank:
                     log.warning("no --checkpoint-dir: the progress of this run is lost")
+                if main_rank:
+                    write_termination_message(position.step, steps_planned)
                 return EXIT_OK if save("stop") else EXIT_ERROR
     finally:
         for handle in (step_log, loss_log, sample_log):
@@ -716,7 +723,22 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
     ok = save("final")
     if main_rank:
         log.info("done: %d/%d steps", position.step, steps_planned)
+        write_termination_message(position.step, steps_planned)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def write_termination_message(steps_done: int, steps_planned: int) -> None:
+    """Leave ``steps=DONE/PLANNED`` in the container's termination message (Kubernetes shows
+    it in ``status.containerStatuses[].state.terminated.message``), so that the operator can
+    tell a trainer that finished from one that exited 0 early. Never fails training."""
+    path = os.environ.get(ENV_TERMINATION_LOG, DEFAULT_TERMINATION_LOG)
+    try:
+        # r+ writes only where the runtime made the file (a container), never creates one
+        with open(path, "r+", encoding="utf-8") as handle:
+            handle.truncate()
+            handle.write(f"steps={steps_done}/{steps_planned}\n")
+    except OSError:
+        pass  # not in a container, or no such file: nothing to tell
 
 
 def _no_sync(ddp: DistributedDataParallel | None) -> contextlib.AbstractContextManager[None]:
