@@ -362,6 +362,15 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     queries = measure.metric_sum(
         prom_after, "prometheus_http_requests_total", handler=query
     ) - measure.metric_sum(prom_before, "prometheus_http_requests_total", handler=query)
+    loop_costs: dict[str, Any] = {}
+    for key, name in (
+        ("commit", "decor_operator_reconcile_duration_seconds"),
+        ("plan", "decor_operator_plan_duration_seconds"),
+    ):
+        count, total = measure.histogram_mean_delta(operator_before, operator_after, name)
+        loop_costs[f"{key}s_in_window"] = int(count)
+        loop_costs[f"{key}_s_mean"] = round(total / count, 5) if count else None
+        loop_costs[f"{key}_s_total"] = round(total, 3)
     record = measure.build_record(
         jobs=size.jobs,
         period_s=args.period_s,
@@ -384,6 +393,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "running_at_window_start": running,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
+            "loop": loop_costs,
         },
     )
     subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)

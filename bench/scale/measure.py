@@ -254,6 +254,17 @@ def histogram_delta(
     return sorted((le, a[le] - b.get(le, 0.0)) for le in a)
 
 
+def histogram_mean_delta(
+    before: Mapping[str, list[tuple[dict[str, str], float]]],
+    after: Mapping[str, list[tuple[dict[str, str], float]]],
+    name: str,
+) -> tuple[float, float]:
+    """(count, sum) of histogram ``name`` observed between two reads."""
+    count = metric_sum(after, f"{name}_count") - metric_sum(before, f"{name}_count")
+    total = metric_sum(after, f"{name}_sum") - metric_sum(before, f"{name}_sum")
+    return count, total
+
+
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
     """Prometheus's histogram_quantile over cumulative (upper bound, count) buckets: linear
     within the bucket; the highest finite bound when it falls in +Inf. None without data."""

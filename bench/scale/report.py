@@ -127,8 +127,20 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
             f"followed by a resize within the timeout); outcomes {r.get('outcomes')}; "
             f"measured {r.get('date')} on {r.get('machine_cores')} cores."
         )
-        out.append("")
+        if r.get("note"):
+            out += ["", f"*{r['note']}.*"]
+        out += ["", "Against issue 11's targets (set for 1,000 jobs at a 10 s period):", ""]
         out += verdict(r)
+        loop = r.get("loop") or {}
+        if loop.get("commit_s_mean") is not None:
+            busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
+            out.append(
+                f"- loop: {loop.get('commits_in_window')} job commits at "
+                f"{1000 * loop['commit_s_mean']:.1f} ms each (API calls made one after "
+                f"another), {loop.get('plans_in_window')} plans at "
+                f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; busy "
+                f"{busy / max(1e-9, r.get('window_s') or 1):.0%} of the window in these two steps"
+            )
         kinds = r.get("operator_requests_per_s_by_kind") or {}
         if kinds:
             out += ["", "Operator requests per second by verb and resource:", ""]

@@ -17,5 +17,9 @@ for name in simulator prometheus kwok kube-scheduler kube-apiserver etcd; do
   rm -f "$f"
 done
 rm -rf "$SCALE_ETCD_DATA" "$SCALE_PROM_DATA"
-if [ "${1:-}" = --purge ]; then rm -rf "$SCALE_STATE" "$SCALE_RUN"; else rm -rf "$SCALE_LOGS.prev"; [ -d "$SCALE_LOGS" ] && mv "$SCALE_LOGS" "$SCALE_LOGS.prev"; fi
+if [ "${1:-}" = --purge ]; then
+  rm -rf "$SCALE_STATE" "$SCALE_RUN"
+elif [ -d "$SCALE_LOGS" ]; then  # keep the last run's logs one generation back
+  rm -rf "$SCALE_LOGS.prev"; mv "$SCALE_LOGS" "$SCALE_LOGS.prev"
+fi
 log "scale bed down"

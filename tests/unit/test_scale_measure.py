@@ -115,6 +115,12 @@ def test_metrics_deltas_and_quantiles() -> None:
     assert measure.histogram_quantile(0.95, buckets) == pytest.approx(0.1 + 0.9 * 5 / 9)
     assert measure.histogram_quantile(0.999, buckets) == 1.0  # in +Inf: the last finite bound
     assert measure.histogram_quantile(0.5, []) is None
+    count, total = measure.histogram_mean_delta(
+        measure.parse_metrics("h_count 2\nh_sum 1.5\n"),
+        measure.parse_metrics("h_count 6\nh_sum 3.5\n"),
+        "h",
+    )
+    assert (count, total) == (4.0, 2.0)
     handler = {"handler": "/api/v1/query"}
     delta = measure.metric_sum(after, "prometheus_http_requests_total", **handler)
     assert delta - measure.metric_sum(before, "prometheus_http_requests_total", **handler) == 30
