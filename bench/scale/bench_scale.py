@@ -300,12 +300,12 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(max(0.0, created_s + size.warmup_s - time.time()))  # a fixed warm-up
         running = sum(1 for j in driver.jobs() if (j.get("status") or {}).get("phase") == "Running")
         print(f"  window starts: {running}/{size.jobs} jobs Running", flush=True)
-        start_s = time.time()
         operator_before = measure.parse_metrics(
             http_text(f"http://127.0.0.1:{metrics_port}/metrics")
         )
         api_before = measure.parse_metrics(driver.get_text("/metrics"))
         prom_before = measure.parse_metrics(http_text(f"{prometheus}/metrics"))
+        start_s = time.time()  # after the reads: the counters' window holds the audit window
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         patches = schedule_patches(driver, watch, plans, size, start_s, args.seed)
