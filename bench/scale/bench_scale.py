@@ -251,8 +251,12 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     prometheus = f"http://127.0.0.1:{env['SCALE_PROMETHEUS_PORT']}"
     metrics_port = args.operator_metrics_port
     operator_log = open(state / "logs/operator.log", "ab")  # noqa: SIM115 - closed below
+    profile_out = state / "logs/operator-profile.json"
+    command = [sys.executable, "-m", "decor.cli", "operator"]
+    if args.profile:
+        command = [sys.executable, str(HERE / "profile_operator.py"), "--out", str(profile_out)]
     operator = subprocess.Popen(
-        [sys.executable, "-m", "decor.cli", "operator"],
+        command,
         cwd=REPO,
         env={
             **os.environ,
@@ -396,6 +400,9 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "loop": loop_costs,
         },
     )
+    if args.profile and profile_out.exists():
+        record["profile"] = json.loads(profile_out.read_text())
+        record["note"] = "profiled run: a stack sampler ran inside the operator (CPU inflated)"
     subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
     return record
 
@@ -480,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help=f"results file (default {RESULTS})")
     parser.add_argument("--no-report", action="store_true")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the operator under bench/scale/profile_operator.py (where its threads spend "
+        "their time, in the record's 'profile'; its CPU numbers then include the sampler)",
+    )
     args = parser.parse_args(argv)
     out = args.out or RESULTS
     for size in GRIDS[args.grid]:
