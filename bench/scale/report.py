@@ -66,6 +66,31 @@ def verdict(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+LOOP_THREAD = "asyncio_0"
+"""The thread kopf's executor runs the control loop's periods in."""
+
+
+def profile_lines(run: Mapping[str, Any]) -> list[str]:
+    """Where the control loop's thread spent its wall time in a ``--profile`` run."""
+    profile = run.get("profile") or {}
+    frames = [
+        e for e in profile.get("innermost_operator_frame") or [] if e["thread"] == LOOP_THREAD
+    ]
+    if not frames:
+        return []
+    lines = [
+        "",
+        f"Where the loop's thread spent its time (a `--profile` run of this size, "
+        f"{profile.get('samples')} stack samples over {profile.get('seconds')} s; wall time, "
+        "waiting included):",
+        "",
+    ]
+    for e in frames[:8]:
+        where = e["frame"] if e["frame"] != "(no operator frame)" else "idle (between periods)"
+        lines.append(f"- {where}: {100 * e['share']:.1f} %")
+    return lines
+
+
 def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """Ratio of ``key`` per job at the largest size to the smallest (1.0 = flat)."""
     pts = [(r["jobs"], r.get(key)) for r in records if r.get(key) is not None]
@@ -141,6 +166,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
                 f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; busy "
                 f"{busy / max(1e-9, r.get('window_s') or 1):.0%} of the window in these two steps"
             )
+        out += profile_lines(r.get("profile_run") or r)
         kinds = r.get("operator_requests_per_s_by_kind") or {}
         if kinds:
             out += ["", "Operator requests per second by verb and resource:", ""]

@@ -172,3 +172,20 @@ def test_report_renders_every_record_and_judges_the_targets(tmp_path: Path) -> N
     report.write_report(results, tmp_path)
     assert (tmp_path / "README.md").read_text() == text
     assert (tmp_path / "costs.png").stat().st_size > 0
+
+
+def test_report_shows_where_the_loop_spent_its_time() -> None:
+    profile = {
+        "samples": 100,
+        "seconds": 1.0,
+        "innermost_operator_frame": [
+            {"thread": "asyncio_0", "frame": "(no operator frame)", "share": 0.8},
+            {"thread": "asyncio_0", "frame": "kube.py:_call", "share": 0.15},
+            {"thread": "decor-watch-pods", "frame": "watch.py:_run", "share": 1.0},
+        ],
+    }
+    lines = report.profile_lines({"profile": profile})
+    assert "- idle (between periods): 80.0 %" in lines
+    assert "- kube.py:_call: 15.0 %" in lines
+    assert not any("watch.py" in line for line in lines)  # other threads are not the loop
+    assert report.profile_lines({}) == []
