@@ -541,6 +541,13 @@ class JobController:
         target = max(spec.resources.min, target)
         target, desired, phase_after = self._actuate(period, target, room, now)
         followed = control.follow_grant(decision, target, period.state, period.settings, now)
+        if spec.best_effort:  # less than max is what best effort means, not a risk
+            followed = replace(
+                followed,
+                condition=decision.condition,
+                message=f"best effort: {target:g} of up to {spec.resources.max:g} "
+                "(capacity no deadline job needs)",
+            )
         self._note_admission(period, grant, now)
         message = followed.message
         if period.observation is None:

@@ -211,6 +211,10 @@ class ControlLoop:
             node = (snapshot.pods[key].get("spec") or {}).get("nodeName")
             if node:
                 overhead[node] = overhead.get(node, 0.0) + build.sidecar_cpu_cores()
+        # A pod still to be created brings its sidecar too; it may land on any node.
+        unplaced = sum(1 for d in demands if d.node is None)
+        for node in snapshot.nodes:
+            overhead[node] = overhead.get(node, 0.0) + unplaced * build.sidecar_cpu_cores()
         nodes = [
             planner.Node(
                 name=n.name,

@@ -117,7 +117,8 @@ def test_jobs_share_the_node_through_the_planner(
     trainer_image: str,
 ) -> None:
     with PodSampler(kube, namespace) as sampler:
-        # 1. A best-effort job alone takes the idle cores, up to its max.
+        # 1. A best-effort job alone takes the idle cores, up to its max, and measures the
+        # workload's speed (every job here trains the same model).
         filler = job_manifest(
             "filler", trainer_image, epochs=40, resources=_resources("100m", "1", "250m")
         )
@@ -128,6 +129,14 @@ def test_jobs_share_the_node_through_the_planner(
             120,
             "the best-effort job to take the idle cores (1 core, its max)",
         )
+
+        def measured() -> float | None:
+            status = job_status(kube, namespace, "filler")
+            if status.get("stepsDone", 0) < 20:
+                return None
+            return _step_s_at_one_core(status)
+
+        step_s = kube.wait_for(measured, 180, "the best-effort job's speed fit")
 
         # 2. A loose job arrives holding 1.5 cores: the best-effort job gives them back.
         create_job(
@@ -145,16 +154,16 @@ def test_jobs_share_the_node_through_the_planner(
             60,
             "the best-effort job to give cores back to the deadline job",
         )
+        kube.wait_for(
+            lambda: any(
+                p.status.phase == "Running" for p in trainer_pods(kube, namespace, "loose")
+            ),
+            120,
+            "the loose job's pod to run",
+        )
 
-        # 3. Once the loose job has measured its speed (it still holds more than it needs),
-        # a tight job arrives that fits only when the loose one shrinks.
-        def measured() -> float | None:
-            status = job_status(kube, namespace, "loose")
-            if status.get("stepsDone", 0) < 20:
-                return None
-            return _step_s_at_one_core(status)
-
-        step_s = kube.wait_for(measured, 180, "the loose job's speed fit")
+        # 3. While the loose job still holds 1.5 cores, a tight job arrives that fits only
+        # once the loose one has shrunk to what it needs.
         loose_before = _allocation(kube, namespace, "loose") or 0.0
         tight_deadline_s = 120.0
         # About 0.7 core over the run after start-up (one thread up to 1.99 cores).
@@ -177,7 +186,7 @@ def test_jobs_share_the_node_through_the_planner(
             pods = trainer_pods(kube, namespace, "tight")
             return pods[0] if pods else None
 
-        kube.wait_for(tight_pod, 60, "the tight job's pod to be created")
+        kube.wait_for(tight_pod, 90, "the tight job's pod to be created")
         created_after_s = time.monotonic() - arrived
         kube.wait_for(
             lambda: tight_pod().status.phase == "Running",
@@ -207,7 +216,7 @@ def test_jobs_share_the_node_through_the_planner(
         message = condition(status, "Admitted")["message"]
         assert status["phase"] == "Queued", status
         assert not trainer_pods(kube, namespace, "queued")  # no pod while queued
-        found = re.search(r"earliest deadline it could meet now: (\S+Z)", message)
+        found = re.search(r"earliest deadline it could meet now is (\S+Z)", message)
         assert found, message
         assert ("Warning", "Queued") in {
             (t, r) for t, r, _m in job_events(kube, namespace, "queued")
@@ -239,7 +248,9 @@ def test_jobs_share_the_node_through_the_planner(
         loose_after = sampler.allocations("loose", since=arrived)
         refused = sampler.refused()
 
-    assert created_after_s < 30.0, created_after_s  # not held Pending by unapplied requests
+    # Created once the loose job measured its need (it holds 1.5 cores until then), and
+    # never left Pending by a request the node has not applied.
+    assert created_after_s < 60.0, created_after_s
     assert loose_after and min(loose_after) < loose_before, (loose_before, loose_after)
     for status in (loose, tight):
         assert abs(status["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, status
