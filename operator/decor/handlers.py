@@ -72,6 +72,8 @@ ENV_WATCH_NODES = "DECOR_WATCH_NODES"
 ``false``: no arbitration (each job gets what its law asks; for a namespaced install)."""
 ENV_PLANNER_POLICY = "DECOR_PLANNER_POLICY"
 """The planner's policy: decor (default), elasticflow, edf, decor-nn or none."""
+ENV_STALL_TIMEOUT_S = "DECOR_STALL_TIMEOUT_SECONDS"
+"""A running trainer that completes no step for this long is reported Stalled (default 120)."""
 ENV_MIN_PERIOD_S = "DECOR_MIN_PERIOD_SECONDS"
 """The shortest control period any job runs at (the admin's floor over spec.control)."""
 
@@ -129,6 +131,7 @@ class OperatorConfig:
             "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
             "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
             "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
+            "stall_timeout_s": float(env.get(ENV_STALL_TIMEOUT_S) or STALL_TIMEOUT_S),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -231,6 +231,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="TEST HOOK: raise an error instead of running this global step (exit 1)",
     )
     p.add_argument(
+        "--exit-at-step",
+        type=_int_at_least(1),
+        help="TEST HOOK: checkpoint and exit 0 before running this global step (a trainer "
+        "that ends early); a run resumed at that step does not exit again",
+    )
+    p.add_argument(
+        "--hang-at-step",
+        type=_int_at_least(1),
+        help="TEST HOOK: stop completing steps at this global step (until SIGTERM)",
+    )
+    p.add_argument(
         "--deterministic",
         action="store_true",
         help="use only deterministic kernels (on CUDA a resumed run then matches an "
@@ -627,6 +638,18 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                         )
                 if args.fail_at_step is not None and step == args.fail_at_step:
                     raise RuntimeError(f"--fail-at-step {step}: failing on purpose (test hook)")
+                if args.exit_at_step == step and step > start_step:
+                    log.info("--exit-at-step %d: exiting 0 early on purpose (test hook)", step)
+                    ok = save("stop")
+                    if main_rank:
+                        write_termination_message(position.step, steps_planned)
+                    return EXIT_OK if ok else EXIT_ERROR
+                if args.hang_at_step == step:
+                    log.info("--hang-at-step %d: completing no more steps (test hook)", step)
+                    while not stop.requested:
+                        time.sleep(0.1)
+                    stopping = True
+                    break
                 lr_scale = policy.lr_scale_at(step, start_step, start_lr_scale)
                 for group, base_lr in zip(optimizer.param_groups, base_lrs, strict=True):
                     group["lr"] = base_lr * lr_scale
