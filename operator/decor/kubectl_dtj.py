@@ -354,7 +354,9 @@ def plot_data_from_prometheus(job: Mapping[str, Any], url: str, now_s: float) ->
     base = plot_data_from_status(job, now_s)
     meta = job["metadata"]
     ns, name = meta.get("namespace", ""), meta["name"]
-    pods = f'namespace="{ns}",pod=~"{re.escape(name)}-.*"'
+    # A regular expression inside a PromQL string: its backslashes are escaped once more.
+    pattern = re.escape(name).replace("\\", "\\\\")
+    pods = f'namespace="{ns}",pod=~"{pattern}-.*"'
     progress = prometheus_range(
         url,
         f"max(decor_steps_completed_total{{{pods}}}) / max(decor_steps_planned{{{pods}}} > 0)",
