@@ -42,4 +42,4 @@ bench-scale-smoke: ## 50 jobs on the scale bed into a temp dir (a few minutes; C
 	$(PY) bench/scale/check_smoke.py "$$out/results.json"
 
 bench-scale-report: ## regenerate docs/benchmarks/scale/README.md and costs.png from results.json
-	$(PY) bench/scale/report.py
+	$(PY) bench/scale/scale_report.py

@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record, indent=1), flush=True)
         save(record, out)
     if not args.no_report:
-        import report
+        import scale_report as report
 
         report.write_report(out, out.parent)
     return 0

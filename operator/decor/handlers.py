@@ -81,6 +81,9 @@ DEFAULT_OPERATOR_METRICS_PORT = 8080
 DEFAULT_MIN_PERIOD_S = 1.0
 READ_TIMEOUT_S = 2.0
 """Total time one progress read may take (a Prometheus query or one trainer's /metrics)."""
+COMMIT_WORKERS = 8
+"""Jobs whose actuation and status write run at once in a period (API calls wait on the
+network, so a thousand jobs' commits one after another would outlast a 10 s period)."""
 SCRAPE_WORKERS = 16
 """Trainer endpoints scraped at once when there is no Prometheus."""
 STARTUP_GRACE_S = 180.0
@@ -118,6 +121,7 @@ class OperatorConfig:
     min_period_s: float = DEFAULT_MIN_PERIOD_S
     read_timeout_s: float = READ_TIMEOUT_S
     scrape_workers: int = SCRAPE_WORKERS
+    commit_workers: int = COMMIT_WORKERS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OperatorConfig:

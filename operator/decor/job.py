@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -84,6 +85,7 @@ class Room:
 
     def __init__(self, free: Mapping[str, tuple[float, float]] | None) -> None:
         self.free = None if free is None else {k: list(v) for k, v in free.items()}
+        self._lock = threading.Lock()  # jobs commit concurrently
 
     def take(self, node: str | None, cpu: float = 0.0, gpus: float = 0.0) -> bool:
         """Reserve ``cpu`` cores and ``gpus`` on ``node``; False (nothing taken) if they do
@@ -91,23 +93,29 @@ class Room:
         room will do."""
         if self.free is None:
             return True
-        names = [node] if node is not None else sorted(self.free)
-        for name in names:
-            slot = self.free.get(name)
-            if slot is None:
-                continue
-            if cpu <= slot[0] + 1e-9 and gpus <= slot[1] + 1e-9:
-                slot[0] -= cpu
-                slot[1] -= gpus
-                return True
-        return False
+        with self._lock:
+            names = [node] if node is not None else sorted(self.free)
+            for name in names:
+                slot = self.free.get(name)
+                if slot is None:
+                    continue
+                if cpu <= slot[0] + 1e-9 and gpus <= slot[1] + 1e-9:
+                    slot[0] -= cpu
+                    slot[1] -= gpus
+                    return True
+            return False
 
-    def most_cpu(self, node: str | None) -> float:
+    def take_up_to(self, node: str | None, cpu: float) -> float:
+        """Reserve as much of ``cpu`` cores on ``node`` as is free; returns what was taken."""
         if self.free is None:
-            return math.inf
-        if node is None:
-            return max((slot[0] for slot in self.free.values()), default=0.0)
-        return self.free.get(node, [0.0, 0.0])[0]
+            return cpu
+        with self._lock:
+            slot = self.free.get(node) if node is not None else None
+            if slot is None:
+                return 0.0
+            taken = max(0.0, min(cpu, slot[0]))
+            slot[0] -= taken
+            return taken
 
 
 @dataclass
@@ -612,9 +620,8 @@ class JobController:
         if abs(target - desired) < CPU_EPSILON_CORES:
             return target, desired, build.PHASE_RUNNING
         held = max(desired, view.applied)
-        if target > held and not room.take(node, cpu=target - held):
-            target = max(desired, min(target, held + room.most_cpu(node)))
-            room.take(node, cpu=max(0.0, target - held))
+        if target > held:  # a grow: only as far as the node has room now
+            target = max(desired, held + room.take_up_to(node, target - held))
         if abs(target - desired) >= CPU_EPSILON_CORES:
             self._resize(period.body, pod_name, container, desired, target, decision, now)
         return target, target, build.PHASE_RUNNING

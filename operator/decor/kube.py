@@ -17,7 +17,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from decor.build import LABEL_JOB, build_resize_patch
+from decor.build import build_resize_patch
 from decor.model import API_GROUP, API_VERSION, PLURAL
 
 log = logging.getLogger(__name__)
@@ -136,36 +136,6 @@ class Kube:
         return result is not None
 
     # --- pods ---------------------------------------------------------------------------------
-
-    def list_job_pods(
-        self, namespace: str, job: str, job_uid: str | None = None
-    ) -> list[dict[str, Any]]:
-        """The job's trainer pods (label ``decor.dev/job``, owned by ``job_uid`` when given)."""
-        result = self._call(
-            f"list pods of {namespace}/{job}",
-            self.core.list_namespaced_pod,
-            namespace,
-            label_selector=f"{LABEL_JOB}={job}",
-        )
-        pods = list((result or {}).get("items") or [])
-        if job_uid is None:
-            return pods
-        return [
-            pod
-            for pod in pods
-            if any(
-                ref.get("uid") == job_uid for ref in pod["metadata"].get("ownerReferences") or []
-            )
-        ]
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._call(
-            f"get pod {namespace}/{name}",
-            self.core.read_namespaced_pod,
-            name,
-            namespace,
-            missing_ok=True,
-        )
 
     def create_pod(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Create a pod; raises KubeError (status 409 when the name is taken)."""

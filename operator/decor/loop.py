@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from decor import build, metrics, planner
@@ -85,8 +86,7 @@ class ControlLoop:
             self._prepare(snapshot, key, progress, now)
         grants = self._plan(snapshot, now)
         room = self._room(snapshot)
-        for key in sorted(due, key=lambda k: self._commit_order(k)):
-            self._commit(key, grants, room, now)
+        self._commit_all(sorted(due, key=self._commit_order), grants, room, now)
         self.metrics.jobs_total.set(len(self.controllers))
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
@@ -228,12 +228,9 @@ class ControlLoop:
         self.metrics.plan_seconds.observe(time.perf_counter() - started)
         return result.grants
 
-    def _decor_pods(self, snapshot: Snapshot) -> set[Key]:
-        pods: set[Key] = set()
-        for key, controller in self.controllers.items():
-            for pod in snapshot.job_pods(key[0], controller.uid):
-                pods.add((key[0], pod["metadata"]["name"]))
-        return pods
+    @staticmethod
+    def _decor_pods(snapshot: Snapshot) -> set[Key]:
+        return set(snapshot.trainer_pods())
 
     def _room(self, snapshot: Snapshot) -> Room:
         """Free room per node for grows this period: what DECOR may use there minus what its
@@ -259,6 +256,24 @@ class ControlLoop:
         demand = self.controllers[key].demand
         deadline = demand.deadline_s if demand and demand.deadline_s is not None else math.inf
         return (deadline, f"{key[0]}/{key[1]}")
+
+    def _commit_all(
+        self,
+        due: list[Key],
+        grants: Mapping[str, planner.Grant] | None,
+        room: Room,
+        now: float,
+    ) -> None:
+        """Step 5 for every due job, several at once (each job's calls are its own; the room
+        they share is locked), handed out in commit order so the most urgent asks first."""
+        workers = min(self.config.commit_workers, len(due))
+        if workers <= 1:
+            for key in due:
+                self._commit(key, grants, room, now)
+            return
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-commit") as pool:
+            for future in [pool.submit(self._commit, key, grants, room, now) for key in due]:
+                future.result()
 
     def _commit(
         self,

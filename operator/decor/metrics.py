@@ -36,7 +36,9 @@ SAMPLES_DONE = "decor_samples_completed_total"
 DEFAULT_TIMEOUT_S = 2.0
 """Total time one read may take (connect, headers and the whole body)."""
 DEFAULT_MAX_BYTES = 1 << 20
-"""Largest /metrics or Prometheus answer read (a trainer's endpoint is a few KiB)."""
+"""Largest /metrics answer read (a trainer's endpoint is a few KiB)."""
+PROMETHEUS_MAX_BYTES = 256 << 20
+"""Largest Prometheus answer read: the one query returns about 0.6 KiB per trainer pod."""
 READ_CHUNK_BYTES = 65536
 DEFAULT_SCRAPE_WORKERS = 16
 """Scrapes in flight at once when reading progress without Prometheus."""
@@ -182,7 +184,7 @@ def prometheus_progress_all(
     query = f'{{__name__=~"{names}",pod!=""}}'
     url = f"{base_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     try:
-        body = json.loads(_http_get(url, timeout_s))
+        body = json.loads(_http_get(url, timeout_s, PROMETHEUS_MAX_BYTES))
     except json.JSONDecodeError as exc:
         raise MetricsError(f"Prometheus answered with malformed JSON: {exc}") from exc
     if body.get("status") != "success":

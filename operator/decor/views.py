@@ -40,14 +40,16 @@ class Snapshot:
     pods: Mapping[Key, dict[str, Any]]
     nodes: Mapping[str, NodeCapacity]
     nodes_known: bool  # False: the operator cannot see nodes (namespaced install)
+    by_owner: Mapping[str, tuple[Key, ...]] = field(default_factory=dict)  # job uid -> pods
 
     def job_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
-        """Trainer pods owned by the job with ``uid``."""
-        return [
-            pod
-            for (ns, _), pod in self.pods.items()
-            if ns == namespace and owner_uid(pod) == uid and job_label(pod)
-        ]
+        """Trainer pods owned by the job with ``uid`` (an index lookup, not a scan)."""
+        return [self.pods[key] for key in self.by_owner.get(uid, ()) if key[0] == namespace]
+
+    def trainer_pods(self) -> list[Key]:
+        """The trainer pods of the jobs in the view (the ones this operator plans)."""
+        uids = {str(body["metadata"].get("uid")) for body in self.jobs.values()}
+        return [key for uid in uids for key in self.by_owner.get(uid, ())]
 
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
@@ -201,13 +203,26 @@ class ClusterView:
             return copy.deepcopy(body) if body is not None else None
 
     def snapshot(self) -> Snapshot:
+        """The view now. Bodies are shared, not copied: every update replaces a body whole
+        (put_* store deep copies) and nobody mutates one, so a period's snapshot stays as it
+        was taken; copying a thousand jobs every period would cost more than the period."""
         with self._lock:
-            return Snapshot(
-                jobs=MappingProxyType(copy.deepcopy(self._jobs)),
-                pods=MappingProxyType(dict(self._pods)),  # pod bodies are replaced, not mutated
-                nodes=MappingProxyType(dict(self._nodes)),
-                nodes_known=self.nodes_known,
-            )
+            pods = dict(self._pods)
+            jobs = dict(self._jobs)
+            nodes = dict(self._nodes)
+            nodes_known = self.nodes_known
+        by_owner: dict[str, list[Key]] = {}
+        for key, pod in pods.items():
+            uid = owner_uid(pod)
+            if uid is not None and job_label(pod):
+                by_owner.setdefault(uid, []).append(key)
+        return Snapshot(
+            jobs=MappingProxyType(jobs),
+            pods=MappingProxyType(pods),
+            nodes=MappingProxyType(nodes),
+            nodes_known=nodes_known,
+            by_owner=MappingProxyType({uid: tuple(keys) for uid, keys in by_owner.items()}),
+        )
 
 
 def _key(body: Mapping[str, Any]) -> Key:

@@ -513,7 +513,7 @@ def test_condition_types_are_the_controllers_and_the_planners(kind: str) -> None
     assert kind in {
         control.ON_TRACK, control.AT_RISK, control.INFEASIBLE,
         control.METRICS_UNAVAILABLE, control.COMPLETE, control.DEADLINE_MISSED,
-        build.CONDITION_ADMITTED,
+        build.CONDITION_ADMITTED, build.CONDITION_STALLED,
     }  # fmt: skip
 
 

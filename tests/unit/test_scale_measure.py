@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench/scale"))
 
 import measure  # noqa: E402
-import report  # noqa: E402
+import scale_report as report  # noqa: E402
 from decor.model import parse_job  # noqa: E402
 
 

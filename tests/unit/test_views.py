@@ -126,9 +126,11 @@ def test_room_lets_grows_take_only_what_is_free_now() -> None:
     room = Room({"a": (1.0, 0.0), "b": (0.25, 2.0)})
     assert room.take("a", cpu=0.75)
     assert not room.take("a", cpu=0.5)  # 0.25 left
-    assert room.most_cpu("a") == pytest.approx(0.25)
-    assert room.take(None, cpu=0.25)  # any node with room: a (first by name)
+    assert room.take_up_to("a", 0.2) == pytest.approx(0.2)
+    assert room.take_up_to("a", 0.2) == pytest.approx(0.05)  # what was left
+    assert room.take(None, cpu=0.25)  # any node with room: b (a is full)
     assert room.take(None, gpus=2)  # only b has GPUs
+    assert not room.take("b", gpus=1)  # and now none left
     assert not room.take(None, cpu=0.1, gpus=1)
     unlimited = Room(None)
-    assert unlimited.take("anything", cpu=1e6) and unlimited.most_cpu(None) == float("inf")
+    assert unlimited.take("anything", cpu=1e6) and unlimited.take_up_to(None, 3.0) == 3.0
