@@ -107,18 +107,6 @@ class Kube:
 
     # --- the job ------------------------------------------------------------------------------
 
-    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._call(
-            f"get dtj {namespace}/{name}",
-            self.custom.get_namespaced_custom_object,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            PLURAL,
-            name,
-            missing_ok=True,
-        )
-
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         """Merge-patch ``status`` (None values delete fields). False when the job is gone."""
         result = self._call(

@@ -29,7 +29,7 @@ from decor import build, metrics, planner
 from decor.job import JobController, Room
 from decor.kube import Kube, KubeError
 from decor.model import DEFAULT_METRICS_PATH, DEFAULT_METRICS_PORT
-from decor.views import ClusterView, Key, Snapshot, free_capacity, pod_charge
+from decor.views import ClusterView, Key, NodeCapacity, Snapshot, free_capacity, pod_charge
 
 if TYPE_CHECKING:  # pragma: no cover
     from decor.handlers import OperatorConfig, OperatorMetrics
@@ -84,8 +84,10 @@ class ControlLoop:
         progress = reader(snapshot, due) if due else {}
         for key in due:
             self._prepare(snapshot, key, progress, now)
-        grants = self._plan(snapshot, now)
-        room = self._room(snapshot)
+        decor_pods = set(snapshot.trainer_pods())
+        free = free_capacity(snapshot, decor_pods) if snapshot.nodes_known else None
+        grants = self._plan(snapshot, decor_pods, free, now)
+        room = self._room(snapshot, decor_pods, free)
         self._commit_all(sorted(due, key=self._commit_order), grants, room, now)
         self.metrics.jobs_total.set(len(self.controllers))
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
@@ -195,33 +197,34 @@ class ControlLoop:
             self._failed(controller, exc)
         controller.next_due_s = now + controller.period_s
 
-    def _plan(self, snapshot: Snapshot, now: float) -> Mapping[str, planner.Grant] | None:
-        """Step 4: the planner over every active job's latest demand. None when the operator
-        cannot see nodes (a namespaced install): every job then gets what its law asks."""
-        if not snapshot.nodes_known:
+    def _plan(
+        self,
+        snapshot: Snapshot,
+        decor_pods: set[Key],
+        free: Mapping[str, NodeCapacity] | None,
+        now: float,
+    ) -> Mapping[str, planner.Grant] | None:
+        """Step 4: the planner over every active job's latest demand and each node's ``free``
+        capacity. None when the operator cannot see nodes (a namespaced install): every job
+        then gets what its law asks."""
+        if free is None:
             return None
         demands = [c.demand for c in self.controllers.values() if c.demand and not c.done]
         if not demands:
             return {}
-        decor_pods = self._decor_pods(snapshot)
         # What DECOR's pods hold beside their trainers (the metrics sidecars) is not the
-        # planner's to hand out.
-        overhead: dict[str, float] = {}
+        # planner's to hand out; a pod still to be created brings one too, on any node.
+        unplaced = sum(1 for d in demands if d.node is None)
+        overhead = dict.fromkeys(free, unplaced * build.sidecar_cpu_cores())
         for key in decor_pods:
             node = (snapshot.pods[key].get("spec") or {}).get("nodeName")
-            if node:
-                overhead[node] = overhead.get(node, 0.0) + build.sidecar_cpu_cores()
-        # A pod still to be created brings its sidecar too; it may land on any node.
-        unplaced = sum(1 for d in demands if d.node is None)
-        for node in snapshot.nodes:
-            overhead[node] = overhead.get(node, 0.0) + unplaced * build.sidecar_cpu_cores()
+            if node in overhead:
+                overhead[node] += build.sidecar_cpu_cores()
         nodes = [
             planner.Node(
-                name=n.name,
-                cpu_cores=max(0.0, n.cpu_cores - overhead.get(n.name, 0.0)),
-                gpus=n.gpus,
+                name=n.name, cpu_cores=max(0.0, n.cpu_cores - overhead[n.name]), gpus=n.gpus
             )
-            for n in sorted(free_capacity(snapshot, decor_pods).values(), key=lambda n: n.name)
+            for n in sorted(free.values(), key=lambda n: n.name)
         ]
         started = time.perf_counter()
         result = planner.plan(demands, nodes, now, self.planner_settings)
@@ -229,27 +232,22 @@ class ControlLoop:
         return result.grants
 
     @staticmethod
-    def _decor_pods(snapshot: Snapshot) -> set[Key]:
-        return set(snapshot.trainer_pods())
-
-    def _room(self, snapshot: Snapshot) -> Room:
+    def _room(
+        snapshot: Snapshot, decor_pods: set[Key], free: Mapping[str, NodeCapacity] | None
+    ) -> Room:
         """Free room per node for grows this period: what DECOR may use there minus what its
         trainers hold now (each at max(requested, applied))."""
-        if not snapshot.nodes_known:
+        if free is None:
             return Room(None)
-        decor_pods = self._decor_pods(snapshot)
-        free = {
-            name: [node.cpu_cores, node.gpus]
-            for name, node in free_capacity(snapshot, decor_pods).items()
-        }
+        left = {name: [node.cpu_cores, node.gpus] for name, node in free.items()}
         for key in decor_pods:
             pod = snapshot.pods[key]
             node = (pod.get("spec") or {}).get("nodeName")
-            if node in free:
+            if node in left:
                 cpu, gpus = pod_charge(pod)
-                free[node][0] -= cpu
-                free[node][1] -= gpus
-        return Room({name: (max(0.0, v[0]), max(0.0, v[1])) for name, v in free.items()})
+                left[node][0] -= cpu
+                left[node][1] -= gpus
+        return Room({name: (max(0.0, v[0]), max(0.0, v[1])) for name, v in left.items()})
 
     def _commit_order(self, key: Key) -> tuple[float, str]:
         """Earliest deadline first: when room is short, the most urgent grows first."""

@@ -197,11 +197,6 @@ class ClusterView:
             self.nodes_known = True
             self._nodes = nodes
 
-    def job(self, key: Key) -> dict[str, Any] | None:
-        with self._lock:
-            body = self._jobs.get(key)
-            return copy.deepcopy(body) if body is not None else None
-
     def snapshot(self) -> Snapshot:
         """The view now. Bodies are shared, not copied: every update replaces a body whole
         (put_* store deep copies) and nobody mutates one, so a period's snapshot stays as it
@@ -232,17 +227,16 @@ def _key(body: Mapping[str, Any]) -> Key:
 
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     """Keep what capacity accounting and the loop read; DECOR's trainers are kept whole."""
-    pod = copy.deepcopy(dict(body))
-    if job_label(pod):
-        return pod
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    if job_label(body):
+        return copy.deepcopy(dict(body))
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
 
     def slim_container(c: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "name": c.get("name"),
-            "resources": {"requests": (c.get("resources") or {}).get("requests") or {}},
+            "resources": {"requests": dict((c.get("resources") or {}).get("requests") or {})},
             "restartPolicy": c.get("restartPolicy"),
         }
 
@@ -258,8 +252,10 @@ def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
             "containerStatuses": [
                 {
                     "name": s.get("name"),
-                    "allocatedResources": s.get("allocatedResources") or {},
-                    "resources": {"requests": (s.get("resources") or {}).get("requests") or {}},
+                    "allocatedResources": dict(s.get("allocatedResources") or {}),
+                    "resources": {
+                        "requests": dict((s.get("resources") or {}).get("requests") or {})
+                    },
                 }
                 for s in status.get("containerStatuses") or []
             ],
