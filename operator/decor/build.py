@@ -1098,13 +1098,16 @@ def container_finished_s(pod: Mapping[str, Any], container: str) -> float | None
 
 
 def pod_failure_reason(pod: Mapping[str, Any], container: str) -> str:
-    """A one-line reason for a failed pod: the pod's reason, else the container's."""
+    """A one-line reason for a failed pod: the pod's reason, else the container's (its last
+    exit when it waits to be restarted)."""
     status = pod.get("status") or {}
     if status.get("reason"):
         return f"{status['reason']}: {status.get('message', '')}".strip(": ")
-    terminated = ((container_status(pod, container) or {}).get("state") or {}).get(
+    found = container_status(pod, container) or {}
+    # A container waiting to restart (CrashLoopBackOff) keeps its last exit in lastState.
+    terminated = (found.get("state") or {}).get("terminated") or (found.get("lastState") or {}).get(
         "terminated"
-    ) or {}
+    )
     if terminated:
         return f"{terminated.get('reason', 'Error')} (exit code {terminated.get('exitCode')})"
     return "failed"

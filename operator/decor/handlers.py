@@ -33,7 +33,7 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from decor import build, planner
+from decor import build, metrics, planner
 from decor.job import ACTUATIONS
 from decor.kube import Kube
 from decor.loop import IDLE_PERIOD_S, ControlLoop
@@ -74,6 +74,10 @@ ENV_PLANNER_POLICY = "DECOR_PLANNER_POLICY"
 """The planner's policy: decor (default), elasticflow, edf, decor-nn or none."""
 ENV_STALL_TIMEOUT_S = "DECOR_STALL_TIMEOUT_SECONDS"
 """A running trainer that completes no step for this long is reported Stalled (default 120)."""
+ENV_UNSCHEDULABLE_WAIT_S = "DECOR_UNSCHEDULABLE_WAIT_SECONDS"
+"""How long a trainer pod may stay unschedulable before the job falls back (default 120)."""
+ENV_MAX_POD_FAILURES = "DECOR_MAX_POD_FAILURES"
+"""Trainer crashes, or pods lost, a job survives before it is Failed (default 5)."""
 ENV_MIN_PERIOD_S = "DECOR_MIN_PERIOD_SECONDS"
 """The shortest control period any job runs at (the admin's floor over spec.control)."""
 
@@ -94,6 +98,8 @@ first sample the allocation stays where the pod started, which is what the law w
 """
 UNSCHEDULABLE_WAIT_S = 120.0
 """How long a trainer pod may stay unschedulable before the job falls back to what last ran."""
+UNSCHEDULABLE_HOLD_S = 600.0
+"""After such a fallback, how long the job asks for no more than what it fell back to."""
 STALL_TIMEOUT_S = 120.0
 """A running trainer that completes no step for this long is reported Stalled."""
 MAX_POD_FAILURES = 5
@@ -113,6 +119,7 @@ class OperatorConfig:
     startup_grace_s: float = STARTUP_GRACE_S
     max_pod_failures: int = MAX_POD_FAILURES
     unschedulable_wait_s: float = UNSCHEDULABLE_WAIT_S
+    unschedulable_hold_s: float = UNSCHEDULABLE_HOLD_S
     stall_timeout_s: float = STALL_TIMEOUT_S
     scrape_via: str = SCRAPE_DIRECT
     instance: str = field(default_factory=socket.gethostname)
@@ -120,6 +127,7 @@ class OperatorConfig:
     planner_policy: str = planner.POLICY_DECOR
     min_period_s: float = DEFAULT_MIN_PERIOD_S
     read_timeout_s: float = READ_TIMEOUT_S
+    read_wait_s: float = metrics.READ_WAIT_S
     scrape_workers: int = SCRAPE_WORKERS
     commit_workers: int = COMMIT_WORKERS
 
@@ -136,6 +144,10 @@ class OperatorConfig:
             "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
             "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
             "stall_timeout_s": float(env.get(ENV_STALL_TIMEOUT_S) or STALL_TIMEOUT_S),
+            "unschedulable_wait_s": float(
+                env.get(ENV_UNSCHEDULABLE_WAIT_S) or UNSCHEDULABLE_WAIT_S
+            ),
+            "max_pod_failures": int(env.get(ENV_MAX_POD_FAILURES) or MAX_POD_FAILURES),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -301,6 +313,7 @@ async def dtj_operator_cleanup(**_: Any) -> None:
     if current.task is not None:
         current.task.cancel()
         await asyncio.gather(current.task, return_exceptions=True)
+    current.loop.close()
 
 
 async def _run_loop(current: Runtime) -> None:

@@ -176,6 +176,8 @@ class JobController:
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
         self.last_steps: float | None = None  # steps at the last change (stall detection)
         self.last_progress_s: float | None = None  # when the steps last changed
+        # After an unschedulable pod: (the allocation fallen back to, until when it caps).
+        self.ceiling: tuple[float, float] | None = None
         self._period: _Period | None = None
 
     @property
@@ -375,11 +377,14 @@ class JobController:
         trainer_status = build.container_status(current, container) or {}
         crashes = int(trainer_status.get("restartCount") or 0)
         if crashes > self.config.max_pod_failures:
+            # Past the budget the pod would crash on, holding its node's capacity: deleted.
+            self.kube.delete_pod(self.namespace, pod_name, grace_period_s=0)
             return self._finish_period(
                 self._give_up(
                     body,
                     f"trainer crashed {crashes} times in pod {pod_name} "
-                    f"({build.REASON_CRASH_LOOP}: {build.pod_failure_reason(current, container)})",
+                    f"({build.REASON_CRASH_LOOP}: {build.pod_failure_reason(current, container)}); "
+                    "pod deleted",
                     now,
                 )
             )
@@ -464,12 +469,12 @@ class JobController:
             remaining = period.observation.steps_total - period.observation.steps_done
         if curve is None and spec.estimate_step_s and spec.estimate_allocation:
             curve = _estimated_curve(spec.estimate_step_s, spec.estimate_allocation)
+        most = self._capped(spec.resources.max, period.now_s)
         if need is None and period.step == STEP_CREATE and curve is not None and remaining > 0:
             # Not running yet: what it needs from now on, by its curve (its estimate).
             need = _need_from_curve(
-                curve, remaining, period.deadline_s - period.now_s, spec.resources.min,
-                spec.resources.max,
-            )  # fmt: skip
+                curve, remaining, period.deadline_s - period.now_s, spec.resources.min, most
+            )
         admitted = self.status.get("admission") not in (None, planner.QUEUED, planner.PREEMPTED)
         if period.step != STEP_CREATE:
             admitted = True  # it holds a pod
@@ -477,9 +482,9 @@ class JobController:
         self.demand = planner.Demand(
             key=self.plan_key,
             mode=spec.resources.mode,
-            need=state.allocation if need is None else need,
+            need=min(most, state.allocation if need is None else need),
             min_allocation=spec.resources.min,
-            max_allocation=spec.resources.max,
+            max_allocation=most,
             current=current or 0.0,
             steps_remaining=max(0.0, remaining),
             deadline_s=None if spec.best_effort else period.deadline_s,
@@ -514,6 +519,7 @@ class JobController:
     ) -> bool:
         spec = period.spec
         allocation = grant.allocation if grant is not None else period.state.allocation
+        allocation = self._capped(allocation, now)
         waiting = grant is not None and (
             grant.verdict in (planner.QUEUED, planner.PREEMPTED) or allocation <= 0
         )
@@ -543,7 +549,7 @@ class JobController:
         pod_name = pod["metadata"]["name"]
         if grant is not None and grant.verdict == planner.PREEMPTED:
             return self._preempt(period, grant, now)
-        target = decision.allocation if grant is None else grant.allocation
+        target = self._capped(decision.allocation if grant is None else grant.allocation, now)
         # A running trainer keeps at least its minimum (a best-effort job squeezed to
         # nothing keeps its minimum; only preemption takes a pod away).
         target = max(spec.resources.min, target)
@@ -911,21 +917,32 @@ class JobController:
             return None
         return f"{build.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
 
+    def _capped(self, allocation: float, now: float) -> float:
+        """``allocation``, no more than the fallback of an unschedulable pod while it holds."""
+        if self.ceiling is None or now >= self.ceiling[1]:
+            self.ceiling = None
+            return allocation
+        return min(allocation, self.ceiling[0])
+
     def _unschedulable_too_long(self, period: _Period, pod: Mapping[str, Any], now: float) -> bool:
         since = build.unschedulable_since_s(pod)
         return since is not None and now - since > self.config.unschedulable_wait_s
 
     def _fall_back(self, period: _Period, pod: Mapping[str, Any], now: float) -> bool:
         """A pod the scheduler could not place for too long (a GPU count the cluster cannot
-        give): delete it and go back to the allocation that last ran (MIN if none did)."""
+        give): delete it and go back to the allocation that last ran (MIN if none did), which
+        then caps the job for ``unschedulable_hold_s`` so that it does not ask again at once."""
         spec = period.spec
         last = build.parse_allocation(spec.resources.mode, self.status.get("ranWith"))
         fallback = last if last is not None else spec.resources.min
         asked = build.pod_allocation(pod, spec.trainer_container["name"], spec.resources.mode)
         state = replace(period.state, allocation=fallback, change_pending_since_s=None)
+        hold_s = self.config.unschedulable_hold_s
+        self.ceiling = (fallback, now + hold_s)
         why = (
             f"pod {pod['metadata']['name']} asking {asked:g} could not be scheduled for "
-            f"{self.config.unschedulable_wait_s:.0f}s; back to {fallback:g}"
+            f"{self.config.unschedulable_wait_s:.0f}s; back to {fallback:g}, "
+            f"asking no more for {hold_s:.0f}s"
         )
         self.kube.delete_pod(self.namespace, pod["metadata"]["name"], grace_period_s=0)
         self._event(period.body, build.EVENT_WARNING, build.EVENT_UNSCHEDULABLE, why, now)

@@ -4,7 +4,9 @@ Each period, in named steps:
 
 1. ``snapshot``   freeze the live views of jobs, pods and nodes (fed by watches);
 2. ``read``       one batched progress read for every due job (one Prometheus query, or
-                  bounded parallel scrapes of the trainers' endpoints);
+                  bounded parallel scrapes of the trainers' endpoints, waited on at most
+                  half a second: a slow endpoint costs its own job a sample, not the
+                  others their period);
 3. ``prepare``    each due job's lifecycle and law (:meth:`JobController.prepare`): its demand;
 4. ``plan``       the pure planner over every active job's latest demand and the nodes'
                   free capacity (:func:`planner.plan`);
@@ -67,6 +69,12 @@ class ControlLoop:
         self.planner_settings = planner.PlannerSettings(policy=config.planner_policy)
         self._woken: set[Key] = set()
         self._woken_lock = threading.Lock()
+        self._scraper: metrics.Scraper | None = None
+
+    def close(self) -> None:
+        """Stop the background reads (the operator is shutting down)."""
+        if self._scraper is not None:
+            self._scraper.close()
 
     def wake(self, key: Key) -> None:
         """Make the job due at the next period, whatever its own period (its spec changed)."""
@@ -146,9 +154,10 @@ class ControlLoop:
                 return dict.fromkeys(running, exc)
             missing = metrics.MetricsError("Prometheus has no progress series for this pod yet")
             return {k: reads.get(k, missing) for k in running}
-        return metrics.scrape_all(
-            {k: self._fetcher(body, pod) for k, (body, pod) in running.items()},
-            max_workers=self.config.scrape_workers,
+        if self._scraper is None:
+            self._scraper = metrics.Scraper(self.config.scrape_workers, self.config.read_wait_s)
+        return self._scraper.read(
+            {k: self._fetcher(body, pod) for k, (body, pod) in running.items()}
         )
 
     def _fetcher(self, body: Mapping[str, Any], pod: Mapping[str, Any]) -> Callable[[], str]:

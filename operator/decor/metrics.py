@@ -4,11 +4,12 @@ Two sources, one result per trainer pod (:class:`Progress`, or the :class:`Metri
 saying why there is none), read once per control period for every job at once:
 * :func:`prometheus_progress_all`: one instant query to a Prometheus server's HTTP API for
   every pod's series;
-* :func:`scrape_all`: the trainers' (or sidecars') ``/metrics`` endpoints in the text
-  exposition format, a bounded number in flight.
+* :class:`Scraper`: the trainers' (or sidecars') ``/metrics`` endpoints in the text
+  exposition format, a bounded number in flight, waited on for a bounded time.
 
 Every read is bounded (:func:`_http_get`): one total deadline, a size cap, no redirects, so a
-slow, dripping or huge answer costs one worker for a bounded time and never stalls the loop.
+slow, dripping or huge answer costs one worker for a bounded time, and the period waits for
+no read longer than :data:`READ_WAIT_S` (:class:`Scraper`), so it never stalls the loop.
 Missing or malformed metrics make the controller hold the allocation. Metric names are in
 docs/contract.md.
 """
@@ -22,7 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from decor.control import Observation
@@ -218,28 +219,66 @@ def progress_by_pod(result: list[dict[str, object]]) -> dict[PodKey, ProgressRea
     return reads
 
 
-def scrape_all(
-    fetch: dict[PodKey, Callable[[], str]],
-    max_workers: int = DEFAULT_SCRAPE_WORKERS,
-) -> dict[PodKey, ProgressRead]:
-    """Call every ``fetch`` (each returns a /metrics text, raising MetricsError) with at most
-    ``max_workers`` in flight; each is bounded by its own total deadline, so one slow
-    endpoint costs one worker for at most that long and never stalls the others."""
-    if not fetch:
-        return {}
+READ_WAIT_S = 0.5
+"""How long a control period waits for its trainers' endpoints (half the shortest period)."""
 
-    def one(getter: Callable[[], str]) -> ProgressRead:
-        try:
-            return progress_from_samples(parse_exposition(getter()))
-        except MetricsError as exc:
-            return exc
 
-    workers = max(1, min(max_workers, len(fetch)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-scrape") as pool:
-        futures = {key: pool.submit(one, getter) for key, getter in fetch.items()}
-        return {key: future.result() for key, future in futures.items()}
+class Scraper:
+    """The trainers' ``/metrics`` endpoints read in parallel, ``max_workers`` in flight, for
+    a control period that waits at most ``wait_s`` for them.
+
+    A read still running then (a slow or dripping endpoint) is answered with a
+    :class:`MetricsError` for this period and left to end in the background, bounded by its
+    own total deadline; that pod is not read again until it has, so one bad endpoint holds
+    one worker and the other jobs' periods stay on time. A read that could not even start
+    within the wait (more endpoints than workers can read in ``wait_s``) is cancelled."""
+
+    def __init__(self, max_workers: int = DEFAULT_SCRAPE_WORKERS, wait_s: float = READ_WAIT_S):
+        self.wait_s = wait_s
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, max_workers), thread_name_prefix="decor-scrape"
+        )
+        self._running: dict[PodKey, Future[ProgressRead]] = {}
+
+    def read(self, fetch: dict[PodKey, Callable[[], str]]) -> dict[PodKey, ProgressRead]:
+        """Call every ``fetch`` (each returns a /metrics text, raising MetricsError)."""
+        self._running = {k: f for k, f in self._running.items() if not f.done()}
+        reads: dict[PodKey, ProgressRead] = {}
+        started: dict[PodKey, Future[ProgressRead]] = {}
+        for key, getter in fetch.items():
+            if key in self._running:
+                reads[key] = MetricsError(
+                    f"no answer: the previous read of this endpoint is still running "
+                    f"(slower than {self.wait_s:g}s)"
+                )
+            else:
+                started[key] = self._pool.submit(_read_one, getter)
+        wait(started.values(), timeout=self.wait_s)
+        for key, future in started.items():
+            if future.done():
+                reads[key] = future.result()
+            elif future.cancel():
+                reads[key] = MetricsError(
+                    f"not read: {len(started)} endpoints are more than the readers can read "
+                    f"in {self.wait_s:g}s (use Prometheus, or more scrape workers)"
+                )
+            else:
+                self._running[key] = future
+                reads[key] = MetricsError(f"no answer within {self.wait_s:g}s")
+        return reads
+
+    def close(self) -> None:
+        """Stop reading: queued reads are dropped, running ones end by their deadline."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _read_one(getter: Callable[[], str]) -> ProgressRead:
+    try:
+        return progress_from_samples(parse_exposition(getter()))
+    except MetricsError as exc:
+        return exc
 
 
 def url_fetcher(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable[[], str]:
-    """A fetch for :func:`scrape_all`: GET ``url`` with the bounded reader."""
+    """A fetch for :class:`Scraper`: GET ``url`` with the bounded reader."""
     return lambda: _http_get(url, timeout_s)

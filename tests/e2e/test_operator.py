@@ -766,12 +766,22 @@ class PrometheusProcess:
 
     def scrape(self, namespace: str, pod: Any, port: int) -> None:
         """Scrape ``pod`` (with the namespace/pod labels of a Kubernetes pod scrape)."""
-        target = {
-            "targets": [f"{pod.status.pod_ip}:{port}"],
-            "labels": {"namespace": namespace, "pod": pod.metadata.name},
-        }
+        self.scrape_pods(namespace, [pod], port)
+
+    def scrape_pods(self, namespace: str, pods: list[Any], port: int) -> None:
+        """Scrape exactly ``pods`` from now on."""
+        targets = [
+            {
+                "targets": [f"{pod.status.pod_ip}:{port}"],
+                "labels": {"namespace": namespace, "pod": pod.metadata.name},
+            }
+            for pod in pods
+        ]
+        text = json.dumps(targets)
+        if self.targets.read_text() == text:
+            return
         tmp = self.targets.with_suffix(".tmp")
-        tmp.write_text(json.dumps([target]))
+        tmp.write_text(text)
         tmp.replace(self.targets)
 
     def start(self) -> None:

@@ -739,6 +739,18 @@ def test_gpu_count_terminating_and_failure_readers() -> None:
     pod["status"]["reason"] = "Evicted"
     pod["status"]["message"] = "low on memory"
     assert build.pod_failure_reason(pod, "trainer") == "Evicted: low on memory"
+    crash_looping = {
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "trainer",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+                }
+            ]
+        }
+    }
+    assert build.pod_failure_reason(crash_looping, "trainer") == "Error (exit code 1)"
     assert build.pod_phase({}) == "Pending"
     assert not build.is_terminating({"metadata": {}})
 

@@ -12,13 +12,15 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from decor.metrics import (
+    STEPS_DONE,
+    STEPS_PLANNED,
     MetricsError,
     Progress,
+    Scraper,
     observation_from_progress,
     parse_exposition,
     progress_from_samples,
     prometheus_progress_all,
-    scrape_all,
     scrape_progress,
     url_fetcher,
 )
@@ -160,15 +162,18 @@ def test_prometheus_down_is_an_error() -> None:
         prometheus_progress_all("http://127.0.0.1:9", timeout_s=0.5)
 
 
-def test_scrape_all_reads_each_endpoint_and_reports_each_failure(server: _Server) -> None:
-    reads = scrape_all(
-        {
-            ("ns", "good"): url_fetcher(server.url + "/metrics"),
-            ("ns", "broken"): url_fetcher(server.url + "/broken"),
-            ("ns", "absent"): url_fetcher(server.url + "/absent"),
-        },
-        max_workers=2,
-    )
+def test_scraper_reads_each_endpoint_and_reports_each_failure(server: _Server) -> None:
+    scraper = Scraper(max_workers=2, wait_s=5.0)
+    try:
+        reads = scraper.read(
+            {
+                ("ns", "good"): url_fetcher(server.url + "/metrics"),
+                ("ns", "broken"): url_fetcher(server.url + "/broken"),
+                ("ns", "absent"): url_fetcher(server.url + "/absent"),
+            }
+        )
+    finally:
+        scraper.close()
     assert isinstance(reads[("ns", "good")], Progress)
     assert isinstance(reads[("ns", "broken")], MetricsError)
     assert "cannot read" in str(reads[("ns", "absent")])
@@ -238,19 +243,42 @@ def test_reads_are_bounded(mode: str, reason: str) -> None:
         bad.close()
 
 
-def test_a_dripping_endpoint_does_not_hold_up_the_others(server: _Server) -> None:
+def test_a_dripping_endpoint_does_not_hold_up_the_period(server: _Server) -> None:
     bad = _Misbehaving("drip")
+    scraper = Scraper(max_workers=2, wait_s=0.5)
+    fetch = {
+        ("ns", "drip"): url_fetcher(bad.url, timeout_s=2.0),
+        **{("ns", f"ok-{i}"): url_fetcher(server.url + "/metrics") for i in range(6)},
+    }
     try:
-        started = time.monotonic()
-        reads = scrape_all(
-            {
-                ("ns", "drip"): url_fetcher(bad.url, timeout_s=1.0),
-                **{("ns", f"ok-{i}"): url_fetcher(server.url + "/metrics") for i in range(6)},
-            },
-            max_workers=2,
-        )
-        assert time.monotonic() - started < 3.0
-        assert all(isinstance(reads[("ns", f"ok-{i}")], Progress) for i in range(6))
-        assert isinstance(reads[("ns", "drip")], MetricsError)
+        for answer in ("no answer within 0.5s", "still running"):
+            started = time.monotonic()
+            reads = scraper.read(fetch)
+            assert time.monotonic() - started < 1.0  # the wait, not the read's 2 s deadline
+            assert all(isinstance(reads[("ns", f"ok-{i}")], Progress) for i in range(6))
+            assert answer in str(reads[("ns", "drip")])
+        time.sleep(2.0)  # the first read has ended at its deadline: the endpoint is read again
+        assert "no answer within" in str(scraper.read(fetch)[("ns", "drip")])
     finally:
         bad.close()
+        scraper.close()
+
+
+def test_reads_that_cannot_start_within_the_wait_are_cancelled() -> None:
+    release = threading.Event()
+    started: list[str] = []
+
+    def blocked(name: str) -> str:
+        started.append(name)
+        release.wait(5)
+        return f"{STEPS_DONE} 1\n{STEPS_PLANNED} 2\n"
+
+    scraper = Scraper(max_workers=1, wait_s=0.2)
+    try:
+        reads = scraper.read({("ns", "a"): lambda: blocked("a"), ("ns", "b"): lambda: blocked("b")})
+    finally:
+        release.set()
+        scraper.close()
+    assert started == ["a"]
+    assert "no answer within 0.2s" in str(reads[("ns", "a")])
+    assert "not read: 2 endpoints" in str(reads[("ns", "b")])

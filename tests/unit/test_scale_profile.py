@@ -16,10 +16,10 @@ from decor import metrics  # noqa: E402
 def test_sampler_counts_where_each_thread_waits() -> None:
     release = threading.Event()
     # A thread blocked inside operator code (decor/metrics.py) and below it in the stdlib.
+    scraper = metrics.Scraper(max_workers=1, wait_s=30)
     worker = threading.Thread(
-        target=metrics.scrape_all,
+        target=scraper.read,
         args=({("ns", "p"): lambda: str(release.wait(30) and "")},),
-        kwargs={"max_workers": 1},
         name="loop",
     )
     worker.start()
@@ -35,10 +35,11 @@ def test_sampler_counts_where_each_thread_waits() -> None:
     runner.join()
     release.set()
     worker.join()
+    scraper.close()
     summary = sampler.summary()
     assert summary["samples"] >= 20
     own = {(e["thread"], e["frame"]) for e in summary["innermost_operator_frame"]}
-    assert ("decor-scrape_0", "metrics.py:one") in own  # the worker, in operator code
+    assert ("decor-scrape_0", "metrics.py:_read_one") in own  # the worker, in operator code
     assert any(t == "loop" and f.startswith("metrics.py:") for t, f in own)
     inner = {e["frame"] for e in summary["innermost"] if e["thread"] == "decor-scrape_0"}
     assert any(f.startswith("threading.py:") for f in inner)
