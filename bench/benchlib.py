@@ -98,27 +98,46 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+REFERENCE_TRAINER = "decor_trainer.train"
+OWN_LOOP = "decor_trainer.encoder_loop"
+
+
 @dataclass(frozen=True)
 class WorkloadSize:
-    """A reference workload and its size (trainer flags)."""
+    """A benchmark workload and its size (trainer flags).
 
-    name: str  # resnet | vgg | lstm
+    ``resnet``, ``vgg`` and ``lstm`` run in the reference trainer, which sets its threads
+    from its CPU limit; ``encoder`` is a loop written the way users write theirs
+    (``decor_trainer.encoder_loop``: PyTorch's default threads, the two-line helper)."""
+
+    name: str  # resnet | vgg | lstm | encoder
     width: int
     batch_size: int
     extra_args: tuple[str, ...] = ()
     probe_steps: int = 150  # steps of the first all-cores run that sizes the job
+    module: str = REFERENCE_TRAINER
+
+    @property
+    def threads_follow_limit(self) -> bool:
+        """The reference trainer runs one thread per whole core of its limit."""
+        return self.module == REFERENCE_TRAINER
+
+    def command(self) -> list[str]:
+        return ["python3", "-m", self.module]
 
     def trainer_args(self) -> list[str]:
-        return [
-            "--workload", self.name, "--width", str(self.width),
-            "--batch-size", str(self.batch_size), *self.extra_args,
-        ]  # fmt: skip
+        size = ["--width", str(self.width), "--batch-size", str(self.batch_size), *self.extra_args]
+        if not self.threads_follow_limit:
+            return size
+        # no periodic checkpoint: every run starts from step 0 in its own folder
+        return ["--workload", self.name, *size, "--checkpoint-every-s", "0"]
 
 
 SMALL_SIZES = {
     "resnet": WorkloadSize("resnet", width=8, batch_size=16),
     "vgg": WorkloadSize("vgg", width=16, batch_size=32),
     "lstm": WorkloadSize("lstm", width=64, batch_size=20),
+    "encoder": WorkloadSize("encoder", width=64, batch_size=32, module=OWN_LOOP),
 }
 # The papers' sizes: CIFAR ResNet-18 / VGG-11, medium PTB LSTM. Seconds per step on 2 cores.
 PAPER_SIZES = {
@@ -131,6 +150,15 @@ PAPER_SIZES = {
         extra_args=("--vocab-size", "10000", "--seq-len", "35"),
         probe_steps=8,
     ),  # fmt: skip
+    # A BERT-small-sized encoder (4 layers, width 256, 128 tokens).
+    "encoder": WorkloadSize(
+        "encoder",
+        width=256,
+        batch_size=32,
+        extra_args=("--layers", "4", "--heads", "4", "--seq-len", "128"),
+        probe_steps=8,
+        module=OWN_LOOP,
+    ),
 }
 TINY_SIZE = WorkloadSize("resnet", width=4, batch_size=8, probe_steps=800)
 
@@ -311,30 +339,40 @@ def _threads(cores: float) -> float:
     return max(1.0, thread_cores(cores))
 
 
-def predicted_time_s(curve: Sequence[SpeedPoint], steps: float, cores: float) -> float:
+def predicted_time_s(
+    curve: Sequence[SpeedPoint], steps: float, cores: float, staircase: bool = True
+) -> float:
     """Seconds from start to the last step at a constant ``cores``, from the profiled curve.
 
-    The trainer runs one thread per whole core of its limit, so speed is a staircase above
-    one core: a limit runs as fast as the profiled allocations with its thread count, rate
-    and start-up interpolated linearly between them and constant beyond them (1.7 cores as
-    fast as the 1.5-core profile, not halfway to the 2-thread 2.0). Below the smallest
-    allocation, rate is taken proportional to cores and start-up inversely (both CPU-bound).
+    The reference trainer runs one thread per whole core of its limit (``staircase``), so
+    speed is a staircase above one core: a limit runs as fast as the profiled allocations
+    with its thread count, rate and start-up interpolated linearly between them and constant
+    beyond them (1.7 cores as fast as the 1.5-core profile, not halfway to the 2-thread 2.0).
+    A loop whose threads do not follow its limit is interpolated between all the profiled
+    allocations. Below the smallest allocation, rate is taken proportional to cores and
+    start-up inversely (both CPU-bound).
     """
     pts = sorted(curve, key=lambda p: p.cores)
     lowest = pts[0]
     if cores < lowest.cores:
         scale = cores / lowest.cores
         return lowest.startup_s / scale + steps / (lowest.steps_per_s * scale)
-    same = [p for p in pts if _threads(p.cores) == _threads(cores)]
-    below = [p for p in pts if p.cores <= cores]
-    pts = same or below[-1:]  # no profile with this thread count: the nearest one below
+    if staircase:
+        same = [p for p in pts if _threads(p.cores) == _threads(cores)]
+        below = [p for p in pts if p.cores <= cores]
+        pts = same or below[-1:]  # no profile with this thread count: the nearest one below
     rate = _interp([(p.cores, p.steps_per_s) for p in pts], cores)
     startup = _interp([(p.cores, p.startup_s) for p in pts], cores)
     return startup + steps / rate
 
 
 def oracle_allocation(
-    curve: Sequence[SpeedPoint], steps: float, deadline_s: float, min_cores: float, max_cores: float
+    curve: Sequence[SpeedPoint],
+    steps: float,
+    deadline_s: float,
+    min_cores: float,
+    max_cores: float,
+    staircase: bool = True,
 ) -> float:
     """The constant allocation (cores, to the millicore) that finishes exactly at ``deadline_s``.
 
@@ -342,14 +380,18 @@ def oracle_allocation(
     curve only needs time to fall as cores rise; on the thread staircase a deadline that one
     thread cannot meet takes the next whole core.
     """
-    if predicted_time_s(curve, steps, max_cores) >= deadline_s:
+
+    def time_at(cores: float) -> float:
+        return predicted_time_s(curve, steps, cores, staircase)
+
+    if time_at(max_cores) >= deadline_s:
         return max_cores
-    if predicted_time_s(curve, steps, min_cores) <= deadline_s:
+    if time_at(min_cores) <= deadline_s:
         return min_cores
     lo, hi = min_cores, max_cores  # time(lo) > deadline >= time(hi)
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if predicted_time_s(curve, steps, mid) > deadline_s:
+        if time_at(mid) > deadline_s:
             lo = mid
         else:
             hi = mid

@@ -263,9 +263,8 @@ def manifest(
                     "containers": [
                         {
                             "name": "trainer",
-                            "command": ["python3", "-m", "decor_trainer.train"],
-                            # no periodic checkpoint: every run starts from step 0 in its own folder
-                            "args": size.trainer_args() + ["--checkpoint-every-s", "0"],
+                            "command": size.command(),
+                            "args": size.trainer_args(),
                         }
                     ]
                 }
@@ -732,9 +731,12 @@ def execute(
     scenario = bl.SCENARIOS[run.scenario]
     deadline_s = scenario.factor * all_cores_s
     final_deadline_s = scenario.final_factor * all_cores_s
-    oracle_cores = bl.oracle_allocation(curve, steps, final_deadline_s, grid.min_cores, max_cores)
+    staircase = size.threads_follow_limit
+    oracle_cores = bl.oracle_allocation(
+        curve, steps, final_deadline_s, grid.min_cores, max_cores, staircase
+    )
     oracle_cs = oracle_cores * min(
-        final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores)
+        final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores, staircase)
     )
     if run.policy == "static-max":
         bounds = (max_cores, max_cores, max_cores)
@@ -951,11 +953,12 @@ def execute_k8s(
         and local.get("size") == json.loads(json.dumps(asdict(size)))
     ):
         curve = kb.shifted_curve([bl.SpeedPoint(**p) for p in local["curve"]], steps, all_cores_s)
+        staircase = size.threads_follow_limit
         oracle_cores = bl.oracle_allocation(
-            curve, steps, final_deadline_s, grid.min_cores, max_cores
+            curve, steps, final_deadline_s, grid.min_cores, max_cores, staircase
         )
         oracle_cs = oracle_cores * min(
-            final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores)
+            final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores, staircase)
         )
     lo, hi = grid.min_cores, max_cores
     doc = manifest(
@@ -1051,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
     )
-    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm")
+    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm,encoder")
     parser.add_argument(
         "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
     )

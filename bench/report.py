@@ -223,10 +223,12 @@ def render_markdown(
         "- `static-max`: all cores for the whole run. `static-oracle`: the constant allocation "
         "that the profiled speed curve predicts finishes exactly at the final deadline, "
         "run for real. The curve comes from whole static runs of the job at 1/4, 1/2, 3/4 of "
-        "MAX and at MAX. The trainer runs one thread per whole core of its limit, so the curve "
-        "is a staircase above one core: a limit is interpolated only between profiled "
-        "allocations with its thread count (1.7 cores run like the 1.5-core profile) and a "
-        "deadline one thread cannot meet takes the next whole core. The curve is exact at the "
+        "MAX and at MAX. The reference trainer runs one thread per whole core of its limit, so "
+        "its curve is a staircase above one core: a limit is interpolated only between "
+        "profiled allocations with its thread count (1.7 cores run like the 1.5-core profile) "
+        "and a deadline one thread cannot meet takes the next whole core; `encoder` (a user's "
+        "own loop, PyTorch's default threads) is interpolated between all of them. The curve "
+        "is exact at the "
         "profiled allocations, so what the oracle runs miss by is the run-to-run spread of "
         "this machine plus the interpolation.",
         "",
@@ -389,7 +391,7 @@ def render_markdown(
         "",
         "```bash",
         "make bench-smoke     # 2-3 min: exercises the harness, asserts nothing about performance",
-        "make bench-quick     # ~90 min: 3 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
+        "make bench-quick     # ~2 h: 4 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
         "make bench           # the full grid (T ~ 60 s): several hours",
         "make bench-k8s       # ~12 min: the cluster subset (test bed up, runs, test bed down)",
         "python bench/report.py   # this page, from results.json",

@@ -138,6 +138,29 @@ def test_oracle_follows_the_thread_staircase() -> None:
     assert bl.predicted_time_s(curve, steps, 1.99) == pytest.approx(2.0 + 160 / 10.5)
 
 
+def test_a_loop_whose_threads_do_not_follow_its_limit_has_no_staircase() -> None:
+    curve = [
+        bl.SpeedPoint(1.0, 10.0, 2.0),
+        bl.SpeedPoint(1.5, 10.5, 2.0),
+        bl.SpeedPoint(2.0, 16.0, 2.0),
+    ]
+    # 1.75 cores: halfway between the 1.5 and 2.0 profiles, not the one-thread 1.5 one
+    assert bl.predicted_time_s(curve, 160, 1.75, staircase=False) == pytest.approx(
+        2.0 + 160 / 13.25
+    )
+    cores = bl.oracle_allocation(curve, 160, 2.0 + 160 / 13.25, 0.25, 2.0, staircase=False)
+    assert cores == pytest.approx(1.75, abs=1e-3)
+
+
+def test_workload_commands() -> None:
+    resnet, encoder = bl.SMALL_SIZES["resnet"], bl.SMALL_SIZES["encoder"]
+    assert resnet.command() == ["python3", "-m", "decor_trainer.train"]
+    assert resnet.trainer_args()[:2] == ["--workload", "resnet"] and resnet.threads_follow_limit
+    assert encoder.command() == ["python3", "-m", "decor_trainer.encoder_loop"]
+    assert encoder.trainer_args() == ["--width", "64", "--batch-size", "32"]
+    assert not encoder.threads_follow_limit
+
+
 def test_oracle_clamps_to_the_bounds() -> None:
     assert bl.oracle_allocation(LINEAR, 400, 10.0, 0.25, 2.0) == 2.0  # infeasible: MAX
     assert bl.oracle_allocation(LINEAR, 400, 1e6, 0.25, 2.0) == 0.25  # anything will do: MIN
