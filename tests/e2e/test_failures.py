@@ -217,8 +217,12 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
 
         message = kube.wait_for(fell_back, 300, "the Unschedulable fallback")
         assert "asking 2 could not be scheduled for 20s; back to 1" in message, message
-        at_risk = condition(job_status(kube, namespace, name), "AtRisk")
-        assert at_risk.get("reason") == "Unschedulable", at_risk
+
+        def at_risk() -> dict[str, Any] | None:
+            found = condition(job_status(kube, namespace, name), "AtRisk")
+            return found if found.get("reason") == "Unschedulable" else None
+
+        kube.wait_for(at_risk, 10, "AtRisk (Unschedulable)")
     finally:
         kube.core.patch_node(
             node.metadata.name, {"spec": {"taints": [_taint_dict(t) for t in taints] or None}}
