@@ -219,7 +219,8 @@ def render_markdown(
         "",
         "- `decor`: the default law (shrinking horizon + online speed model); "
         "`decor-nn`: the published DECOR-NN PI law (K = 50, Ti = 12 s). Both from MIN 0.25 "
-        "core to MAX all cores, starting at MAX, control period 1 s.",
+        "core to MAX all cores, control period 1 s; `decor` starts at the spec's default (one "
+        "core), `decor-nn` at MAX (its published law).",
         "- `static-max`: all cores for the whole run. `static-oracle`: the constant allocation "
         "that the profiled speed curve predicts finishes exactly at the final deadline, "
         "run for real. The curve comes from whole static runs of the job at 1/4, 1/2, 3/4 of "
