@@ -87,6 +87,9 @@ ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
 ENV_WORKERS = "DECOR_WORKERS"
 """GPU mode: worker processes the trainer runs, = the allocated GPU count (one per GPU; on
 nodes without real devices, such as the test bed's fake GPUs, that many CPU workers)."""
+ENV_BATCH_POLICY = "DECOR_BATCH_POLICY"
+"""GPU mode: spec.resources.batchPolicy in the trainer's words (decor_trainer.distributed)."""
+BATCH_POLICY_NAMES = {"fixedGlobal": "fixed-global", "scaleWithWorkers": "scale-with-workers"}
 
 # --- phases ----------------------------------------------------------------------------------
 
@@ -419,6 +422,9 @@ def build_trainer_pod(
     env = _upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
     if spec.resources.mode == "gpu":
         env = _upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
+        if spec.resources.batch_policy is not None:
+            policy = BATCH_POLICY_NAMES[spec.resources.batch_policy]
+            env = _upsert_env(env, ENV_BATCH_POLICY, policy)
     trainer["env"] = env
 
     # Volumes: the progress file, and the checkpoint unless the template provides one.

@@ -23,6 +23,7 @@ Mode = Literal["cpu", "gpu"]
 Policy = Literal["decor", "decor-nn"]
 POLICIES: tuple[str, ...] = ("decor", "decor-nn")
 MODES: tuple[str, ...] = ("cpu", "gpu")
+BATCH_POLICIES: tuple[str, ...] = ("fixedGlobal", "scaleWithWorkers")
 
 DEFAULT_METRICS_PORT = 9100
 DEFAULT_METRICS_PATH = "/metrics"
@@ -56,6 +57,7 @@ class ResourceSpec:
     min: float
     max: float
     initial: float
+    batch_policy: str | None = None  # gpu: fixedGlobal | scaleWithWorkers (None: the trainer's)
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,7 @@ def parse_resources(raw: Any) -> ResourceSpec:
     section = _mapping(raw, where)
     if not section:
         raise ManifestError(where, "is required (mode, min, max, initial)")
-    _reject_unknown(section, {"mode", "min", "max", "initial"}, where)
+    _reject_unknown(section, {"mode", "min", "max", "initial", "batchPolicy"}, where)
     mode = section.get("mode", "cpu")
     if mode not in MODES:
         raise ManifestError(f"{where}.mode", f"must be one of cpu, gpu; got {mode!r}")
@@ -277,7 +279,18 @@ def parse_resources(raw: Any) -> ResourceSpec:
         raise ManifestError(
             f"{where}.initial", f"must be within [min, max] = [{min_:g}, {max_:g}], got {initial:g}"
         )
-    return ResourceSpec(mode=mode, min=min_, max=max_, initial=initial)
+    batch_policy = section.get("batchPolicy")
+    if batch_policy is not None:
+        if batch_policy not in BATCH_POLICIES:
+            raise ManifestError(
+                f"{where}.batchPolicy",
+                f"must be one of {', '.join(BATCH_POLICIES)}; got {batch_policy!r}",
+            )
+        if mode != "gpu":
+            raise ManifestError(
+                f"{where}.batchPolicy", "applies to mode gpu (its workers follow the GPU count)"
+            )
+    return ResourceSpec(mode=mode, min=min_, max=max_, initial=initial, batch_policy=batch_policy)
 
 
 def parse_control(raw: Any, mode: Mode) -> ControlSpec:

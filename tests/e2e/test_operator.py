@@ -387,6 +387,8 @@ BAD_MANIFESTS = [
     ("unknown-policy", _edited("spec.control.policy", "pid"), "spec.control.policy", "spec.control.policy"),
     ("port-out-of-range", _edited("spec.metrics.port", 70000), "spec.metrics.port", "spec.metrics.port"),
     ("unknown-field", _edited("spec.deadlineSlack", "5s"), "spec.deadlineSlack", "spec.deadlineSlack"),
+    ("batch-policy-on-cpu", _edited("spec.resources.batchPolicy", "fixedGlobal"), "spec.resources.batchPolicy", "spec.resources.batchPolicy"),
+    ("unknown-batch-policy", _edited("spec.resources.batchPolicy", "linear", GPU_VALID), "spec.resources.batchPolicy", "spec.resources.batchPolicy"),
 ]  # fmt: skip
 
 
@@ -422,6 +424,7 @@ def test_bad_manifests_are_rejected_naming_the_field(
     [
         VALID,
         GPU_VALID,
+        _edited("spec.resources.batchPolicy", "scaleWithWorkers", GPU_VALID),
         _edited("spec.resources", {"mode": "cpu", "min": "0.5", "max": 2, "initial": "1500m"}),
         _edited("spec.resources", {"max": "500m"}),  # min defaults to max when max < 1
         _edited("spec.deadline", "2030-01-01T00:00:00Z", _edited("spec.duration", _DELETE)),
@@ -431,6 +434,7 @@ def test_bad_manifests_are_rejected_naming_the_field(
     ids=[
         "cpu",
         "gpu",
+        "gpu-batch-policy",
         "fractional-cores",
         "max-only",
         "deadline",

@@ -49,3 +49,39 @@ def test_the_allocation_replaces_a_worker_count_in_the_template() -> None:
 def test_cpu_pod_sets_no_worker_count() -> None:
     cpu = {"mode": "cpu", "min": "250m", "max": "2", "initial": "2"}
     assert build.ENV_WORKERS not in trainer_env(job_body(cpu), 2.0)
+
+
+@pytest.mark.parametrize(
+    ("policy", "trainer_word"),
+    [("fixedGlobal", "fixed-global"), ("scaleWithWorkers", "scale-with-workers")],
+)
+def test_the_batch_policy_reaches_the_trainer_in_its_words(policy: str, trainer_word: str) -> None:
+    from decor_trainer.distributed import BATCH_POLICIES
+
+    env = trainer_env(job_body({**GPU, "batchPolicy": policy}), 2.0)
+    assert env[build.ENV_BATCH_POLICY] == trainer_word
+    assert trainer_word in BATCH_POLICIES  # a name the trainer accepts
+
+
+def test_without_a_batch_policy_the_trainer_keeps_its_default() -> None:
+    assert build.ENV_BATCH_POLICY not in trainer_env(job_body(GPU), 2.0)
+
+
+@pytest.mark.parametrize(
+    ("resources", "why"),
+    [
+        ({**GPU, "batchPolicy": "linear"}, "must be one of fixedGlobal, scaleWithWorkers"),
+        (
+            {"mode": "cpu", "max": "2", "batchPolicy": "fixedGlobal"},
+            "applies to mode gpu",
+        ),
+    ],
+)
+def test_a_bad_batch_policy_is_refused_naming_the_field(
+    resources: dict[str, Any], why: str
+) -> None:
+    from decor.model import ManifestError
+
+    with pytest.raises(ManifestError, match=why) as caught:
+        parse_job(job_body(resources))
+    assert caught.value.field == "spec.resources.batchPolicy"

@@ -170,8 +170,13 @@ def test_cross_field_rules_name_their_fields(schema: dict[str, Any]) -> None:
     paths = {r["fieldPath"] for r in resource_rules}
     assert {".min", ".initial"} <= paths
     for rule in resource_rules:
-        assert "quantity(" in rule["rule"]
         assert rule["message"].startswith("spec.resources")
+        if rule["fieldPath"] == ".batchPolicy":  # only in gpu mode
+            assert "self.mode == 'gpu'" in rule["rule"]
+        else:
+            assert "quantity(" in rule["rule"]
+    assert ".batchPolicy" in paths
+    assert at(schema, "spec.resources.batchPolicy")["enum"] == ["fixedGlobal", "scaleWithWorkers"]
     for name in ("min", "max", "initial"):
         (rule,) = rules(at(schema, f"spec.resources.{name}"))
         assert "isQuantity" in rule["rule"]
