@@ -133,6 +133,8 @@ class Observation:
     ``time_s``: when the sample was taken (Unix s). ``steps_done``/``steps_total``: completed
     and planned mini-batches. ``allocation``: what is actually in effect now (read back from
     the cgroup or the pod status). ``pending``: a requested change has not taken effect yet.
+    ``restart_s``: the trainer's own measure of its last restart (from the save of the
+    checkpoint it resumed from to its first step after), when it reports one.
     """
 
     time_s: float
@@ -140,6 +142,7 @@ class Observation:
     steps_total: float
     allocation: float
     pending: bool = False
+    restart_s: float | None = None
 
     @property
     def progress(self) -> float:
@@ -394,12 +397,15 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
         if obs.steps_done > state.last_steps and settings.mode == "gpu":
-            # First progress after a restart: the gap is (roughly) what a restart costs.
-            coeffs = fit.coefficients()
-            step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
-            seen = max(
-                0.0, obs.time_s - pending_since - (obs.steps_done - state.last_steps) * step_s
-            )
+            # First progress after a restart: what it cost, as the trainer measured it (save
+            # to first step), else the gap in progress less the steps done in it.
+            if obs.restart_s is not None and obs.restart_s > 0:
+                seen = obs.restart_s
+            else:
+                coeffs = fit.coefficients()
+                step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
+                gap_s = obs.time_s - pending_since
+                seen = max(0.0, gap_s - (obs.steps_done - state.last_steps) * step_s)
             # The first measurement replaces the configured guess; later ones are averaged in.
             if learned_restart_s is not None:
                 seen = 0.5 * (learned_restart_s + seen)

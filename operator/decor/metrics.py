@@ -32,6 +32,7 @@ STEPS_DONE = "decor_steps_completed_total"
 STEPS_PLANNED = "decor_steps_planned"
 LAST_STEP_TIME = "decor_last_step_timestamp_seconds"
 EPOCHS_DONE = "decor_epochs_completed"
+RESTART_SECONDS = "decor_training_restart_seconds"
 SAMPLES_DONE = "decor_samples_completed_total"
 
 DEFAULT_TIMEOUT_S = 2.0
@@ -43,7 +44,7 @@ PROMETHEUS_MAX_BYTES = 256 << 20
 READ_CHUNK_BYTES = 65536
 DEFAULT_SCRAPE_WORKERS = 16
 """Scrapes in flight at once when reading progress without Prometheus."""
-PROGRESS_NAMES = (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE)
+PROGRESS_NAMES = (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE, RESTART_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Progress:
     steps_planned: float
     last_step_time_s: float | None  # Unix s of the last completed step (None before any)
     epochs_done: float | None = None
+    restart_s: float | None = None  # the trainer's last restart, save to first step (None: 0)
 
 
 class MetricsError(Exception):
@@ -89,11 +91,15 @@ def progress_from_samples(samples: dict[str, float]) -> Progress:
     if not (math.isfinite(steps) and math.isfinite(planned)) or steps < 0 or planned <= 0:
         raise MetricsError(f"implausible progress: {steps:g} of {planned:g} steps")
     last = samples.get(LAST_STEP_TIME)
+    restart = samples.get(RESTART_SECONDS)
     return Progress(
         steps_done=steps,
         steps_planned=planned,
         last_step_time_s=last if last and last > 0 else None,
         epochs_done=samples.get(EPOCHS_DONE),
+        restart_s=restart
+        if restart is not None and math.isfinite(restart) and restart > 0
+        else None,
     )
 
 
@@ -112,6 +118,7 @@ def observation_from_progress(
         steps_total=progress.steps_planned,
         allocation=allocation,
         pending=pending,
+        restart_s=progress.restart_s,
     )
 
 

@@ -602,6 +602,22 @@ def test_decor_gpu_learns_the_restart_cost() -> None:
     assert second.state.restart_cost_s == pytest.approx(25.0)
 
 
+def test_decor_gpu_takes_the_restart_cost_the_trainer_measured() -> None:
+    settings = gpu_settings(2000.0, "decor")
+    state = replace(
+        gpu_decor_state(2.0, last_change_s=100.0),
+        last_time_s=99.0,
+        last_steps=400,
+        change_pending_since_s=100.0,
+    )
+    # The gap says 20 s (as above); the trainer measured 14 s from its save to its first step.
+    measured = replace(observation(123.6, 403, 2.0, total=1000), restart_s=14.0)
+    assert decide(state, measured, settings, 125).state.restart_cost_s == pytest.approx(14.0)
+    # A trainer that reports none (0: it did not resume) leaves the gap's estimate.
+    none = replace(observation(123.6, 403, 2.0, total=1000), restart_s=None)
+    assert decide(state, none, settings, 125).state.restart_cost_s == pytest.approx(20.0)
+
+
 def test_decor_gpu_pending_holds() -> None:
     settings = gpu_settings(600.0, "decor")
     state = replace(gpu_decor_state(3.0, last_change_s=95.0), change_pending_since_s=95.0)

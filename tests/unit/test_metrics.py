@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 from decor.metrics import (
+    RESTART_SECONDS,
     STEPS_DONE,
     STEPS_PLANNED,
     MetricsError,
@@ -282,3 +283,12 @@ def test_reads_that_cannot_start_within_the_wait_are_cancelled() -> None:
     assert started == ["a"]
     assert "no answer within 0.2s" in str(reads[("ns", "a")])
     assert "not read: 2 endpoints" in str(reads[("ns", "b")])
+
+
+def test_the_trainers_restart_measure_is_read_when_it_resumed() -> None:
+    base = {STEPS_DONE: 5.0, STEPS_PLANNED: 10.0}
+    assert progress_from_samples({**base, RESTART_SECONDS: 7.5}).restart_s == 7.5
+    assert progress_from_samples({**base, RESTART_SECONDS: 0.0}).restart_s is None  # no resume
+    assert progress_from_samples(base).restart_s is None
+    progress = progress_from_samples({**base, RESTART_SECONDS: 7.5})
+    assert observation_from_progress(progress, 100.0, 2.0).restart_s == 7.5
