@@ -250,21 +250,36 @@ def watcher(kube: Any, namespace: str, prometheus: PrometheusProcess) -> Iterato
         found.thread.join(timeout=10)
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (this machine's init may never reap one)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def restart_apiserver(kube: Any) -> float:
     """Stop the test bed's kube-apiserver (SIGTERM) and start it again with the same command
-    line; returns the seconds until it was ready again."""
+    line; returns the seconds until it was ready again. It is started again whatever happens
+    in between: every later test needs it."""
     pidfile = CLUSTER_RUN / "kube-apiserver.pid"
     pid = int(pidfile.read_text())
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     assert argv and argv[0].endswith(b"kube-apiserver"), argv
     started = time.monotonic()
     os.kill(pid, signal.SIGTERM)
-    kube.wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, "the kube-apiserver to stop")
-    with open(CLUSTER_STATE / "logs" / "kube-apiserver.log", "ab") as log:
-        process = subprocess.Popen(  # noqa: S603 - the command line it ran with
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )  # fmt: skip
-    pidfile.write_text(f"{process.pid}\n")
+    try:
+        kube.wait_for(lambda: not _running(pid), 60, "the kube-apiserver to stop")
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+            kube.wait_for(lambda: not _running(pid), 30, "the kube-apiserver to be killed")
+        with open(CLUSTER_STATE / "logs" / "kube-apiserver.log", "ab") as log:
+            process = subprocess.Popen(  # noqa: S603 - the command line it ran with
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )  # fmt: skip
+        pidfile.write_text(f"{process.pid}\n")
     kube.wait_for(lambda: kube.kubectl("get", "--raw", "/readyz", timeout=10).strip() == "ok", 120, "the kube-apiserver to be ready")  # fmt: skip
     return time.monotonic() - started
 
