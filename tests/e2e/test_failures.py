@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     crd,
     create_job,
     custom,
+    holds_for,
     job_events,
     job_manifest,
     job_status,
@@ -38,6 +38,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     read_node_file,
     report,
     trainer_pods,
+    wait_progress,
     wait_succeeded,
 )
 
@@ -164,9 +165,11 @@ def test_a_crash_looping_trainer_fails_the_job_and_its_pod_is_deleted(
     kube.wait_for(
         lambda: not trainer_pods(kube, namespace, name), 60, "the crash-looping pod to be deleted"
     )
-    time.sleep(5)  # a Failed job stays Failed: no new pod
-    assert not trainer_pods(kube, namespace, name)
-    assert job_status(kube, namespace, name)["phase"] == "Failed"
+    holds_for(
+        lambda: not trainer_pods(kube, namespace, name)
+        and job_status(kube, namespace, name)["phase"] == "Failed",
+        5, "a Failed job stays Failed, with no new pod",
+    )  # fmt: skip
 
 
 TAINT = {"key": "decor.dev/e2e-maintenance", "value": "true", "effect": "NoSchedule"}
@@ -258,11 +261,7 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
     )
     job = create_job(kube, namespace, manifest)
 
-    def a_third_done() -> dict[str, Any] | None:
-        status = job_status(kube, namespace, name)
-        return status if (status.get("progress") or 0) >= 0.33 else None
-
-    kube.wait_for(a_third_done, 180, "a third of the steps")
+    wait_progress(kube, namespace, name, 0.33, 180)
     patch_job(kube, namespace, name, {"spec": {"suspend": True}})
 
     def suspended_without_pod() -> dict[str, Any] | None:
@@ -271,10 +270,11 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
         return status if gone and status.get("phase") == "Suspended" else None
 
     kube.wait_for(suspended_without_pod, 60, "Suspended with the trainer pod gone")
-    time.sleep(15)  # the suspension under test
-    assert not trainer_pods(kube, namespace, name)
-    during = job_status(kube, namespace, name)
-    assert during["phase"] == "Suspended", during
+    holds_for(  # the suspension under test
+        lambda: not trainer_pods(kube, namespace, name)
+        and job_status(kube, namespace, name)["phase"] == "Suspended",
+        15, "suspended, with no trainer pod",
+    )  # fmt: skip
     patch_job(kube, namespace, name, {"spec": {"suspend": False}})
     final = wait_succeeded(kube, namespace, name, timeout=300)
     report(name, final)

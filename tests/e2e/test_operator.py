@@ -213,6 +213,26 @@ def wait_succeeded(kube: Any, namespace: str, name: str, timeout: float) -> dict
                          describe=lambda: json.dumps(job_status(kube, namespace, name), indent=1)[:4000])  # fmt: skip
 
 
+def wait_progress(kube: Any, namespace: str, name: str, fraction: float, timeout: float) -> None:
+    """Wait until the job reports at least ``fraction`` of its steps done."""
+
+    def reached() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, name)
+        return status if (status.get("progress") or 0) >= fraction else None
+
+    kube.wait_for(reached, timeout, f"{fraction:.0%} of the steps")
+
+
+def holds_for(probe: Any, seconds: float, what: str) -> None:
+    """Assert that ``probe()`` stays true, polled every second for ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert probe(), f"no longer true: {what}"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(1.0)
+
+
 def report(name: str, status: dict[str, Any], **extra: Any) -> None:
     outcome = status.get("outcome") or {}
     items = {
@@ -676,11 +696,7 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
     )
     job = create_job(kube, namespace, manifest)
 
-    def a_third_done() -> dict[str, Any] | None:
-        status = job_status(kube, namespace, name)
-        return status if (status.get("progress") or 0) >= 0.33 else None
-
-    kube.wait_for(a_third_done, 180, "a third of the steps")
+    wait_progress(kube, namespace, name, 0.33, 180)
     kube.core.delete_namespaced_pod(f"{name}-0", namespace)  # as an eviction or a drain would
 
     def recreated() -> Any:
