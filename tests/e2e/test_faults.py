@@ -1,0 +1,387 @@
+"""End to end: faults around the operator while several jobs run at once.
+
+* A trainer endpoint that drips one byte per second beside two healthy jobs. The test sends
+  the operator's reads of one trainer pod to a dripping server on this machine (an iptables
+  DNAT rule on the node's OUTPUT chain: the trainer is real, its answer as the operator sees
+  it drips). That job is ``MetricsUnavailable`` with its allocation held and recovers when
+  the endpoint does; the two healthy jobs meet their deadlines and the loop's periods stay on
+  time.
+* A fault run with three jobs: the operator killed twice, a trainer pod deleted, Prometheus
+  stopped for a minute, the kube-apiserver restarted. Every job completes, none loses or
+  repeats a step, none is left without a pod.
+
+Both need the operator on the node (the test bed, not kind): they rewrite its routes and
+restart its API server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from decor.model import API_GROUP, API_VERSION, PLURAL
+from test_operator import (  # noqa: F401 - fixtures used by name
+    CHECKPOINT_HOST_ROOT,
+    DEVIATION_BOUND_PERCENT,
+    NODE_EXEC,
+    OperatorProcess,
+    PrometheusProcess,
+    condition,
+    crd,
+    create_job,
+    custom,
+    job_events,
+    job_manifest,
+    job_status,
+    operator,
+    prometheus,
+    read_node_file,
+    report,
+    trainer_pods,
+    wait_succeeded,
+)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(bool(NODE_EXEC), reason="needs the operator and the API server here"),
+]
+
+CLUSTER_STATE = Path(os.environ.get("CLUSTER_STATE", "/var/lib/decor-cluster"))
+CLUSTER_RUN = Path(os.environ.get("CLUSTER_RUN", "/run/decor-cluster"))
+POD_GATEWAY = "10.88.0.1"  # the node's address on the pod bridge (cluster/lib.sh POD_GW)
+METRICS_PORT = 9100
+# Three trainers share the test bed's 2 cores with the control plane: start small.
+SMALL = {"mode": "cpu", "min": "250m", "max": "1", "initial": "500m"}
+
+
+def logged_steps(namespace: str, job: dict[str, Any]) -> list[int]:
+    path = Path(CHECKPOINT_HOST_ROOT, namespace, job["metadata"]["name"], job["metadata"]["uid"])
+    return [int(line) for line in read_node_file(path / "steps.log").split()]
+
+
+# ============================================================================================
+# a dripping endpoint beside two healthy jobs
+
+
+class Dripper:
+    """An HTTP server on the pod bridge's node address that answers every request with a
+    header promising 100 kB and then one byte per second."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((POD_GATEWAY, 0))
+        self.sock.listen(64)
+        self.port = int(self.sock.getsockname()[1])
+        self.requests = 0
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.requests += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                while not self.stop.is_set():
+                    conn.sendall(b"#")
+                    self.stop.wait(1.0)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def _dnat(action: str, pod_ip: str, port: int) -> None:
+    subprocess.run(
+        ["iptables", "-w", "-t", "nat", action, "OUTPUT", "-p", "tcp", "-d", pod_ip,
+         "--dport", str(METRICS_PORT), "-j", "DNAT", "--to-destination", f"{POD_GATEWAY}:{port}"],
+        check=True, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def _lateness(samples: dict[str, float]) -> tuple[float, float]:
+    """(periods observed, of which on time: at most 0.5 s after they were due)."""
+    name = "decor_operator_period_lateness_seconds"
+    return samples[f"{name}_count"], samples[f'{name}_bucket{{le="0.5"}}']
+
+
+def test_a_dripping_endpoint_costs_only_its_own_job(
+    kube: Any,
+    namespace: str,
+    operator: OperatorProcess,  # noqa: F811
+    trainer_image: str,
+) -> None:
+    # Three trainers share the node's 2 cores with the control plane: a step costs about
+    # 0.2 core-seconds here. 300 steps in 180 s need about 0.35 core, so a healthy job capped
+    # at 600m has room to meet its deadline and the two leave the dripping job (400 steps in
+    # 400 s: about 0.25 core) room on the node: nothing but its own controller could change
+    # its allocation (under contention the planner would short it, last by deadline).
+    healthy = {**SMALL, "max": "600m"}
+    jobs = {
+        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
+        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
+        # Runs on past the others; its reads drip from the moment it has reported progress.
+        "dripping": job_manifest("dripping", trainer_image, steps_per_epoch=100, duration="400s", resources=SMALL),
+    }  # fmt: skip
+    for manifest in jobs.values():
+        create_job(kube, namespace, manifest)
+
+    def reporting() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, "dripping")
+        return status if status.get("stepsDone", 0) > 0 and status.get("podName") else None
+
+    before = kube.wait_for(reporting, 180, "the dripping job's first progress")
+    (pod,) = trainer_pods(kube, namespace, "dripping")
+    dripper = Dripper()
+    _dnat("-I", pod.status.pod_ip, dripper.port)
+    dripping_since = time.monotonic()
+    try:
+        count_0, on_time_0 = _lateness(operator.metrics())
+
+        def unavailable() -> dict[str, Any] | None:
+            found = condition(job_status(kube, namespace, "dripping"), "MetricsUnavailable")
+            return found if found.get("status") == "True" else None
+
+        found = kube.wait_for(unavailable, 30, "MetricsUnavailable for the dripping job")
+        assert "no answer" in found["message"], found
+        held = job_status(kube, namespace, "dripping")
+        finals = {n: wait_succeeded(kube, namespace, n, timeout=300) for n in ("healthy-a", "healthy-b")}  # fmt: skip
+        during = job_status(kube, namespace, "dripping")
+        count_1, on_time_1 = _lateness(operator.metrics())
+        dripped_s = time.monotonic() - dripping_since
+    finally:
+        _dnat("-D", pod.status.pod_ip, dripper.port)
+        dripper.close()
+    periods, on_time = count_1 - count_0, on_time_1 - on_time_0
+    for name, final in finals.items():
+        report(name, final)
+        assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final
+    report("dripping", during, reads=dripper.requests, seconds=round(dripped_s), periods=periods,
+           on_time=on_time)  # fmt: skip
+    # One dripping read at a time: a new one only after the last ended at its 2 s deadline
+    # (reading it every period would make one a second).
+    assert dripper.requests <= dripped_s / 2 + 3, (dripper.requests, dripped_s)
+    # Waiting 2 s for the dripping read would make nearly every period a second late.
+    assert on_time >= 0.9 * periods, f"{periods - on_time:.0f} of {periods:.0f} periods late"
+    assert during.get("admission") == "Admitted", during  # the planner never shorted it
+    assert during["allocation"] == held["allocation"] and during["resizes"] == held["resizes"]
+    assert during["phase"] == "Running", during
+
+    def recovered() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, "dripping")
+        ok = condition(status, "MetricsUnavailable").get("status") == "False"
+        return status if ok else None
+
+    after = kube.wait_for(recovered, 30, "the dripping job's reads to recover")
+    assert "MetricsRecovered" in [r for _t, r, _m in job_events(kube, namespace, "dripping")]
+    assert after["stepsDone"] > before["stepsDone"]  # its trainer ran on, unseen
+
+
+# ============================================================================================
+# the fault run
+
+
+class PodWatcher:
+    """Every second: Prometheus's targets follow the namespace's trainer pods, and each job's
+    time without a trainer pod is measured (an unreachable API server skips the sample)."""
+
+    def __init__(self, kube: Any, namespace: str, prometheus: PrometheusProcess) -> None:  # noqa: F811
+        self.kube, self.namespace, self.prometheus = kube, namespace, prometheus
+        self.podless_since: dict[str, float] = {}
+        self.longest_podless_s: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                self._sample()
+            except Exception:  # noqa: BLE001, S112 - the API server may be restarting
+                continue
+
+    def _sample(self) -> None:
+        pods = self.kube.core.list_namespaced_pod(
+            self.namespace, label_selector="decor.dev/job"
+        ).items
+        kept = [p for p in pods if p.metadata.deletion_timestamp is None and p.status.phase != "Failed"]  # fmt: skip
+        running = [p for p in kept if p.status.phase == "Running" and p.status.pod_ip]
+        self.prometheus.scrape_pods(self.namespace, running, METRICS_PORT)
+        jobs = custom(self.kube).list_namespaced_custom_object(API_GROUP, API_VERSION, self.namespace, PLURAL)  # fmt: skip
+        with_pod = {p.metadata.labels["decor.dev/job"] for p in kept}
+        now = time.monotonic()
+        for job in jobs["items"]:
+            name = job["metadata"]["name"]
+            active = (job.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            if active and name not in with_pod:
+                since = self.podless_since.setdefault(name, now)
+                gap = now - since
+                self.longest_podless_s[name] = max(self.longest_podless_s.get(name, 0.0), gap)
+            else:
+                self.podless_since.pop(name, None)
+
+    def reset(self) -> None:
+        """Measure from now on."""
+        self.podless_since.clear()
+        self.longest_podless_s.clear()
+
+
+@pytest.fixture
+def watcher(kube: Any, namespace: str, prometheus: PrometheusProcess) -> Iterator[PodWatcher]:  # noqa: F811
+    found = PodWatcher(kube, namespace, prometheus)
+    found.thread.start()
+    try:
+        yield found
+    finally:
+        found.stop.set()
+        found.thread.join(timeout=10)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (this machine's init may never reap one)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not _running(pid)
+
+
+def restart_apiserver(kube: Any) -> float:
+    """Stop the test bed's kube-apiserver (SIGTERM; SIGKILL if it is still there after 15 s:
+    its graceful shutdown drains watches for longer) and start it again with the same command
+    line; returns the seconds until it was ready again. It is started again whatever happens
+    in between: every later test needs it."""
+    pidfile = CLUSTER_RUN / "kube-apiserver.pid"
+    pid = int(pidfile.read_text())
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert argv and argv[0].endswith(b"kube-apiserver"), argv
+    started = time.monotonic()
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if not _gone_within(pid, 15):
+            os.kill(pid, signal.SIGKILL)
+            _gone_within(pid, 15)
+    finally:
+        # Detached like cluster-up.sh's start_daemon (setsid, the shell exits): no child
+        # of this process is left running.
+        started_by = subprocess.run(  # noqa: S603 - the command line it ran with
+            ["bash", "-c", 'setsid "$@" >>"$APISERVER_LOG" 2>&1 </dev/null & echo $!', "restart",
+             *map(os.fsdecode, argv)],
+            env={**os.environ, "APISERVER_LOG": str(CLUSTER_STATE / "logs" / "kube-apiserver.log")},
+            check=True, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        pidfile.write_text(f"{started_by.stdout.strip()}\n")
+    kube.wait_for(lambda: kube.kubectl("get", "--raw", "/readyz", timeout=10).strip() == "ok", 120, "the kube-apiserver to be ready")  # fmt: skip
+    return time.monotonic() - started
+
+
+def _decisions(kube: Any, namespace: str, name: str) -> int:
+    return int((job_status(kube, namespace, name).get("controller") or {}).get("decisions", 0))
+
+
+def test_a_fault_run_loses_no_job_and_no_step(
+    kube: Any,
+    namespace: str,
+    operator: OperatorProcess,  # noqa: F811
+    prometheus: PrometheusProcess,  # noqa: F811
+    watcher: PodWatcher,
+    trainer_image: str,
+) -> None:
+    prometheus.start()
+    kube.wait_for(prometheus.ready, 60, "Prometheus to be ready")
+    operator.prometheus_url = prometheus.url
+    operator.start()
+    names = ("fault-a", "fault-b", "fault-c")
+    jobs = {
+        # 600 steps in 240 s: about 0.25 core each, room for the outages.
+        name: create_job(kube, namespace, job_manifest(
+            name, trainer_image, steps_per_epoch=150, duration="240s", resources=SMALL,
+            extra_args=["--step-log", "/ckpt/steps.log"],
+        ))
+        for name in names
+    }  # fmt: skip
+
+    def all_progressing() -> bool:
+        return all(job_status(kube, namespace, n).get("stepsDone", 0) >= 30 for n in names)
+
+    kube.wait_for(all_progressing, 240, "every job's progress read through Prometheus")
+    watcher.reset()  # every job has its pod; from here on none may be without one
+    timeline = []
+
+    def controlled_again() -> None:
+        """Wait until the restarted operator has decided for every running job."""
+        before = {n: _decisions(kube, namespace, n) for n in names}
+        kube.wait_for(
+            lambda: all(_decisions(kube, namespace, n) > before[n] for n in names),
+            120, "the restarted operator to control every job",
+        )  # fmt: skip
+
+    operator.kill()  # 1. the operator killed: nobody controls the jobs for 5 s
+    time.sleep(5)
+    operator.start()
+    controlled_again()
+    timeline.append("operator killed")
+
+    lost = job_status(kube, namespace, "fault-b")["podName"]  # 2. a trainer pod deleted
+    kube.core.delete_namespaced_pod(lost, namespace)
+    kube.wait_for(
+        lambda: [p for p in trainer_pods(kube, namespace, "fault-b") if p.metadata.name != lost],
+        90, "fault-b's replacement pod",
+    )  # fmt: skip
+    timeline.append(f"pod {lost} deleted")
+
+    prometheus.stop()  # 3. Prometheus stopped for a minute
+    time.sleep(60)
+    prometheus.start()
+    kube.wait_for(prometheus.ready, 60, "Prometheus to be ready again")
+    timeline.append("Prometheus down 60 s")
+
+    operator.kill()  # 4. the operator killed again
+    time.sleep(5)
+    operator.start()
+    controlled_again()
+    timeline.append("operator killed again")
+
+    outage_s = restart_apiserver(kube)  # 5. the kube-apiserver restarted
+    timeline.append(f"kube-apiserver restarted ({outage_s:.0f} s)")
+
+    finals = {name: wait_succeeded(kube, namespace, name, timeout=400) for name in names}
+    for name, final in finals.items():
+        report(name, final, longest_podless_s=round(watcher.longest_podless_s.get(name, 0.0), 1))
+    print(f"\n[e2e fault-run] {'; '.join(timeline)}")
+    for name, job in jobs.items():
+        steps = logged_steps(namespace, job)
+        assert sorted(steps) == list(range(600)), f"{name}: steps repeated or lost"
+    assert finals["fault-b"]["podsCreated"] == 2 and finals["fault-b"]["podFailures"] == 1
+    assert finals["fault-a"]["podsCreated"] == finals["fault-c"]["podsCreated"] == 1
+    # Only fault-b was ever without a pod, for the time its replacement took.
+    assert watcher.longest_podless_s.get("fault-a", 0.0) == 0.0, watcher.longest_podless_s
+    assert watcher.longest_podless_s.get("fault-c", 0.0) == 0.0, watcher.longest_podless_s
+    assert watcher.longest_podless_s.get("fault-b", 0.0) < 30.0, watcher.longest_podless_s
+    assert "PodLost" in [r for _t, r, _m in job_events(kube, namespace, "fault-b")]
