@@ -92,15 +92,20 @@ def profile_lines(run: Mapping[str, Any]) -> list[str]:
 
 
 def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """Ratio of ``key`` per job at the largest size to the smallest (1.0 = flat)."""
-    pts = [(r["jobs"], r.get(key)) for r in records if r.get(key) is not None]
+    """Ratio of ``key`` per job at the largest size to the smallest, among the runs at the
+    largest run's period (1.0 = flat). Keys ending in ``_per_job`` are per job already."""
+    if not records:
+        return None
+    period = max(records, key=lambda r: r["jobs"])["period_s"]
+    pts = sorted(
+        (r["jobs"], r[key]) for r in records if r["period_s"] == period and r.get(key) is not None
+    )
     if len(pts) < 2:
         return None
-    pts.sort()
     (n0, v0), (n1, v1) = pts[0], pts[-1]
     if not v0:
         return None
-    return (v1 / n1) / (v0 / n0)
+    return v1 / v0 if key.endswith("_per_job") else (v1 / n1) / (v0 / n0)
 
 
 def render(records: Sequence[Mapping[str, Any]]) -> str:
@@ -161,10 +166,11 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
             busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
             out.append(
                 f"- loop: {loop.get('commits_in_window')} job commits at "
-                f"{1000 * loop['commit_s_mean']:.1f} ms each (API calls made one after "
-                f"another), {loop.get('plans_in_window')} plans at "
-                f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; busy "
-                f"{busy / max(1e-9, r.get('window_s') or 1):.0%} of the window in these two steps"
+                f"{1000 * loop['commit_s_mean']:.1f} ms each (a job's API calls one after "
+                f"another; the operator's commit workers run several jobs at once), "
+                f"{loop.get('plans_in_window')} plans at "
+                f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
+                f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
             )
         out += profile_lines(r.get("profile_run") or r)
         kinds = r.get("operator_requests_per_s_by_kind") or {}
@@ -180,7 +186,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         out += ["## Cost per job from the smallest to the largest size", ""]
         for key, g in growth:
             if g is not None:
-                per = "per job" if key == "operator_cores_mean" else "(already per job)"
+                per = "(already per job)" if key.endswith("_per_job") else "per job"
                 out.append(f"- {key} {per}: x{g:.2f} (1.00 = flat)")
         out.append("")
     out += RUNNING

@@ -167,6 +167,14 @@ def test_report_renders_every_record_and_judges_the_targets(tmp_path: Path) -> N
     assert "drift_p99_s: 2 s — MISSES" in text
     assert "operator_cores_mean: 0.2 cores — meets" in text
     assert report.per_job_growth(records, "operator_cores_mean") == pytest.approx(1.0)
+    # Per-job keys are compared as they are; runs at another period are left out.
+    records[0]["api_requests_per_s_per_job"], records[1]["api_requests_per_s_per_job"] = 0.2, 0.1
+    other_period = {"jobs": 50, "period_s": 2.0, "operator_cores_mean": 1.0}
+    assert report.per_job_growth(records, "api_requests_per_s_per_job") == pytest.approx(0.5)
+    assert report.per_job_growth([*records, other_period], "operator_cores_mean") == pytest.approx(
+        1.0
+    )
+    text = report.render(records)
     results = tmp_path / "results.json"
     results.write_text(json.dumps({"records": records}))
     report.write_report(results, tmp_path)
