@@ -354,6 +354,11 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         for j in jobs
         if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
     ]
+    by_name = {
+        str(j["metadata"]["name"]): float(j["status"]["outcome"]["deviationPercent"])
+        for j in jobs
+        if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
+    }
     outcomes = Counter(str((j.get("status") or {}).get("phase")) for j in jobs)
     with open(env["SCALE_AUDIT_LOG"]) as log_file:
         operator_requests = measure.audit_counts(log_file, OPERATOR_USER, start_s, end_s)
@@ -398,6 +403,9 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
             "loop": loop_costs,
+            "deviation_by_group": measure.deviation_by_group(
+                by_name, plans, (job for job, _ in patches)
+            ),
         },
     )
     if args.profile and profile_out.exists():

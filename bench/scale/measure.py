@@ -377,5 +377,26 @@ def build_record(
     return record
 
 
+def deviation_by_group(
+    deviations_pct: Mapping[str, float], plans: Sequence[JobPlan], patched: Iterable[str]
+) -> dict[str, dict[str, float | int | None]]:
+    """Mean and max |deviation| (and how many jobs) per group of jobs: CPU or GPU, with its
+    deadline patched in the window or not. Jobs without a deviation are left out."""
+    mode = {p.name: p.mode for p in plans}
+    moved = set(patched)
+    groups: dict[str, list[float]] = {"cpu": [], "gpu": [], "patched": [], "unpatched": []}
+    for name, deviation in deviations_pct.items():
+        groups[mode.get(name, "cpu")].append(abs(deviation))
+        groups["patched" if name in moved else "unpatched"].append(abs(deviation))
+    return {
+        group: {
+            "jobs": len(values),
+            "mean_abs_pct": _round(sum(values) / len(values)) if values else None,
+            "max_abs_pct": _round(max(values, default=None)),
+        }
+        for group, values in groups.items()
+    }
+
+
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)

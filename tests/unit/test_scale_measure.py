@@ -197,3 +197,17 @@ def test_report_shows_where_the_loop_spent_its_time() -> None:
     assert "- kube.py:_call: 15.0 %" in lines
     assert not any("watch.py" in line for line in lines)  # other threads are not the loop
     assert report.profile_lines({}) == []
+
+
+def test_deviation_by_group_splits_cpu_gpu_and_patched_jobs() -> None:
+    plans = [
+        measure.JobPlan("a", "cpu", "resnet", 1, 10, 100.0, 0.5, 2.0),
+        measure.JobPlan("b", "cpu", "resnet", 1, 10, 100.0, 0.5, 2.0),
+        measure.JobPlan("g", "gpu", "gpu", 1, 10, 100.0, 1.0, 4.0),
+    ]
+    groups = measure.deviation_by_group({"a": -1.0, "b": 3.0, "g": -10.0}, plans, ["b"])
+    assert groups["cpu"] == {"jobs": 2, "mean_abs_pct": 2.0, "max_abs_pct": 3.0}
+    assert groups["gpu"] == {"jobs": 1, "mean_abs_pct": 10.0, "max_abs_pct": 10.0}
+    assert groups["patched"] == {"jobs": 1, "mean_abs_pct": 3.0, "max_abs_pct": 3.0}
+    assert groups["unpatched"]["jobs"] == 2 and groups["unpatched"]["mean_abs_pct"] == 5.5
+    assert measure.deviation_by_group({}, plans, [])["gpu"]["mean_abs_pct"] is None
