@@ -349,12 +349,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             missed += 1
         else:
             latencies.append(changed - sent_s)
-    deviations = [
-        float(j["status"]["outcome"]["deviationPercent"])
-        for j in jobs
-        if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
-    ]
-    by_name = {
+    deviation_of = {
         str(j["metadata"]["name"]): float(j["status"]["outcome"]["deviationPercent"])
         for j in jobs
         if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
@@ -393,7 +388,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         ),
         patch_latencies_s=latencies,
         patches_without_resize=missed,
-        deviations_pct=deviations,
+        deviations_pct=list(deviation_of.values()),
         outcomes=outcomes,
         extra={
             "gpu_jobs": sum(1 for p in plans if p.mode == "gpu"),
@@ -404,7 +399,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "machine_cores": os.cpu_count(),
             "loop": loop_costs,
             "deviation_by_group": measure.deviation_by_group(
-                by_name, plans, (job for job, _ in patches)
+                deviation_of, plans, (job for job, _ in patches)
             ),
         },
     )

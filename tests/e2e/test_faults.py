@@ -265,13 +265,6 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while _running(pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return not _running(pid)
-
-
 def restart_apiserver(kube: Any) -> float:
     """Stop the test bed's kube-apiserver (SIGTERM; SIGKILL if it is still there after 15 s:
     its graceful shutdown drains watches for longer) and start it again with the same command
@@ -284,9 +277,11 @@ def restart_apiserver(kube: Any) -> float:
     started = time.monotonic()
     try:
         os.kill(pid, signal.SIGTERM)
-        if not _gone_within(pid, 15):
+        try:
+            kube.wait_for(lambda: not _running(pid), 15, "the kube-apiserver to stop")
+        except AssertionError:  # WaitTimeout: its graceful stop drains watches for longer
             os.kill(pid, signal.SIGKILL)
-            _gone_within(pid, 15)
+            kube.wait_for(lambda: not _running(pid), 15, "the kube-apiserver to be killed")
     finally:
         # Detached like cluster-up.sh's start_daemon (setsid, the shell exits): no child
         # of this process is left running.
