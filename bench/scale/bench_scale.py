@@ -342,13 +342,16 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             operator.kill()
             operator.wait()
         operator_log.close()
-    latencies, missed = [], 0
+    mode_of = {p.name: p.mode for p in plans}
+    latencies, missed, patch_detail = [], 0, []
     for job, sent_s in patches:
         changed = watch.first_change_after(job, sent_s)
         if changed is None or changed - sent_s > args.resize_timeout_s:
             missed += 1
         else:
             latencies.append(changed - sent_s)
+        latency = None if changed is None else round(changed - sent_s, 3)
+        patch_detail.append({"job": job, "mode": mode_of[job], "to_resize_s": latency})
     deviation_of = {
         str(j["metadata"]["name"]): float(j["status"]["outcome"]["deviationPercent"])
         for j in jobs
@@ -401,6 +404,8 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "deviation_by_group": measure.deviation_by_group(
                 deviation_of, plans, (job for job, _ in patches)
             ),
+            "patches": patch_detail,
+            "worst_jobs": measure.worst_jobs(jobs, mode_of),
         },
     )
     if args.profile and profile_out.exists():

@@ -398,5 +398,27 @@ def deviation_by_group(
     }
 
 
+def worst_jobs(
+    jobs: Iterable[Mapping[str, Any]], mode_of: Mapping[str, str], count: int = 5
+) -> list[dict[str, Any]]:
+    """The ``count`` jobs farthest from their deadlines, with what they did (to see why)."""
+    rows = []
+    for job in jobs:
+        status = job.get("status") or {}
+        deviation = (status.get("outcome") or {}).get("deviationPercent")
+        if deviation is None:
+            continue
+        name = str(job["metadata"]["name"])
+        rows.append(
+            {
+                "job": name,
+                "mode": mode_of.get(name, "cpu"),
+                "deviation_pct": float(deviation),
+                **{k: status.get(k) for k in ("resizes", "restarts", "podsCreated", "podFailures")},
+            }
+        )
+    return sorted(rows, key=lambda r: -abs(r["deviation_pct"]))[:count]
+
+
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)

@@ -883,17 +883,20 @@ VISIBLE_STATUS_FIELDS = (
 
 
 def visible_status(status: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a user sees of ``status``: the visible fields, the conditions (type, status,
-    reason; a message whose numbers move every period rides along with the next write),
-    progress to a whole percent, ETA to ten seconds."""
+    """What a user acts on in ``status``: the visible fields and the conditions (type, status,
+    reason; a message whose numbers move every period rides along with the next write)."""
     conditions = tuple(
         (c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or []
     )
+    return tuple(str(status.get(k)) for k in VISIBLE_STATUS_FIELDS), conditions
+
+
+def shown_progress(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What ``kubectl get dtj`` shows moving while a job runs: progress to a whole percent,
+    ETA to ten seconds."""
     progress = status.get("progress")
     eta = status.get("eta")
     return (
-        tuple(str(status.get(k)) for k in VISIBLE_STATUS_FIELDS),
-        conditions,
         None if progress is None else int(float(progress) * 100),
         None if not eta else str(eta)[:-2],  # "...:5" of "...:57Z": tens of seconds
     )

@@ -225,6 +225,7 @@ class State:
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
+    deadline_s: float | None = None  # decor: the deadline the last decision planned for
     version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
 
     def to_dict(self) -> dict[str, Any]:
@@ -424,6 +425,17 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
         change_pending_since_s=pending_since,
         decisions=state.decisions + 1,
+        # A move seen while a change is still being applied is answered once it has been.
+        deadline_s=state.deadline_s
+        if obs.pending or (settings.mode == "gpu" and pending_since is not None)
+        else settings.deadline_s,
+    )
+    # The deadline moved since the last decision: answer it now, without the hysteresis that
+    # spreads changes out while the need only drifts.
+    replan = (
+        base.deadline_s == settings.deadline_s
+        and state.deadline_s is not None
+        and abs(settings.deadline_s - state.deadline_s) > 1e-6
     )
     remaining = obs.steps_total - obs.steps_done
     if settings.deadline_s <= settings.start_s:
@@ -474,7 +486,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     reserve_s = settings.reserve_ratio * max(0.0, horizon - endgame_s)
     needed_step_s = (horizon - reserve_s) / remaining if remaining > 0 else math.inf
     if settings.mode == "gpu":
-        return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost)
+        return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost, replan)
     current = obs.allocation if not obs.pending else state.allocation
     credit_s = 0.0
     top = usable_cores(settings.max_allocation, settings)
@@ -492,8 +504,9 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 lower,
                 fraction,
                 current,
-                state.level_credit_s,
+                0.0 if replan else state.level_credit_s,
                 settings,
+                replan=replan,
                 # Only MAX measured (the job's start), and no hurry: measure the lower level.
                 probe_lower=fewest is not None
                 and fewest >= top
@@ -520,7 +533,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             1.0 if current > 1.0 else quantize(current * (1 - settings.deadband_ratio), settings)
         )
         target = min(current, max(target, floor))
-    if settled_now:
+    if settled_now and not replan:
         # The interval that ends here ran partly at the old allocation, so it taught the
         # model nothing; hold one period to measure the new one. Without this, a model that
         # is off asks for a change each time the previous one settles and never learns.
@@ -543,6 +556,7 @@ def _whole_core_level(
     settings: Settings,
     probe_lower: bool = False,
     probe_upper: bool = False,
+    replan: bool = False,
 ) -> tuple[float, float]:
     """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
     need that takes the upper level a ``fraction`` of the time.
@@ -562,6 +576,8 @@ def _whole_core_level(
     ``probe_upper``: the upper level was never measured (a job that starts at one core), and
     assuming linear speed-up up to it overstates its speed, so its share of the time comes
     out too small and too late. Go there now; the time spent there counts against the share.
+
+    ``replan``: the deadline moved; start the pair afresh at the nearer level.
     """
     at = usable_cores(current, settings)
     if probe_upper:
@@ -570,7 +586,7 @@ def _whole_core_level(
     if probe_lower:  # to the lower level, and stay there until an interval is measured
         owed_s = max(0.0, credit_s) if at == lower else 0.0
         return clamp(float(lower), settings), owed_s + fraction * settings.period_s
-    if at not in (lower, lower + 1):  # a new pair of levels: start at the nearer one
+    if replan or at not in (lower, lower + 1):  # a new pair of levels: the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
     upper_now = at == lower + 1
     # Owed time is >= 0 at the lower level and <= 0 at the upper one; a credit of the other
@@ -660,7 +676,10 @@ def _decide_gpu(
     remaining: float,
     step_time: Any,
     restart_cost: float,
+    replan: bool = False,
 ) -> Decision:
+    """The GPU count: a change costs a restart, so hold unless a change pays or is needed
+    (``replan``: the deadline moved, so the minimum dwell and waiting do not apply)."""
     current = base.allocation
     if obs.pending or base.change_pending_since_s is not None:
         eta = obs.time_s + remaining * step_time(current)
@@ -675,7 +694,9 @@ def _decide_gpu(
         float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
     ]
     meeting = [g for g in candidates if finish(g) <= target_s]
-    dwell_ok = base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+    dwell_ok = (
+        replan or base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+    )
 
     # Each change costs a restart, so changes need hysteresis. Shrink only when it pays: the
     # GPUs given back, over the rest of the run, outweigh the new pod's GPUs idle during the
@@ -695,7 +716,7 @@ def _decide_gpu(
         # period later, still leaving a spare restart: wait.
         larger = min(meeting)
         spare_s = target_s - (finish(larger) + settings.period_s)
-        if larger - current <= 1 and spare_s >= restart_cost:
+        if larger - current <= 1 and spare_s >= restart_cost and not replan:
             choice = current
             note = f"; switching to {larger:g} later still makes it"
         else:

@@ -42,6 +42,11 @@ BEST_EFFORT_HORIZON_S = 30 * 86400.0
 STATUS_HEARTBEAT_S = 30.0
 """Status is written at least this often while a job runs (it carries the controller's state
 for an operator restart), and otherwise only when something a user sees changes."""
+PROGRESS_WRITE_PERIODS = 3.0
+"""Progress and ETA alone are written at most once per this many control periods (capped by
+the heartbeat): at a 10 s period a running job costs one status write per 30 s, not one per
+period, while phase, allocation, admission and conditions are written the period they
+change."""
 
 # Kinds of actuation counted by decor_operator_actuations_total.
 ACTUATION_RESIZE = "resize"  # in-place CPU resize requested
@@ -1165,23 +1170,26 @@ class JobController:
         )
 
     def _write(self, force: bool = False) -> bool:
-        """Merge-patch status when something a user sees changed (or the heartbeat is due,
-        or ``force``). False when the job no longer exists."""
+        """Merge-patch status when something a user acts on changed (or ``force``); progress
+        and ETA at most every PROGRESS_WRITE_PERIODS; anything else with the heartbeat. False
+        when the job no longer exists."""
         self.metrics.job_phase(self.key, self.status.get("phase"))
         if self.written == self.status:
             return True
-        now = self.clock()
-        visible_same = self.written is not None and build.visible_status(
-            self.written
-        ) == build.visible_status(self.status)
-        if visible_same and not force and now - self.written_at_s < STATUS_HEARTBEAT_S:
-            return True
+        if not force and self.written is not None:
+            since_s = self.clock() - self.written_at_s
+            if build.visible_status(self.written) == build.visible_status(self.status):
+                due_s = STATUS_HEARTBEAT_S
+                if build.shown_progress(self.written) != build.shown_progress(self.status):
+                    due_s = min(due_s, PROGRESS_WRITE_PERIODS * self.period_s)
+                if since_s < due_s:
+                    return True
         snapshot = copy.deepcopy(self.status)
         if not self.kube.patch_job_status(self.namespace, self.name, snapshot):
             self.metrics.job_phase(self.key, None)
             return False
         self.written = snapshot
-        self.written_at_s = now
+        self.written_at_s = self.clock()
         return True
 
 

@@ -227,9 +227,10 @@ def test_the_loop_admits_what_fits_queues_the_rest_and_writes_only_what_users_se
     second_cpu = build.desired_cpu_cores(bench.pods("second")[0], "trainer")
     assert first_cpu == pytest.approx(0.5, abs=0.1) and second_cpu == pytest.approx(0.91, abs=0.1)
 
-    # Status writes: once the jobs run steadily, one per visible change, not one per period.
-    # "first" gains a whole percent of progress every 8 periods, "second" every 4: about 12
-    # visible changes in 32 periods, where writing every period would be 64.
+    # Status writes: once the jobs run steadily, one per shown change of progress (at most
+    # one per 3 periods), not one per period. "first" gains a whole percent of progress
+    # every 8 periods, "second" every 4: about 12 writes in 32 periods, where writing every
+    # period would be 64.
     writes_before = len(bench.writes)
     steady_periods = 32
     for _ in range(steady_periods):

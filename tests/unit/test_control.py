@@ -1053,3 +1053,88 @@ def test_an_older_stored_state_is_migrated_not_reset() -> None:
     assert decide(state, None, settings, 20.0).allocation == 0.42
     with pytest.raises(ValueError):
         State.from_dict({"fit": {}})
+
+
+# ---------------------------------------------------------------------------------------
+# (d) a moved deadline is answered the period it is seen
+
+
+def test_decor_cpu_answers_a_moved_deadline_at_the_nearer_level() -> None:
+    # At the lower level of (1, 2) with 1 s owed at the upper one: the drifting need waits
+    # for 2 periods owed; a moved deadline starts the pair afresh at the nearer level (the
+    # upper one: 61% of the time), owing nothing.
+    state = replace(
+        fitted_decor_state(1.0),
+        level_fit=both_levels_fit(),
+        fewest_cores_measured=1.0,
+        level_credit_s=1.0,
+        deadline_s=D_DECOR,
+    )
+    settings = cpu_settings(D_DECOR, "decor")
+    held = decide(state, observation(50, 500, 1.0, total=1000), settings, 50)
+    assert held.allocation == 1.0
+    moved = replace(state, deadline_s=D_DECOR + 60.0)  # the law last planned for a later one
+    decision = decide(moved, observation(50, 500, 1.0, total=1000), settings, 50)
+    assert decision.allocation == 2.0
+    assert decision.state.level_credit_s == 0.0
+    assert decision.state.deadline_s == D_DECOR
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "last_change_s", "want", "why"),
+    [
+        (810.0, None, 3.0, "behind: grows now instead of a period later"),
+        (860.0, 90.0, 2.0, "shrinks now although the last change was 10 s ago"),
+    ],
+)
+def test_decor_gpu_answers_a_moved_deadline_without_waiting(
+    deadline_s: float, last_change_s: float | None, want: float, why: str
+) -> None:
+    current = 2.0 if want > 2.0 else 3.0
+    state = replace(gpu_decor_state(current, last_change_s), deadline_s=deadline_s + 500.0)
+    decision = decide(
+        state, observation(100, 400, current, total=1000), gpu_settings(deadline_s, "decor"), 100
+    )
+    assert decision.allocation == want, why
+    unmoved = replace(state, deadline_s=deadline_s)
+    assert (
+        decide(
+            unmoved,
+            observation(100, 400, current, total=1000),
+            gpu_settings(deadline_s, "decor"),
+            100,
+        ).allocation
+        == current
+    ), "without a move the same need waits"
+
+
+def test_a_deadline_moved_during_a_change_is_answered_once_it_is_applied() -> None:
+    state = replace(gpu_decor_state(2.0), deadline_s=1310.0)
+    settings = gpu_settings(810.0, "decor")
+    pending = decide(state, observation(100, 400, 2.0, total=1000, pending=True), settings, 100)
+    assert pending.allocation == 2.0 and pending.state.deadline_s == 1310.0
+    applied = decide(
+        replace(pending.state, change_pending_since_s=None),
+        observation(101, 401, 2.0, total=1000),
+        settings,
+        101,
+    )
+    assert applied.allocation == 3.0 and applied.state.deadline_s == 810.0
+
+
+@pytest.mark.parametrize("mode", ["cpu", "gpu"])
+@pytest.mark.parametrize("move", [0.6, 1.6])
+def test_decor_changes_the_allocation_the_period_a_deadline_moves(mode: str, move: float) -> None:
+    # Closed loop: a deadline moved at 30% of D to move x the time left that needs another
+    # allocation; the decision of the first period that sees it changes the allocation.
+    plant = (CPU_PLANTS if mode == "cpu" else GPU_PLANTS)["linear" if mode == "cpu" else "gpu"]
+    deadline_s = 2.5 * time_at_max_s(plant, mode)
+    at_s = 0.3 * deadline_s
+    new_deadline_s = at_s + move * (deadline_s - at_s)
+    settings = (cpu_settings if mode == "cpu" else gpu_settings)(deadline_s, "decor")
+    result = run_closed_loop(
+        settings, plant, TOTAL_STEPS, deadline_changes=[(at_s, new_deadline_s)], seed=0
+    )
+    trace = [(t, a) for t, _, a, _ in result.trace]
+    seen = next(i for i, (t, _) in enumerate(trace) if t >= at_s)  # the first period after it
+    assert trace[seen + 1][1] != trace[seen][1], trace[seen - 3 : seen + 4]

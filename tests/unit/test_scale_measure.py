@@ -211,3 +211,17 @@ def test_deviation_by_group_splits_cpu_gpu_and_patched_jobs() -> None:
     assert groups["patched"] == {"jobs": 1, "mean_abs_pct": 3.0, "max_abs_pct": 3.0}
     assert groups["unpatched"]["jobs"] == 2 and groups["unpatched"]["mean_abs_pct"] == 5.5
     assert measure.deviation_by_group({}, plans, [])["gpu"]["mean_abs_pct"] is None
+
+
+def test_worst_jobs_are_the_farthest_from_their_deadlines() -> None:
+    def job(name: str, deviation: float | None, restarts: int = 0) -> dict:
+        outcome = {} if deviation is None else {"deviationPercent": deviation}
+        return {"metadata": {"name": name}, "status": {"outcome": outcome, "restarts": restarts}}
+
+    jobs = [job("a", -1.0), job("g", 12.5, restarts=3), job("b", -4.0), job("c", None)]
+    worst = measure.worst_jobs(jobs, {"g": "gpu"}, count=2)
+    assert [(w["job"], w["mode"], w["deviation_pct"]) for w in worst] == [
+        ("g", "gpu", 12.5),
+        ("b", "cpu", -4.0),
+    ]
+    assert worst[0]["restarts"] == 3

@@ -1,10 +1,15 @@
-"""Status is written when something a user sees changes, not every period."""
+"""Status is written when something a user acts on changes, progress at most every few
+periods, not every period."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from decor.build import visible_status
+from decor import job
+from decor.build import shown_progress, visible_status
+from decor.handlers import OperatorConfig, OperatorMetrics
+from prometheus_client import CollectorRegistry
 
 
 def _status(**changes: Any) -> dict[str, Any]:
@@ -24,22 +29,20 @@ def _status(**changes: Any) -> dict[str, Any]:
     return status
 
 
-def test_what_changes_every_period_is_not_visible() -> None:
+def test_what_changes_every_period_is_not_acted_on() -> None:
     base = visible_status(_status())
-    assert visible_status(_status(stepsDone=425, progress=0.4251)) == base
+    assert visible_status(_status(stepsDone=425, progress=0.4951)) == base
     assert visible_status(_status(controller={"allocation": 0.75, "last_steps": 425})) == base
-    assert visible_status(_status(eta="2026-11-23T10:00:47Z")) == base  # same ten seconds
+    assert visible_status(_status(eta="2026-11-23T10:09:47Z")) == base
     moved = [{"type": "OnTrack", "status": "True", "reason": "PredictedOnTime", "message": "n"}]
     assert visible_status(_status(conditions=moved)) == base  # numbers in a message move
 
 
-def test_what_a_user_sees_is_visible() -> None:
+def test_what_a_user_acts_on_is_visible() -> None:
     base = visible_status(_status())
     for changed in (
-        _status(progress=0.4301),  # a whole percent more
         _status(allocation="800m"),
         _status(phase="Succeeded"),
-        _status(eta="2026-11-23T10:00:51Z"),
         _status(admission="Queued"),
         _status(
             conditions=[
@@ -48,3 +51,81 @@ def test_what_a_user_sees_is_visible() -> None:
         ),
     ):
         assert visible_status(changed) != base, changed
+
+
+def test_progress_is_shown_to_a_whole_percent_and_eta_to_ten_seconds() -> None:
+    base = shown_progress(_status())
+    assert shown_progress(_status(progress=0.4251, stepsDone=425)) == base
+    assert shown_progress(_status(eta="2026-11-23T10:00:47Z")) == base
+    assert shown_progress(_status(progress=0.4301)) != base
+    assert shown_progress(_status(eta="2026-11-23T10:00:51Z")) != base
+
+
+class _Kube:
+    def __init__(self) -> None:
+        self.writes: list[dict[str, Any]] = []
+
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        self.writes.append(dict(status))
+        return True
+
+
+def _controller(period_s: float) -> tuple[job.JobController, _Kube, list[float]]:
+    kube = _Kube()
+    now = [1000.0]
+    controller = job.JobController(
+        "ns",
+        "train",
+        "uid-1",
+        kube=kube,  # type: ignore[arg-type]
+        config=OperatorConfig(),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: now[0],
+    )
+    controller.period_s = period_s
+    return controller, kube, now
+
+
+def _run_periods(
+    controller: job.JobController, now: list[float], periods: int, period_s: float, **change: Any
+) -> None:
+    """Periods in which progress gains a whole percent (and the ETA moves) every period."""
+    for _ in range(periods):
+        now[0] += period_s
+        progress = controller.status["progress"] + 0.0125
+        controller.status = _status(progress=progress, **change)
+        minute, second = divmod(int(now[0]) % 3600, 60)
+        controller.status["eta"] = f"2026-11-23T10:{minute:02d}:{second:02d}Z"
+        controller._write()
+
+
+def test_progress_alone_is_written_once_per_three_periods() -> None:
+    period_s = 10.0
+    controller, kube, now = _controller(period_s)
+    controller.status = _status(progress=0.10)
+    assert controller._write()
+    _run_periods(controller, now, 30, period_s)
+    # 30 periods of 10 s whose progress moves every period: one write per 3 periods.
+    assert len(kube.writes) == 1 + 30 // int(job.PROGRESS_WRITE_PERIODS)
+
+
+def test_what_a_user_acts_on_is_written_the_period_it_changes() -> None:
+    period_s = 10.0
+    controller, kube, now = _controller(period_s)
+    controller.status = _status(progress=0.10)
+    assert controller._write()
+    _run_periods(controller, now, 1, period_s)  # progress moved: not yet due
+    assert len(kube.writes) == 1
+    _run_periods(controller, now, 1, period_s, allocation="1500m")
+    assert len(kube.writes) == 2 and kube.writes[-1]["allocation"] == "1500m"
+
+
+def test_state_alone_is_written_with_the_heartbeat() -> None:
+    controller, kube, now = _controller(1.0)
+    controller.status = _status()
+    assert controller._write()
+    for _ in range(int(job.STATUS_HEARTBEAT_S) + 1):
+        now[0] += 1.0
+        controller.status = _status(controller={"allocation": 0.75, "last_steps": now[0]})
+        controller._write()
+    assert len(kube.writes) == 2  # the first, and one heartbeat
