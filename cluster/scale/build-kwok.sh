@@ -22,21 +22,9 @@ write_stages() {
     cat "$f"
   done > "$KWOK_BIN/stages.yaml"
 }
-if [ -x "$KWOK_BIN/kwok" ] && [ -f "$KWOK_BIN/.complete" ]; then
-  [ -s "$KWOK_BIN/stages.yaml" ] || write_stages
+if [ -x "$KWOK_BIN/kwok" ] && [ -f "$KWOK_BIN/.complete" ] && [ -s "$KWOK_BIN/stages.yaml" ]; then
   log "cached: $KWOK_BIN"; exit 0
 fi
-command -v go >/dev/null || die "go not found on PATH (kwok $KWOK_VERSION needs Go >= 1.26)"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-buildvcs=false"
-export GOPROXY=${GOPROXY:-$(go env GOPROXY)}
-out=$(dirname "$KWOK_BIN")/out
-rm -rf "$out"; mkdir -p "$out"
-log "go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION -> $KWOK_BIN (go $(go env GOVERSION))"
-t0=$SECONDS
-GOBIN=$out go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-[ -x "$out/kwok" ] || die "kwok binary missing from $out"
-rm -rf "$KWOK_BIN"; mv "$out" "$KWOK_BIN"
+go_install_cached "$KWOK_BIN" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 write_stages
-printf 'kwok %s go %s build_s %s\n' "$KWOK_VERSION" "$(go env GOVERSION)" "$((SECONDS - t0))" > "$KWOK_BIN/.complete"
 "$KWOK_BIN/kwok" --version >&2 || true
-log "done in $((SECONDS - t0))s: $KWOK_BIN"

@@ -768,6 +768,12 @@ scrape_configs:
   - job_name: decor-trainers
     file_sd_configs:
       - files: [{targets}]
+  # kube-state-metrics keeps the labels it exports (namespace, job), as kube-prometheus-stack
+  # scrapes it.
+  - job_name: kube-state-metrics
+    honor_labels: true
+    file_sd_configs:
+      - files: [{state_targets}]
 """
 
 
@@ -780,7 +786,11 @@ class PrometheusProcess:
         self.config = workdir / "prometheus.yml"
         self.targets = workdir / "targets.json"
         self.targets.write_text("[]")
-        self.config.write_text(PROMETHEUS_CONFIG.format(targets=self.targets))
+        self.state_targets = workdir / "state-targets.json"
+        self.state_targets.write_text("[]")
+        self.config.write_text(
+            PROMETHEUS_CONFIG.format(targets=self.targets, state_targets=self.state_targets)
+        )
         self.process: subprocess.Popen[bytes] | None = None
         self.log: Any = None
 

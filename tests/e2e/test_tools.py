@@ -4,9 +4,10 @@
   allocation (the allocation follows the deadline);
 * ``kubectl dtj get`` and ``kubectl dtj plot`` (from the job's status and from Prometheus)
   work on a running job, the PNG with both panels;
-* every dashboard query over the trainer's and the operator's metrics returns series from a
-  real Prometheus while a job runs. The ``decor_job_*`` queries need kube-state-metrics with
-  the chart's config, which the test bed does not run; they are listed, not queried.
+* every dashboard query returns series from a real Prometheus while a job runs: the
+  trainer's and the operator's metrics, and the ``decor_job_*`` series that kube-state-metrics
+  (built by cluster/build-ksm.sh at a pinned version) makes from the job's status with the
+  chart's custom-resource-state config.
 
 Run: ``make cluster-up`` then ``pytest -m e2e tests/e2e/test_tools.py`` (KUBECONFIG from
 cluster/env.sh, as for the other e2e tests).
@@ -20,17 +21,20 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_operator import (  # noqa: F401 - fixtures used by name
+    IN_CI,
     OperatorProcess,
     PrometheusProcess,
     cores,
     crd,
     create_job,
+    free_port,
     job_manifest,
     job_status,
     now_utc,
@@ -46,6 +50,7 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "helm" / "decor" / "dashboards" / "decor.json"
+KSM_CONFIG = REPO / "helm" / "decor" / "files" / "kube-state-metrics-decor.yaml"
 KUBECTL_DTJ = str(Path(sys.executable).with_name("kubectl-dtj"))
 MOVE_S = 60.0
 REACTION_S = 10.0
@@ -142,9 +147,62 @@ def instant(url: str, expr: str) -> list[Any]:
         return list(json.load(response)["data"]["result"])
 
 
+class KubeStateMetrics:
+    """kube-state-metrics on 127.0.0.1 with the chart's DeadlineTrainingJob config only."""
+
+    def __init__(self, binary: str, kubeconfig: str, workdir: Path) -> None:
+        self.port, telemetry_port = free_port(), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = open(workdir / "kube-state-metrics.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--kubeconfig={kubeconfig}",
+                "--custom-resource-state-only",
+                f"--custom-resource-state-config-file={KSM_CONFIG}",
+                "--host=127.0.0.1",
+                f"--port={self.port}",
+                "--telemetry-host=127.0.0.1",
+                f"--telemetry-port={telemetry_port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.log.close()
+
+
+def ksm_binary() -> Path:
+    out = subprocess.run(
+        ["bash", "-c", f'. "{REPO / "cluster/lib.sh"}"; printf %s "$KSM_BIN"'],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return Path(out) / "kube-state-metrics"
+
+
+@pytest.fixture
+def kube_state_metrics(kube: Any, crd: None, tmp_path: Path) -> Iterator[KubeStateMetrics]:  # noqa: F811
+    binary = ksm_binary()
+    if not binary.exists():
+        reason = f"{binary} not built (bash cluster/build-ksm.sh; make cluster-up builds it)"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    process = KubeStateMetrics(str(binary), kube.kubeconfig, tmp_path)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
 def test_every_dashboard_query_returns_series_during_a_run(
     kube: Any, namespace: str, operator: OperatorProcess,  # noqa: F811
     prometheus: PrometheusProcess,  # noqa: F811
+    kube_state_metrics: KubeStateMetrics,
     trainer_image: str,
 ) -> None:  # fmt: skip
     prometheus.start()
@@ -166,11 +224,15 @@ def test_every_dashboard_query_returns_series_during_a_run(
         e.replace("$__rate_interval", RATE_WINDOW).replace("$namespace", ".+")
         for e in dashboard_exprs()
     ]
-    needs_kube_state_metrics = [e for e in exprs if "decor_job_" in e]
-    assert len(needs_kube_state_metrics) < len(exprs)
+    from_job_status = [e for e in exprs if "decor_job_" in e]
+    assert 0 < len(from_job_status) < len(exprs)
+    prometheus.state_targets.write_text(json.dumps([{"targets": [kube_state_metrics.address]}]))
     for expr in exprs:
-        if expr in needs_kube_state_metrics:
-            print(f"needs kube-state-metrics (not on the test bed): {expr}")
-            continue
         kube.wait_for(lambda e=expr: instant(prometheus.url, e) or None, SERIES_TIMEOUT_S,
                       f"series for {expr}")  # fmt: skip
+    # The job's own series carry its namespace and name, and read status as status reads.
+    (allocation,) = instant(prometheus.url, f'decor_job_allocation{{job="{name}"}}')
+    assert allocation["metric"]["namespace"] == namespace
+    assert float(allocation["value"][1]) == pytest.approx(
+        cores(job_status(kube, namespace, name)["allocation"]), abs=0.3
+    )
