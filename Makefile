@@ -22,7 +22,7 @@ integration: ## integration tests: real training under a real CPU quota
 	$(VENV)/bin/pytest tests/integration
 
 e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first)
-	$(VENV)/bin/pytest tests/e2e
+	$(VENV)/bin/pytest tests/e2e --durations=25
 
 demo: ## run a reference training job to a 90 s deadline on this machine
 	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo

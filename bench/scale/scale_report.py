@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -91,6 +92,30 @@ def profile_lines(run: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def breakdown_lines(record: Mapping[str, Any]) -> list[str]:
+    """Where the deviation and the patch latencies come from: per group of jobs."""
+    lines = []
+    groups = record.get("deviation_by_group") or {}
+    parts = [
+        f"{name} {g['jobs']} jobs {fmt(g['mean_abs_pct'])} % (max {fmt(g['max_abs_pct'])} %)"
+        for name, g in groups.items()
+        if g.get("jobs")
+    ]
+    if parts:
+        lines.append("- mean |deviation| by group: " + "; ".join(parts))
+    patches = record.get("patches") or []
+    for mode in ("cpu", "gpu"):
+        seen = [p["to_resize_s"] for p in patches if p["mode"] == mode]
+        if seen:
+            shown = ", ".join("none" if s is None else f"{s:.2f}" for s in sorted(seen, key=_key))
+            lines.append(f"- patch to resize, {mode.upper()} jobs (s): {shown}")
+    return lines
+
+
+def _key(value: float | None) -> float:
+    return math.inf if value is None else value
+
+
 def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """Ratio of ``key`` per job at the largest size to the smallest, among the runs at the
     largest run's period (1.0 = flat). Keys ending in ``_per_job`` are per job already."""
@@ -172,6 +197,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
                 f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
                 f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
             )
+        out += breakdown_lines(r)
         out += profile_lines(r.get("profile_run") or r)
         kinds = r.get("operator_requests_per_s_by_kind") or {}
         if kinds:

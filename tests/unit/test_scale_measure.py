@@ -225,3 +225,25 @@ def test_worst_jobs_are_the_farthest_from_their_deadlines() -> None:
         ("b", "cpu", -4.0),
     ]
     assert worst[0]["restarts"] == 3
+
+
+def test_the_report_breaks_deviation_and_patch_latency_down_by_group() -> None:
+    record = {
+        "deviation_by_group": {
+            "cpu": {"jobs": 9, "mean_abs_pct": 1.25, "max_abs_pct": 3.0},
+            "gpu": {"jobs": 1, "mean_abs_pct": 12.0, "max_abs_pct": 12.0},
+            "patched": {"jobs": 0, "mean_abs_pct": None, "max_abs_pct": None},
+        },
+        "patches": [
+            {"job": "a", "mode": "cpu", "to_resize_s": 0.5},
+            {"job": "b", "mode": "cpu", "to_resize_s": None},
+            {"job": "c", "mode": "cpu", "to_resize_s": 0.125},
+            {"job": "g", "mode": "gpu", "to_resize_s": 20.0},
+        ],
+    }
+    lines = report.breakdown_lines(record)
+    assert lines[0].startswith("- mean |deviation| by group: cpu 9 jobs 1.25 % (max 3 %)")
+    assert "gpu 1 jobs 12 %" in lines[0] and "patched" not in lines[0]
+    assert lines[1] == "- patch to resize, CPU jobs (s): 0.12, 0.50, none"
+    assert lines[2] == "- patch to resize, GPU jobs (s): 20.00"
+    assert report.breakdown_lines({}) == []
