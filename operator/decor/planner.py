@@ -348,7 +348,7 @@ def _plan_admission(
     ours = s.policy == POLICY_DECOR
     book = _Book(cluster, s, now_s, ours)
     with_deadline = [d for d in demands if d.deadline_s is not None]
-    for d in sorted((d for d in with_deadline if d.admitted), key=book.rank):
+    for d in sorted((d for d in with_deadline if d.admitted), key=book.hold_rank):
         book.hold_admitted(d)
     for d in sorted((d for d in with_deadline if not d.admitted), key=book.rank):
         book.admit_new(d)
@@ -372,6 +372,15 @@ class _Book:
 
     def rank(self, d: Demand) -> tuple[int, float, float, str]:
         return (-self.prio(d), d.deadline_s or 0.0, d.arrival_s, d.key)
+
+    def hold_rank(self, d: Demand) -> tuple[int, bool, float, float, str]:
+        """Admitted jobs keep their share in ``rank`` order, except that within a priority
+        a running pod comes before one still to be created (a restart, a resume): the
+        planner does not hand a running trainer's node to a pod that does not exist yet,
+        which would restart the running one for nothing (the kube-scheduler places the new
+        pod wherever there is room)."""
+        running = self.cluster.home(d) is not None and d.current > EPS
+        return (-self.prio(d), not running, d.deadline_s or 0.0, d.arrival_s, d.key)
 
     def _hold(self, node: str, d: Demand, amount: float) -> None:
         self.cluster.take(node, d, amount)

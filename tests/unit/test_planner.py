@@ -248,6 +248,22 @@ def test_gpu_grants_are_whole_counts() -> None:
     assert g["a"].allocation == 2.0 and g["be"].allocation == 6.0
 
 
+@pytest.mark.parametrize("policy", [pl.POLICY_DECOR, pl.POLICY_ELASTICFLOW])
+def test_a_pod_still_to_be_created_does_not_take_a_running_trainers_node(policy: str) -> None:
+    # g1 holds two running GPU trainers (4 + 4 of its 8 GPUs); "restarting" (its pod deleted
+    # for a change of count, the earliest deadline) fits nowhere now. Booked before the
+    # later-deadline running one, it would short it to nothing on g1: a restart for a pod
+    # the kube-scheduler could not place there anyway.
+    demands = [
+        gpu_job("early", admitted=True, node="g1", need=4.0, current=4.0, deadline_s=500.0),
+        gpu_job("late", admitted=True, node="g1", need=4.0, current=4.0, deadline_s=2000.0),
+        gpu_job("restarting", admitted=True, node=None, need=4.0, current=0.0, deadline_s=400.0),
+    ]
+    g = grants(demands, [Node("g1", 0.0, 8.0), Node("g2", 0.0, 2.0)], policy)
+    assert g["early"].allocation == 4.0 and g["late"].allocation == 4.0, g
+    assert g["restarting"].allocation <= 2.0 and g["restarting"].node != "g1", g
+
+
 @pytest.mark.parametrize(
     ("restart_cost_s", "kept"),
     [(10.0, False), (280.0, True)],  # a shrink costs 10 s vs 280 s of the 300 s window
