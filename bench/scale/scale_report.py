@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import percentile  # noqa: E402  (bench/scale is not a package)
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = HERE.parents[1] / "docs/benchmarks/scale/results.json"
@@ -105,15 +108,20 @@ def breakdown_lines(record: Mapping[str, Any]) -> list[str]:
         lines.append("- mean |deviation| by group: " + "; ".join(parts))
     patches = record.get("patches") or []
     for mode in ("cpu", "gpu"):
-        seen = [p["to_resize_s"] for p in patches if p["mode"] == mode]
-        if seen:
-            shown = ", ".join("none" if s is None else f"{s:.2f}" for s in sorted(seen, key=_key))
-            lines.append(f"- patch to resize, {mode.upper()} jobs (s): {shown}")
+        seen = sorted(p["to_resize_s"] for p in patches if p["mode"] == mode and p["to_resize_s"])
+        missed = sum(1 for p in patches if p["mode"] == mode and p["to_resize_s"] is None)
+        if seen or missed:
+            spread = (
+                f"p50 {fmt(percentile(seen, 0.5))} s, p90 {fmt(percentile(seen, 0.9))} s, "
+                f"max {fmt(seen[-1])} s"
+                if seen
+                else "none resized"
+            )
+            lines.append(
+                f"- patch to resize, {mode.upper()} jobs: {len(seen) + missed} patches, {spread}"
+                + (f", {missed} never followed by a resize" if missed else "")
+            )
     return lines
-
-
-def _key(value: float | None) -> float:
-    return math.inf if value is None else value
 
 
 def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | None:

@@ -244,6 +244,9 @@ def test_the_report_breaks_deviation_and_patch_latency_down_by_group() -> None:
     lines = report.breakdown_lines(record)
     assert lines[0].startswith("- mean |deviation| by group: cpu 9 jobs 1.25 % (max 3 %)")
     assert "gpu 1 jobs 12 %" in lines[0] and "patched" not in lines[0]
-    assert lines[1] == "- patch to resize, CPU jobs (s): 0.12, 0.50, none"
-    assert lines[2] == "- patch to resize, GPU jobs (s): 20.00"
+    assert lines[1] == (
+        "- patch to resize, CPU jobs: 3 patches, p50 0.312 s, p90 0.463 s, max 0.5 s, "
+        "1 never followed by a resize"
+    )
+    assert lines[2] == "- patch to resize, GPU jobs: 1 patches, p50 20 s, p90 20 s, max 20 s"
     assert report.breakdown_lines({}) == []
