@@ -414,6 +414,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             pending_since = None
         elif settings.mode == "cpu":
             pending_since = None
+    changing = obs.pending or (settings.mode == "gpu" and pending_since is not None)
     base = replace(
         state,
         fit=fit,
@@ -426,14 +427,12 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         change_pending_since_s=pending_since,
         decisions=state.decisions + 1,
         # A move seen while a change is still being applied is answered once it has been.
-        deadline_s=state.deadline_s
-        if obs.pending or (settings.mode == "gpu" and pending_since is not None)
-        else settings.deadline_s,
+        deadline_s=state.deadline_s if changing else settings.deadline_s,
     )
     # The deadline moved since the last decision: answer it now, without the hysteresis that
     # spreads changes out while the need only drifts.
     replan = (
-        base.deadline_s == settings.deadline_s
+        not changing
         and state.deadline_s is not None
         and abs(settings.deadline_s - state.deadline_s) > 1e-6
     )
