@@ -282,20 +282,41 @@ def exact_need(job: SimJob, now_s: float) -> float:
     horizon_s = law.target_s - now_s - job.pause_s
     if horizon_s <= 0:
         return job.max_allocation
-    if job.mode == "gpu":  # the smallest count that makes it, a change paying its restart
-        restarts = job.allocation > 0 and job.steps_done > 0
-        for g in range(max(1, math.ceil(job.min_allocation)), int(job.max_allocation) + 1):
-            budget_s = horizon_s - (job.restart_cost_s if restarts and g != job.allocation else 0.0)
-            if budget_s > 0 and remaining * job.curve(g) <= budget_s:
-                return float(g)
-        return job.max_allocation
     endgame_s = law.endgame_ratio * law.duration_s
+    if job.mode == "gpu":
+        reserve_s = law.gpu_shrink_reserve_ratio * horizon_s
+        return _gpu_need(job, remaining, horizon_s, reserve_s)
     budget_s = horizon_s - law.reserve_ratio * max(0.0, horizon_s - endgame_s)
     u = job.curve.allocation_for(budget_s / remaining)
     if u > job.max_allocation:
         return job.max_allocation
     u = math.ceil(u / CPU_QUANTUM_CORES - 1e-6) * CPU_QUANTUM_CORES
     return min(max(u, job.min_allocation), job.max_allocation)
+
+
+def _gpu_need(job: SimJob, remaining: float, horizon_s: float, reserve_s: float) -> float:
+    """The law's GPU rule (``control``) on the exact curve: the smallest count that makes
+    it, a change paying its restart; one that already makes it shrinks only when the GPUs
+    given back over the rest of the run outweigh the new count idle during the restart, and
+    only to a count that keeps the law's small GPU reserve (no restart back after a slow-down)."""
+    current = job.allocation
+    restarts = current > 0 and job.steps_done > 0
+
+    def makes_it(g: float) -> bool:
+        budget_s = horizon_s - (job.restart_cost_s if restarts and g != current else 0.0)
+        return budget_s > 0 and remaining * job.curve(g) <= budget_s
+
+    counts = [float(g) for g in range(max(1, math.ceil(job.min_allocation)),
+                                      int(job.max_allocation) + 1)]  # fmt: skip
+    meeting = [g for g in counts if makes_it(g)]
+    if not meeting:
+        return job.max_allocation
+    if restarts and current in counts and makes_it(current):
+        pays = [g for g in meeting if g < current
+                and (current - g) * remaining * job.curve(g) >= g * job.restart_cost_s
+                and remaining * job.curve(g) + job.restart_cost_s + reserve_s <= horizon_s]  # fmt: skip
+        return min(pays) if pays else current
+    return meeting[0]
 
 
 def _demand(job: SimJob, now_s: float) -> pl.Demand:

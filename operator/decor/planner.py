@@ -613,11 +613,7 @@ class _Book:
 
     def fill_leftover(self, best_effort: Sequence[Demand]) -> None:
         by_node = self._place(best_effort)
-        if self.ours:  # a GPU deadline job above its need may keep it (no restart)
-            for node, held in self.held.items():
-                if any(_is_gpu(h) and h.current > a + EPS for h, a in held):
-                    by_node.setdefault((node, True), [])
-        else:  # elasticflow: admitted deadline jobs share the leftover too
+        if not self.ours:  # elasticflow: admitted deadline jobs share the leftover too
             for node, held in self.held.items():
                 for h, _ in held:
                     if self.grants[h.key].verdict == ADMITTED:
@@ -629,7 +625,7 @@ class _Book:
             }
             free = (self.cluster.free_gpu if gpu else self.cluster.free_cpu)[node]
             if gpu and self.ours:
-                alloc = self._gpu_counts(node, jobs, int(math.floor(free + 1e-6)))
+                alloc = self._gpu_counts(jobs, int(math.floor(free + 1e-6)))
             else:
                 alloc = _fill_by_gain(
                     jobs, base, free, 1.0 if gpu else self.s.fill_step_cores, self.s
@@ -657,19 +653,18 @@ class _Book:
                 free -= extra
         return out
 
-    def _gpu_counts(
-        self, node: str, best_effort: Sequence[Demand], free_gpus: int
-    ) -> dict[str, float]:
-        """Ours, GPUs: whole counts for the best-effort jobs on ``node`` and whether each
-        admitted deadline job holding more than its need keeps it, chosen together to
-        maximize the work done over the look-ahead window minus what restarts lose."""
+    def _gpu_counts(self, best_effort: Sequence[Demand], free_gpus: int) -> dict[str, float]:
+        """Ours, GPUs: whole counts for one node's best-effort jobs, chosen together to
+        maximize the work done over the look-ahead window minus what restarts lose.
+
+        Deadline jobs are not part of it: each gets its need, and its law has already
+        weighed a shrink's restart against the GPUs it gives back (``control`` ``pays``)."""
         window_s = max(self.s.lookahead_s, EPS)
 
         def kept(d: Demand, x: float) -> float:
             changed = d.current > EPS and x > EPS and abs(x - d.current) > EPS
             return max(0.0, 1.0 - d.restart_cost_s / window_s) if changed else 1.0
 
-        items: list[Demand] = list(best_effort)
         options: list[list[tuple[int, float]]] = []
         amounts: list[list[float]] = []
         for d in best_effort:
@@ -684,34 +679,10 @@ class _Book:
                 counts.insert(0, d.current)
             options.append([(int(x), _speed(d, x) * kept(d, x)) for x in counts])
             amounts.append(counts)
-        extra: dict[str, float] = {}
-        for h, a in self.held.get(node, []):
-            grant = self.grants[h.key]
-            if not _is_gpu(h) or grant.verdict != ADMITTED or h.current <= a + EPS:
-                continue
-            if h.current > h.max_allocation + EPS:
-                continue
-            surplus = h.current - a  # keep what it has (no restart) or shrink to its need
-            loss = _speed(h, a) * h.restart_cost_s / window_s
-            items.append(h)
-            options.append([(int(surplus), 0.0), (0, -loss)])
-            amounts.append([surplus, 0.0])
         picks, _ = best_gpu_choices(options, free_gpus)
-        alloc: dict[str, float] = {}
-        for d, pick, amount in zip(items, picks, amounts, strict=True):
-            if d.deadline_s is None:
-                alloc[d.key] = amount[pick]
-            elif amount[pick] > 0:
-                extra[d.key] = amount[pick]
-        for key, more in extra.items():
-            g = self.grants[key]
-            self.cluster.take(node, next(h for h, _ in self.held[node] if h.key == key), more)
-            reason = (
-                f"{g.reason}; keeps {g.allocation + more:g} GPUs: a restart to shrink to its "
-                f"need would lose more work than the freed GPUs add"
-            )
-            self.grants[key] = Grant(key, g.allocation + more, g.node, g.verdict, reason)
-        return alloc
+        return {
+            d.key: amount[pick] for d, pick, amount in zip(best_effort, picks, amounts, strict=True)
+        }
 
     def _grant_leftover(self, d: Demand, node: str, alloc: float, base: float) -> None:
         if d.deadline_s is not None:  # elasticflow: a deadline job's share of the leftover

@@ -550,6 +550,7 @@ def gpu_decor_state(gpus: float, last_change_s: float | None = None) -> State:
     [
         (860.0, None, 2.0, "2 GPUs still make it, restart included (850 <= 856.6)"),
         (840.0, None, 3.0, "2 GPUs would make it without the restart (820) but not with it (850)"),
+        (853.0, None, 3.0, "2 GPUs make it (850 <= 851.3), not with the shrink reserve (3.3 s)"),
         (860.0, 90.0, 3.0, "a change 10 s ago: minimum dwell (30 s) not over"),
         (860.0, 60.0, 2.0, "a change 40 s ago: dwell over"),
     ],
