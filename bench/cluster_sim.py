@@ -296,7 +296,7 @@ def exact_need(job: SimJob, now_s: float) -> float:
 
 def _gpu_need(job: SimJob, remaining: float, horizon_s: float, reserve_s: float) -> float:
     """The law's GPU rule (``control``) on the exact curve: the smallest count that makes
-    it, a change paying its restart; one that already makes it shrinks only when the GPUs
+    it, a change paying its restart (none: the earliest finish, restart included); one that already makes it shrinks only when the GPUs
     given back over the rest of the run outweigh the new count idle during the restart, and
     only to a count that keeps the law's small GPU reserve (no restart back after a slow-down)."""
     current = job.allocation
@@ -309,8 +309,14 @@ def _gpu_need(job: SimJob, remaining: float, horizon_s: float, reserve_s: float)
     counts = [float(g) for g in range(max(1, math.ceil(job.min_allocation)),
                                       int(job.max_allocation) + 1)]  # fmt: skip
     meeting = [g for g in counts if makes_it(g)]
-    if not meeting:
-        return job.max_allocation
+    if not meeting:  # the earliest finish, a restart counted (as the law does)
+
+        def finish_s(g: float) -> float:
+            return remaining * job.curve(g) + (
+                job.restart_cost_s if restarts and g != current else 0.0
+            )
+
+        return min(counts, key=finish_s)
     if restarts and current in counts and makes_it(current):
         pays = [g for g in meeting if g < current
                 and (current - g) * remaining * job.curve(g) >= g * job.restart_cost_s
