@@ -37,7 +37,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,12 +223,13 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     env = bed_env()
     profiles = json.loads((REPO / "docs/benchmarks/results.json").read_text())["profiles"]
     curves = fleet.curves_from_profiles(profiles)
+    rates = {name: curve.steps_per_s for name, curve in curves.items()}
     plans = measure.plan_jobs(
         size.jobs,
         gpu_share=args.gpu_share,
         duration_s=size.duration_s,
         target_allocation=(1.2, 3.0),
-        rates={name: curve.steps_per_s for name, curve in curves.items()},
+        rates=rates,
         startup_s=args.startup_s,
         seed=args.seed,
     )
@@ -312,7 +313,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         start_s = time.time()  # after the reads: the counters' window holds the audit window
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        patches = schedule_patches(driver, watch, plans, size, start_s, args.seed)
+        patches = schedule_patches(driver, watch, plans, size, start_s, args.seed, rates)
         time.sleep(max(0.0, start_s + size.window_s - time.time()))  # the window's length
         end_s = time.time()
         stop_sampling.set()
@@ -422,11 +423,13 @@ def schedule_patches(
     size: Size,
     start_s: float,
     seed: int,
+    rates: Mapping[str, Callable[[float], float]],
 ) -> list[tuple[str, float]]:
     """Patch ``patch_share`` of the jobs' deadlines at random times in the window's first
     two thirds (so the resize has time to follow): a job below its max gets a deadline that
-    needs more (remaining time x 0.6), one at its max gets more time (x 1.6). Returns (job,
-    when the patch was sent) pairs; runs in a thread until the last is sent."""
+    needs more but that its max can still meet, one at its max gets more time
+    (``measure.patched_remaining_s``; ``rates``: workload -> steps/s at an allocation).
+    Returns (job, when the patch was sent) pairs; runs in a thread until the last is sent."""
     rng = random.Random(seed + 1)
     chosen = rng.sample(plans, max(1, round(len(plans) * size.patch_share)))
     times = sorted(start_s + rng.uniform(0.05, 0.66) * size.window_s for _ in chosen)
@@ -446,11 +449,18 @@ def schedule_patches(
             started = (job.get("status") or {}).get("startTime")
             if not started or (job.get("status") or {}).get("phase") != "Running":
                 continue
+            status = job.get("status") or {}
             elapsed_s = time.time() - measure.parse_time_s(started)
             remaining_s = max(10.0, plan.duration_s - elapsed_s)
             current = watch.allocation(plan.name)
-            factor = 1.6 if current is not None and current >= plan.max_allocation else 0.6
-            duration_s = round(elapsed_s + remaining_s * factor)
+            steps_left = float(status.get("stepsTotal") or 0) - float(status.get("stepsDone") or 0)
+            given_s = measure.patched_remaining_s(
+                remaining_s,
+                max(0.0, steps_left),
+                rates[plan.workload](plan.max_allocation),
+                at_max=current is not None and current >= plan.max_allocation,
+            )
+            duration_s = round(elapsed_s + given_s)
             sent_s = time.time()
             api.raw(
                 api.custom.patch_namespaced_custom_object,

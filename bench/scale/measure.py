@@ -105,6 +105,24 @@ def plan_jobs(
     return plans
 
 
+# A patch tightens a job's deadline to this share of the time it has left, or loosens it by
+# the other factor for a job already at its max; a tightened one still leaves MAX this
+# much speed to spare (a deadline MAX cannot meet measures the workload, not the law).
+PATCH_TIGHTEN, PATCH_LOOSEN, PATCH_MAX_SPEED_SHARE = 0.6, 1.6, 0.85
+
+
+def patched_remaining_s(
+    remaining_s: float, steps_left: float, steps_per_s_at_max: float, at_max: bool
+) -> float:
+    """The time left that a deadline patch gives a job: ``remaining_s`` x 1.6 for a job at
+    its max; else x 0.6, but no less than its ``steps_left`` take at 85 % of its speed at
+    max, and never more than it had."""
+    if at_max:
+        return remaining_s * PATCH_LOOSEN
+    floor_s = steps_left / (PATCH_MAX_SPEED_SHARE * steps_per_s_at_max)
+    return min(remaining_s, max(remaining_s * PATCH_TIGHTEN, floor_s))
+
+
 def job_manifest(plan: JobPlan, namespace: str, period_s: float) -> dict[str, Any]:
     """The DeadlineTrainingJob of ``plan``, for pods on kwok's fake nodes."""
     container: dict[str, Any] = {

@@ -250,3 +250,19 @@ def test_the_report_breaks_deviation_and_patch_latency_down_by_group() -> None:
     )
     assert lines[2] == "- patch to resize, GPU jobs: 1 patches, p50 20 s, p90 20 s, max 20 s"
     assert report.breakdown_lines({}) == []
+
+
+@pytest.mark.parametrize(
+    ("remaining_s", "steps_left", "at_max", "want_s", "why"),
+    [
+        (100.0, 100.0, False, 60.0, "room at MAX (100 steps at 8.5/s: 11.8 s): x 0.6"),
+        (100.0, 765.0, False, 90.0, "x 0.6 would need more than 85 % of MAX's speed"),
+        (100.0, 900.0, False, 100.0, "MAX barely makes the old deadline: not tightened"),
+        (100.0, 900.0, True, 160.0, "a job at its max gets more time"),
+    ],
+)
+def test_a_deadline_patch_leaves_the_job_a_deadline_its_max_can_meet(
+    remaining_s: float, steps_left: float, at_max: bool, want_s: float, why: str
+) -> None:
+    got = measure.patched_remaining_s(remaining_s, steps_left, 10.0, at_max=at_max)
+    assert got == pytest.approx(want_s), why
