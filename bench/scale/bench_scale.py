@@ -512,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
         "their time, in the record's 'profile'; its CPU numbers then include the sampler)",
     )
     args = parser.parse_args(argv)
+    # Stopped with SIGTERM: unwind, so the operator it started is stopped too (an orphaned
+    # one keeps its metrics port and would act on the next run's bed).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = args.out or RESULTS
     for size in GRIDS[args.grid]:
         if args.jobs and size.jobs not in args.jobs:
