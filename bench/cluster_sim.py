@@ -296,31 +296,25 @@ def exact_need(job: SimJob, now_s: float) -> float:
 
 def _gpu_need(job: SimJob, remaining: float, horizon_s: float, reserve_s: float) -> float:
     """The law's GPU rule (``control``) on the exact curve: the smallest count that makes
-    it, a change paying its restart (none: the earliest finish, restart included); one that already makes it shrinks only when the GPUs
-    given back over the rest of the run outweigh the new count idle during the restart, and
-    only to a count that keeps the law's small GPU reserve (no restart back after a slow-down)."""
+    it, a change paying its restart (none does: the earliest finish, restart included). One
+    that already makes it shrinks only when ``control.shrink_pays`` and the smaller count
+    keeps the law's small GPU reserve (no restart back after a slow-down)."""
     current = job.allocation
     restarts = current > 0 and job.steps_done > 0
 
-    def makes_it(g: float) -> bool:
-        budget_s = horizon_s - (job.restart_cost_s if restarts and g != current else 0.0)
-        return budget_s > 0 and remaining * job.curve(g) <= budget_s
+    def finish_s(g: float) -> float:
+        restart_s = job.restart_cost_s if restarts and g != current else 0.0
+        return remaining * job.curve(g) + restart_s
 
     counts = [float(g) for g in range(max(1, math.ceil(job.min_allocation)),
                                       int(job.max_allocation) + 1)]  # fmt: skip
-    meeting = [g for g in counts if makes_it(g)]
-    if not meeting:  # the earliest finish, a restart counted (as the law does)
-
-        def finish_s(g: float) -> float:
-            return remaining * job.curve(g) + (
-                job.restart_cost_s if restarts and g != current else 0.0
-            )
-
+    meeting = [g for g in counts if finish_s(g) <= horizon_s]
+    if not meeting:
         return min(counts, key=finish_s)
-    if restarts and current in counts and makes_it(current):
+    if restarts and current in meeting:
         pays = [g for g in meeting if g < current
-                and (current - g) * remaining * job.curve(g) >= g * job.restart_cost_s
-                and remaining * job.curve(g) + job.restart_cost_s + reserve_s <= horizon_s]  # fmt: skip
+                and control.shrink_pays(current, g, remaining * job.curve(g), job.restart_cost_s)
+                and finish_s(g) + reserve_s <= horizon_s]  # fmt: skip
         return min(pays) if pays else current
     return meeting[0]
 

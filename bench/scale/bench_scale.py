@@ -446,10 +446,10 @@ def schedule_patches(
                 "deadlinetrainingjobs",
                 plan.name,
             )
-            started = (job.get("status") or {}).get("startTime")
-            if not started or (job.get("status") or {}).get("phase") != "Running":
-                continue
             status = job.get("status") or {}
+            started = status.get("startTime")
+            if not started or status.get("phase") != "Running":
+                continue
             elapsed_s = time.time() - measure.parse_time_s(started)
             remaining_s = max(10.0, plan.duration_s - elapsed_s)
             current = watch.allocation(plan.name)

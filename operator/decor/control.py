@@ -491,10 +491,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     reserve_s = settings.reserve_ratio * max(0.0, horizon - endgame_s)
     needed_step_s = (horizon - reserve_s) / remaining if remaining > 0 else math.inf
     if settings.mode == "gpu":
-        shrink_reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, horizon)
-        return _decide_gpu(
-            base, settings, obs, now, remaining, step_time, restart_cost, shrink_reserve_s, replan
-        )
+        return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost, replan)
     current = obs.allocation if not obs.pending else state.allocation
     credit_s = 0.0
     top = usable_cores(settings.max_allocation, settings)
@@ -684,7 +681,6 @@ def _decide_gpu(
     remaining: float,
     step_time: Any,
     restart_cost: float,
-    reserve_s: float,
     replan: bool = False,
 ) -> Decision:
     """The GPU count: a change costs a restart, so hold unless a change pays or is needed
@@ -713,14 +709,16 @@ def _decide_gpu(
     # small reserve, so that a slow-down after it needs no restart back. Grow
     # by one only once waiting would not leave a spare restart: a noisy dip in the speed
     # estimate then costs no restart, and a grow is not followed by a shrink back.
-    def pays(g: float) -> bool:
-        return (current - g) * remaining * step_time(g) >= g * restart_cost
-
+    reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, target_s - obs.time_s)
     note = ""
     if finish(current) <= target_s:
         # On track: shrink when a smaller count still makes it, keeping the reserve.
         smaller = [
-            g for g in meeting if g < current and pays(g) and finish(g) + reserve_s <= target_s
+            g
+            for g in meeting
+            if g < current
+            and shrink_pays(current, g, remaining * step_time(g), restart_cost)
+            and finish(g) + reserve_s <= target_s
         ]
         choice = min(smaller) if smaller and dwell_ok else current
     elif meeting:
@@ -741,6 +739,13 @@ def _decide_gpu(
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
     return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+
+
+def shrink_pays(current: float, g: float, run_s_at_g: float, restart_cost: float) -> bool:
+    """A GPU shrink from ``current`` to ``g`` pays when the GPUs given back over the rest of
+    the run (``run_s_at_g`` seconds at ``g``) outweigh the new pod's GPUs idle through the
+    restart."""
+    return (current - g) * run_s_at_g >= g * restart_cost
 
 
 def _hold_or_change(
