@@ -131,18 +131,20 @@ def test_a_dripping_endpoint_costs_only_its_own_job(
     operator: OperatorProcess,  # noqa: F811
     trainer_image: str,
 ) -> None:
-    # Three trainers share the node's 2 cores with the control plane: a step costs 0.14 to
-    # 0.2 core-seconds here. 300 steps in 180 s need about 0.35 core, so a healthy job capped
-    # at 600m has room to meet its deadline and the two leave the dripping job (1,000 steps in
-    # 600 s: about 0.33 core) room on the node: nothing but its own controller could change
-    # its allocation (under contention the planner would short it, last by deadline). Its
-    # reads drip from its first progress on, before its law has measured anything, so it
-    # holds its initial 500m: 1,000 steps then take 280 s or more, well past the healthy
-    # jobs' 180 s (with 400 steps it finished first on a fast run, at 114 s).
+    # Three trainers share the node's 2 cores with the control plane: a step costs 0.13 to
+    # 0.2 core-seconds here. 400 steps in 180 s need 0.3 to 0.45 core, so a healthy job capped
+    # at 600m has room to meet its deadline, and at its 250m floor it would take 210 s or more:
+    # its law has to hold it above the floor (with 300 steps the floor itself finished 7 %
+    # early on a fast run). The two leave the dripping job (1,000 steps in 600 s: about 0.33
+    # core) room on the node: nothing but its own controller could change its allocation
+    # (under contention the planner would short it, last by deadline). Its reads drip from its
+    # first progress on, before its law has measured anything, so it holds its initial 500m:
+    # 1,000 steps then take 260 s or more, well past the healthy jobs' 180 s (with 400 steps it
+    # finished first on a fast run, at 114 s).
     healthy = {**SMALL, "max": "600m"}
     jobs = {
-        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
-        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
+        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=100, duration="180s", resources=healthy),
+        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=100, duration="180s", resources=healthy),
         # Runs on past the others; its reads drip from the moment it has reported progress.
         "dripping": job_manifest("dripping", trainer_image, steps_per_epoch=250, duration="600s", resources=SMALL),
     }  # fmt: skip
