@@ -437,11 +437,12 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     )
     # The deadline moved since the last decision: answer it now, without the hysteresis that
     # spreads changes out while the need only drifts.
-    replan = (
-        not changing
-        and state.deadline_s is not None
-        and abs(settings.deadline_s - state.deadline_s) > 1e-6
+    moved_s = (
+        settings.deadline_s - state.deadline_s
+        if not changing and state.deadline_s is not None
+        else 0.0
     )
+    replan = abs(moved_s) > 1e-6
     remaining = obs.steps_total - obs.steps_done
     if settings.deadline_s <= settings.start_s:
         return _hold_or_change(
@@ -511,7 +512,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 current,
                 0.0 if replan else state.level_credit_s,
                 settings,
-                replan=replan,
+                deadline_move_s=moved_s if replan else 0.0,
                 # Only MAX measured (the job's start), and no hurry: measure the lower level.
                 probe_lower=fewest is not None
                 and fewest >= top
@@ -561,7 +562,7 @@ def _whole_core_level(
     settings: Settings,
     probe_lower: bool = False,
     probe_upper: bool = False,
-    replan: bool = False,
+    deadline_move_s: float = 0.0,
 ) -> tuple[float, float]:
     """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
     need that takes the upper level a ``fraction`` of the time.
@@ -582,7 +583,10 @@ def _whole_core_level(
     assuming linear speed-up up to it overstates its speed, so its share of the time comes
     out too small and too late. Go there now; the time spent there counts against the share.
 
-    ``replan``: the deadline moved; start the pair afresh at the nearer level.
+    ``deadline_move_s``: how far the deadline moved since the last plan (0: it did not). A
+    moved deadline starts the pair afresh, owing nothing: at the level in the move's direction
+    when the job runs at one of the pair (earlier: the upper level, later: the lower one), so
+    that the answer is a resize now wherever one is due; else at the nearer level.
     """
     at = usable_cores(current, settings)
     if probe_upper:
@@ -591,7 +595,10 @@ def _whole_core_level(
     if probe_lower:  # to the lower level, and stay there until an interval is measured
         owed_s = max(0.0, credit_s) if at == lower else 0.0
         return clamp(float(lower), settings), owed_s + fraction * settings.period_s
-    if replan or at not in (lower, lower + 1):  # a new pair of levels: the nearer one
+    in_pair = at in (lower, lower + 1)
+    if in_pair and deadline_move_s != 0.0:
+        return clamp(float(lower + 1 if deadline_move_s < 0 else lower), settings), 0.0
+    if not in_pair:  # a new pair of levels: the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
     upper_now = at == lower + 1
     # Owed time is >= 0 at the lower level and <= 0 at the upper one; a credit of the other

@@ -31,6 +31,7 @@ from decor.control import (
     Settings,
     SpeedFit,
     State,
+    _whole_core_level,
     decide,
     initial_state,
     usable_cores,
@@ -543,6 +544,28 @@ def test_decor_cpu_measures_one_period_after_a_resize_settles() -> None:
 
 def gpu_decor_state(gpus: float, last_change_s: float | None = None) -> State:
     return replace(fitted_decor_state(gpus, a=2.4, mode="gpu"), last_change_s=last_change_s)
+
+
+@pytest.mark.parametrize(
+    ("current", "fraction", "move_s", "want", "why"),
+    [
+        (1.0, 0.3, -60.0, 2.0, "earlier, at the lower level: up now, however small the share"),
+        (2.0, 0.3, -60.0, 2.0, "earlier, at the upper level: stays (the nearer level shrank)"),
+        (2.0, 0.7, 60.0, 1.0, "later, at the upper level: down now, however large the share"),
+        (1.0, 0.7, 60.0, 1.0, "later, at the lower level: stays (the nearer level grew)"),
+        (3.0, 0.7, -60.0, 2.0, "a new pair: the nearer level"),
+        (3.0, 0.3, -60.0, 1.0, "a new pair: the nearer level"),
+        (1.0, 0.7, 0.0, 1.0, "no move: the lower level until 2 periods are owed"),
+    ],
+)
+def test_a_moved_deadline_starts_the_level_pair_in_its_direction(
+    current: float, fraction: float, move_s: float, want: float, why: str
+) -> None:
+    settings = replace(cpu_settings(D_DECOR, "decor"), max_allocation=4.0)
+    level, credit_s = _whole_core_level(1, fraction, current, 0.0, settings, deadline_move_s=move_s)
+    assert level == want, why
+    if move_s != 0.0:
+        assert credit_s == 0.0, "a moved deadline owes nothing"
 
 
 @pytest.mark.parametrize(
@@ -1060,10 +1083,10 @@ def test_an_older_stored_state_is_migrated_not_reset() -> None:
 # (d) a moved deadline is answered the period it is seen
 
 
-def test_decor_cpu_answers_a_moved_deadline_at_the_nearer_level() -> None:
+def test_decor_cpu_answers_an_earlier_deadline_at_the_upper_level() -> None:
     # At the lower level of (1, 2) with 1 s owed at the upper one: the drifting need waits
-    # for 2 periods owed; a moved deadline starts the pair afresh at the nearer level (the
-    # upper one: 61% of the time), owing nothing.
+    # for 2 periods owed; an earlier deadline starts the pair afresh at the upper level,
+    # owing nothing.
     state = replace(
         fitted_decor_state(1.0),
         level_fit=both_levels_fit(),
