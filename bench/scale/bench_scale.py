@@ -345,14 +345,22 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         operator_log.close()
     mode_of = {p.name: p.mode for p in plans}
     latencies, missed, patch_detail = [], 0, []
-    for job, sent_s in patches:
+    for job, sent_s, call_s in patches:
         changed = watch.first_change_after(job, sent_s)
         if changed is None or changed - sent_s > args.resize_timeout_s:
             missed += 1
         else:
             latencies.append(changed - sent_s)
         latency = None if changed is None else round(changed - sent_s, 3)
-        patch_detail.append({"job": job, "mode": mode_of[job], "to_resize_s": latency})
+        patch_detail.append(
+            {
+                "job": job,
+                "mode": mode_of[job],
+                "to_resize_s": latency,
+                "sent_unix_s": round(sent_s, 3),
+                "patch_call_s": round(call_s, 3),
+            }
+        )
     deviation_of = {
         str(j["metadata"]["name"]): float(j["status"]["outcome"]["deviationPercent"])
         for j in jobs
@@ -403,7 +411,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "machine_cores": os.cpu_count(),
             "loop": loop_costs,
             "deviation_by_group": measure.deviation_by_group(
-                deviation_of, plans, (job for job, _ in patches)
+                deviation_of, plans, (job for job, _, _ in patches)
             ),
             "patches": patch_detail,
             "worst_jobs": measure.worst_jobs(jobs, mode_of),
@@ -424,16 +432,17 @@ def schedule_patches(
     start_s: float,
     seed: int,
     rates: Mapping[str, Callable[[float], float]],
-) -> list[tuple[str, float]]:
+) -> list[tuple[str, float, float]]:
     """Patch ``patch_share`` of the jobs' deadlines at random times in the window's first
     two thirds (so the resize has time to follow): a job below its max gets a deadline that
     needs more but that its max can still meet, one at its max gets more time
     (``measure.patched_remaining_s``; ``rates``: workload -> steps/s at an allocation).
-    Returns (job, when the patch was sent) pairs; runs in a thread until the last is sent."""
+    Returns (job, when the patch was sent, seconds the API server took to accept it) for
+    each; runs in a thread until the last is sent."""
     rng = random.Random(seed + 1)
     chosen = rng.sample(plans, max(1, round(len(plans) * size.patch_share)))
     times = sorted(start_s + rng.uniform(0.05, 0.66) * size.window_s for _ in chosen)
-    sent: list[tuple[str, float]] = []
+    sent: list[tuple[str, float, float]] = []
 
     def run() -> None:
         for plan, at_s in zip(chosen, times, strict=True):
@@ -472,7 +481,7 @@ def schedule_patches(
                 {"spec": {"duration": f"{duration_s}s"}},
                 _content_type="application/merge-patch+json",
             )
-            sent.append((plan.name, sent_s))
+            sent.append((plan.name, sent_s, time.time() - sent_s))
 
     thread = threading.Thread(target=run, daemon=True, name="deadline-patches")
     thread.start()

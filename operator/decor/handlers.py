@@ -358,7 +358,10 @@ async def dtj_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) -> N
     if deleted:
         current.specs_seen.pop(key, None)
         return
-    if current.specs_seen.get(key) != seen:
+    before = current.specs_seen.get(key)
+    if before != seen:
+        if before is not None:
+            log.info("%s/%s: spec changed; the job is due now", key[0], key[1])
         current.specs_seen[key] = seen
         current.loop.wake(key)
         current.wake.set()
