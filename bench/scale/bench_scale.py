@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import ssl
 import subprocess
@@ -420,6 +421,9 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     if args.profile and profile_out.exists():
         record["profile"] = json.loads(profile_out.read_text())
         record["note"] = "profiled run: a stack sampler ran inside the operator (CPU inflated)"
+    if args.keep_logs:  # scale-down deletes the bed's state, its logs included
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(state / "logs/operator.log", args.keep_logs / f"operator-{size.jobs}.log")
     subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
     return record
 
@@ -513,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator-metrics-port", type=int, default=18080)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help=f"results file (default {RESULTS})")
+    parser.add_argument(
+        "--keep-logs", type=Path, help="copy each size's operator log here before scale-down"
+    )
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument(
         "--profile",
