@@ -265,7 +265,7 @@ def pod_name(job_name: str, index: int) -> str:
     return f"{job_name}-{index}"
 
 
-def _upsert_env(env: list[dict[str, Any]], name: str, value: str) -> list[dict[str, Any]]:
+def upsert_env(env: list[dict[str, Any]], name: str, value: str) -> list[dict[str, Any]]:
     return [e for e in env if e.get("name") != name] + [{"name": name, "value": value}]
 
 
@@ -413,18 +413,18 @@ def build_trainer_pod(
 
     # Environment (docs/contract.md); ours replace same-named entries of the template.
     env = [dict(e) for e in trainer.get("env") or []]
-    env = _upsert_env(env, ENV_EPOCHS, str(spec.epochs))
+    env = upsert_env(env, ENV_EPOCHS, str(spec.epochs))
     if spec.steps_per_epoch is not None:
-        env = _upsert_env(env, ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
+        env = upsert_env(env, ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
     if spec.checkpoint.path:
-        env = _upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
-    env = _upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
-    env = _upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
+        env = upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
+    env = upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
+    env = upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
     if spec.resources.mode == "gpu":
-        env = _upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
+        env = upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
         if spec.resources.batch_policy is not None:
             policy = BATCH_POLICY_NAMES[spec.resources.batch_policy]
-            env = _upsert_env(env, ENV_BATCH_POLICY, policy)
+            env = upsert_env(env, ENV_BATCH_POLICY, policy)
     trainer["env"] = env
 
     # Volumes: the progress file, and the checkpoint unless the template provides one.

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from decor import build, control, metrics, planner, policy
+from decor import build, control, group, metrics, planner, policy
 from decor.kube import Kube, KubeError
 from decor.model import JobSpec, ManifestError, format_time, parse_job, parse_time
 
@@ -110,6 +110,23 @@ class Room:
                     return True
             return False
 
+    def take_pods(self, gpus: Sequence[int]) -> bool:
+        """Reserve a GPU count per pod, each on any node with room (the scheduler places
+        them); all or nothing."""
+        if self.free is None:
+            return True
+        with self._lock:
+            free = {name: slot[1] for name, slot in self.free.items()}
+            for count in sorted(gpus, reverse=True):
+                fits = [(room, name) for name, room in free.items() if room >= count - 1e-9]
+                if not fits:
+                    return False
+                name = min(fits)[1]  # best fit: the node left with the least room
+                free[name] -= count
+            for name, room in free.items():
+                self.free[name][1] = room
+            return True
+
     def take_up_to(self, node: str | None, cpu: float) -> float:
         """Reserve as much of ``cpu`` cores on ``node`` as is free; returns what was taken."""
         if self.free is None:
@@ -139,6 +156,7 @@ class _Period:
     deadline_was_past: bool
     now_s: float
     pod: Mapping[str, Any] | None = None
+    workers: Sequence[Mapping[str, Any]] = ()  # the other pods of a several-pod trainer
     view: PodView | None = None
     observation: control.Observation | None = None
     epochs_done: float | None = None
@@ -339,9 +357,12 @@ class JobController:
         container = spec.trainer_container["name"]
         active = [p for p in pods if not build.is_terminating(p)]
         terminating = [p for p in pods if build.is_terminating(p)]
-        current = self._pick_current(active)
+        current = self._pick_current([p for p in active if not group.is_worker(p)])
+        leader = current["metadata"]["name"] if current is not None else None
+        workers = [p for p in active if leader is not None and group.leader_of(p) == leader]
         for extra in active:
-            if extra is not current:  # only one trainer at a time
+            if extra is not current and not any(extra is w for w in workers):
+                # only one trainer (one pod, or one group of pods) at a time
                 self.kube.delete_pod(self.namespace, extra["metadata"]["name"])
 
         if spec.suspend:
@@ -378,12 +399,15 @@ class JobController:
             return self._finish_period(self._complete(period, finished_s, None, now))
         if phase == "Failed":
             return self._finish_period(self._pod_failed(body, current, container, now))
-        period.pod = current
+        period.pod, period.workers = current, workers
         trainer_status = build.container_status(current, container) or {}
-        crashes = int(trainer_status.get("restartCount") or 0)
+        crashes = max(
+            int((build.container_status(p, container) or {}).get("restartCount") or 0)
+            for p in [current, *workers]
+        )
         if crashes > self.config.max_pod_failures:
             # Past the budget the pod would crash on, holding its node's capacity: deleted.
-            self.kube.delete_pod(self.namespace, pod_name, grace_period_s=0)
+            self._delete_trainer(current, grace_period_s=0)
             return self._finish_period(
                 self._give_up(
                     body,
@@ -393,14 +417,18 @@ class JobController:
                     now,
                 )
             )
-        if phase == "Pending" and self._unschedulable_too_long(period, current, now):
-            return self._finish_period(self._fall_back(period, current, now))
+        broken = self._broken_worker(current, workers, container)
+        if broken is not None:
+            return self._finish_period(self._pod_failed(body, current, container, now, broken))
+        for pod in [current, *workers]:
+            if build.pod_phase(pod) == "Pending" and self._unschedulable_too_long(period, pod, now):
+                return self._finish_period(self._fall_back(period, pod, now))
         # A replacement pod, or a trainer the kubelet restarts in place after a crash.
         recreated = (
             int(status.get("podsCreated") or 0) > 1
             or int(trainer_status.get("restartCount") or 0) > 0
         )
-        held = build.pod_allocation(current, container, spec.resources.mode)
+        held = self._group_allocation(current, workers, container, spec.resources.mode)
         if phase != "Running" or not build.container_running(current, container):
             status["phase"] = build.PHASE_RESTARTING if recreated else build.PHASE_PENDING
             status["podName"] = pod_name
@@ -497,6 +525,8 @@ class JobController:
             priority=spec.priority,
             admitted=admitted,
             node=node,
+            gpus_per_pod=spec.resources.gpus_per_pod,
+            nodes=_pod_nodes(period.pod, period.workers),
             step_time_s=curve,
             restart_cost_s=state.restart_cost_s or period.settings.restart_cost_s,
         )
@@ -529,9 +559,11 @@ class JobController:
             grant.verdict in (planner.QUEUED, planner.PREEMPTED) or allocation <= 0
         )
         if not waiting:
-            cpu = allocation + build.sidecar_cpu_cores() if spec.resources.mode == "cpu" else 0.0
-            gpus = allocation if spec.resources.mode == "gpu" else 0.0
-            if not room.take(None, cpu=cpu, gpus=gpus):
+            if spec.resources.mode == "gpu":
+                fits = room.take_pods(group.pod_counts(spec, allocation))
+            else:
+                fits = room.take(None, cpu=allocation + build.sidecar_cpu_cores())
+            if not fits:
                 waiting = True
                 if grant is not None:
                     grant = replace(
@@ -624,9 +656,9 @@ class JobController:
         if spec.resources.mode == "gpu":
             if abs(target - desired) < 0.5:
                 return desired, desired, build.PHASE_RUNNING
-            if target > desired and not room.take(node, gpus=target - desired):
+            if target > desired and not self._room_to_grow(spec, room, node, target - desired):
                 return desired, desired, build.PHASE_RUNNING
-            self._restart_for_gpus(period.body, pod_name, desired, target, decision, now)
+            self._restart_for_gpus(period.body, pod, desired, target, decision, now)
             return target, target, build.PHASE_RESTARTING
         if abs(target - desired) < CPU_EPSILON_CORES:
             return target, desired, build.PHASE_RUNNING
@@ -707,33 +739,43 @@ class JobController:
         claim = build.build_checkpoint_claim(body, spec, self.config.checkpoint_storage)
         if claim is not None and index == 0:
             self.kube.create_claim(claim)  # an existing one (kept, or a retry) is reused
-        created = None
+        counts = group.pod_counts(spec, allocation)
+        rendezvous_ip = None
+        if len(counts) > 1:  # several pods: they meet through the job's rendezvous Service
+            rendezvous_ip = self.kube.ensure_service(group.build_rendezvous_service(body))
+        pods: list[dict[str, Any]] = []
         for _attempt in range(5):
             name = build.pod_name(self.name, index)
-            pod = build.build_trainer_pod(
+            pods = group.build_trainer_group(
                 body,
                 spec,
                 allocation,
                 name,
+                rendezvous_ip=rendezvous_ip,
                 sidecar_image=self.config.sidecar_image,
                 checkpoint_storage=self.config.checkpoint_storage,
             )
             try:
-                created = self.kube.create_pod(pod)
+                self.kube.create_pod(pods[0])
                 break
             except KubeError as exc:
                 if exc.status != 409:  # a leftover pod with that name (e.g. a crash mid-period)
                     raise
                 index += 1
-        if created is None:
+                pods = []
+        if not pods:
             raise KubeError(f"create pod for {self.namespace}/{self.name}", 409, "no free pod name")
+        for worker in pods[1:]:
+            self.kube.create_pod(worker)
         self.metrics.actuations.labels(kind=ACTUATION_CREATE).inc()
         quantity = build.format_allocation(spec.resources.mode, allocation)
         what = "first trainer pod" if index == 0 else "trainer pod (resuming from the checkpoint)"
-        self._event(
-            body, build.EVENT_NORMAL, build.EVENT_POD_CREATED,
-            f"created {what} {name} with {quantity} {_unit(spec)}", now,
-        )  # fmt: skip
+        text = f"created {what} {name} with {quantity} {_unit(spec)}"
+        if len(pods) > 1:
+            names = ", ".join(p["metadata"]["name"] for p in pods)
+            shares = "+".join(str(c) for c in counts)
+            text = f"created {what.replace('pod', 'pods')} {names} with {shares} {_unit(spec)}"
+        self._event(body, build.EVENT_NORMAL, build.EVENT_POD_CREATED, text, now)
         status.update(
             podName=name,
             podsCreated=index + 1,
@@ -760,7 +802,7 @@ class JobController:
         self, period: _Period, pod: Mapping[str, Any], container: str, now: float
     ) -> PodView:
         if period.spec.resources.mode == "gpu":
-            count = build.pod_gpu_count(pod, container)
+            count = self._group_allocation(pod, period.workers, container, "gpu")
             return PodView(applied=count, desired=count, pending=False)
         desired = build.desired_cpu_cores(pod, container)
         applied = build.applied_cpu_cores(pod, container)
@@ -837,15 +879,15 @@ class JobController:
     def _restart_for_gpus(
         self,
         body: Mapping[str, Any],
-        pod_name: str,
+        pod: Mapping[str, Any],
         current: float,
         target: float,
         decision: control.Decision,
         now: float,
     ) -> None:
         # Deleting sends SIGTERM: the trainer checkpoints and exits; the next periods see the
-        # pod terminating, then gone, and create one with the new count (state.allocation).
-        self.kube.delete_pod(self.namespace, pod_name)
+        # pods terminating, then gone, and create them with the new count (state.allocation).
+        self._delete_trainer(pod)
         self.status["restarts"] = int(self.status.get("restarts") or 0) + 1
         self.metrics.actuations.labels(kind=ACTUATION_RESTART).inc()
         self._event(
@@ -858,7 +900,7 @@ class JobController:
         """Give the node back to a higher-priority job: the trainer checkpoints and goes; the
         job waits (Queued) and resumes from its checkpoint when admitted again."""
         assert period.pod is not None
-        self.kube.delete_pod(self.namespace, period.pod["metadata"]["name"])
+        self._delete_trainer(period.pod)
         self.metrics.actuations.labels(kind=ACTUATION_PREEMPT).inc()
         self._note_admission(period, grant, now)
         self.status["phase"] = build.PHASE_QUEUED
@@ -869,7 +911,7 @@ class JobController:
     ) -> bool:
         status = self.status
         if current is not None:
-            self.kube.delete_pod(self.namespace, current["metadata"]["name"])
+            self._delete_trainer(current)
             self.metrics.actuations.labels(kind=ACTUATION_SUSPEND).inc()
         if status.get("phase") != build.PHASE_SUSPENDED:
             self._event(
@@ -901,7 +943,7 @@ class JobController:
             f"trainer pod {pod_name} failed ({reason}); recreating it from the last checkpoint",
             now,
         )  # fmt: skip
-        self.kube.delete_pod(self.namespace, pod_name, grace_period_s=0)
+        self._delete_trainer(pod, grace_period_s=0)
         status["phase"] = build.PHASE_RESTARTING
         return self._write()
 
@@ -922,6 +964,51 @@ class JobController:
             return None
         return f"{build.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
 
+    def _delete_trainer(self, leader: Mapping[str, Any], grace_period_s: int | None = None) -> None:
+        """Delete the trainer: its pod, and the other pods of its group (all get SIGTERM at
+        once, so the workers agree on the last step and rank 0 checkpoints it)."""
+        name = leader["metadata"]["name"]
+        self.kube.delete_pod(self.namespace, name, grace_period_s=grace_period_s)
+        for index in range(1, group.group_size(leader)):
+            self.kube.delete_pod(
+                self.namespace, group.worker_pod_name(name, index), grace_period_s=grace_period_s
+            )
+
+    @staticmethod
+    def _group_allocation(
+        leader: Mapping[str, Any], workers: Sequence[Mapping[str, Any]], container: str, mode: str
+    ) -> float | None:
+        """The allocation the trainer's pods hold together (None while unknown)."""
+        held = [build.pod_allocation(p, container, mode) for p in [leader, *workers]]
+        return None if any(h is None for h in held) else sum(h or 0.0 for h in held)
+
+    @staticmethod
+    def _broken_worker(
+        leader: Mapping[str, Any], workers: Sequence[Mapping[str, Any]], container: str
+    ) -> str | None:
+        """Why a running group cannot go on (a worker pod failed or vanished), or None. A
+        world with a rank missing cannot take a step: the whole group is replaced."""
+        for pod in workers:
+            if build.pod_phase(pod) == "Failed":
+                return (
+                    f"worker pod {pod['metadata']['name']} failed "
+                    f"({build.pod_failure_reason(pod, container)})"
+                )
+        name = leader["metadata"]["name"]
+        expected = {group.worker_pod_name(name, i) for i in range(1, group.group_size(leader))}
+        gone = sorted(expected - {p["metadata"]["name"] for p in workers})
+        # Checked once the leader runs: its workers were created in the same period as it.
+        if gone and build.pod_phase(leader) == "Running":
+            return f"its worker pod {', '.join(gone)} is gone"
+        return None
+
+    def _room_to_grow(self, spec: JobSpec, room: Room, node: str | None, gpus: float) -> bool:
+        """Room now for ``gpus`` more GPUs: on the pod's node, or, for a job that spans
+        pods, in pods of at most ``gpusPerPod`` on any nodes."""
+        if spec.resources.gpus_per_pod > 0:
+            return room.take_pods(group.pod_counts(spec, gpus))
+        return room.take(node, gpus=gpus)
+
     def _capped(self, allocation: float, now: float) -> float:
         """``allocation``, no more than the fallback of an unschedulable pod while it holds."""
         if self.ceiling is None or now >= self.ceiling[1]:
@@ -940,7 +1027,10 @@ class JobController:
         spec = period.spec
         last = build.parse_allocation(spec.resources.mode, self.status.get("ranWith"))
         fallback = last if last is not None else spec.resources.min
-        asked = build.pod_allocation(pod, spec.trainer_container["name"], spec.resources.mode)
+        leader = period.pod or pod
+        asked = self._group_allocation(
+            leader, period.workers, spec.trainer_container["name"], spec.resources.mode
+        )
         state = replace(period.state, allocation=fallback, change_pending_since_s=None)
         hold_s = self.config.unschedulable_hold_s
         self.ceiling = (fallback, now + hold_s)
@@ -949,7 +1039,7 @@ class JobController:
             f"{self.config.unschedulable_wait_s:.0f}s; back to {fallback:g}, "
             f"asking no more for {hold_s:.0f}s"
         )
-        self.kube.delete_pod(self.namespace, pod["metadata"]["name"], grace_period_s=0)
+        self._delete_trainer(leader, grace_period_s=0)
         self._event(period.body, build.EVENT_WARNING, build.EVENT_UNSCHEDULABLE, why, now)
         self.status["controller"] = state.to_dict()
         self.status["phase"] = build.PHASE_RESTARTING
@@ -1224,6 +1314,18 @@ def _need_from_curve(
         else:
             lo = mid
     return math.ceil(hi * 1000.0) / 1000.0
+
+
+def _pod_nodes(
+    leader: Mapping[str, Any] | None, workers: Sequence[Mapping[str, Any]]
+) -> tuple[str, ...]:
+    """The node of each pod of a trainer, leader first, workers by index (the planner's
+    order); empty unless every pod has one."""
+    if leader is None:
+        return ()
+    ordered = sorted(workers, key=lambda p: group.worker_index(p["metadata"]["name"]))
+    nodes = [_node_of(p) for p in [leader, *ordered]]
+    return tuple(n for n in nodes if n) if all(nodes) else ()
 
 
 def _unit(spec: JobSpec) -> str:

@@ -231,6 +231,32 @@ class Kube:
             raise
         return True
 
+    # --- the rendezvous Service of a several-pod job ------------------------------------------
+
+    def ensure_service(self, body: Mapping[str, Any]) -> str:
+        """Create the Service unless it exists; returns its cluster IP."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            service = self._call(
+                f"create service {namespace}/{name}",
+                self.core.create_namespaced_service,
+                namespace,
+                dict(body),
+            )
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            service = self._call(
+                f"get service {namespace}/{name}",
+                self.core.read_namespaced_service,
+                name,
+                namespace,
+            )
+        address = str((service.get("spec") or {}).get("clusterIP") or "")
+        if not address or address == "None":
+            raise KubeError(f"service {namespace}/{name}", 0, "has no cluster IP")
+        return address
+
     # --- events -------------------------------------------------------------------------------
 
     def post_event(self, body: Mapping[str, Any]) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from decor import build, metrics, planner
+from decor import build, group, metrics, planner
 from decor.job import JobController, Room
 from decor.kube import Kube, KubeError
 from decor.model import DEFAULT_METRICS_PATH, DEFAULT_METRICS_PORT
@@ -148,7 +148,11 @@ class ControlLoop:
         for key in due:
             body = snapshot.jobs[key]
             for pod in snapshot.job_pods(key[0], str(body["metadata"].get("uid"))):
-                if build.pod_phase(pod) == "Running" and not build.is_terminating(pod):
+                if (
+                    build.pod_phase(pod) == "Running"
+                    and not build.is_terminating(pod)
+                    and not group.is_worker(pod)  # rank 0's pod alone reports progress
+                ):
                     running[(key[0], pod["metadata"]["name"])] = (body, pod)
         if not running:
             return {}

@@ -58,6 +58,8 @@ class ResourceSpec:
     max: float
     initial: float
     batch_policy: str | None = None  # gpu: fixedGlobal | scaleWithWorkers (None: the trainer's)
+    # gpu: most GPUs one worker pod holds; a larger count runs as several pods (0: one pod).
+    gpus_per_pod: int = 0
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,7 @@ def parse_resources(raw: Any) -> ResourceSpec:
     section = _mapping(raw, where)
     if not section:
         raise ManifestError(where, "is required (mode, min, max, initial)")
-    _reject_unknown(section, {"mode", "min", "max", "initial", "batchPolicy"}, where)
+    _reject_unknown(section, {"mode", "min", "max", "initial", "batchPolicy", "gpusPerPod"}, where)
     mode = section.get("mode", "cpu")
     if mode not in MODES:
         raise ManifestError(f"{where}.mode", f"must be one of cpu, gpu; got {mode!r}")
@@ -290,7 +292,21 @@ def parse_resources(raw: Any) -> ResourceSpec:
             raise ManifestError(
                 f"{where}.batchPolicy", "applies to mode gpu (its workers follow the GPU count)"
             )
-    return ResourceSpec(mode=mode, min=min_, max=max_, initial=initial, batch_policy=batch_policy)
+    gpus_per_pod = 0
+    if "gpusPerPod" in section:
+        if mode != "gpu":
+            raise ManifestError(
+                f"{where}.gpusPerPod", "applies to mode gpu (a CPU job is always one pod)"
+            )
+        gpus_per_pod = int(parse_gpu_count(section["gpusPerPod"], f"{where}.gpusPerPod"))
+    return ResourceSpec(
+        mode=mode,
+        min=min_,
+        max=max_,
+        initial=initial,
+        batch_policy=batch_policy,
+        gpus_per_pod=gpus_per_pod,
+    )
 
 
 def parse_control(raw: Any, mode: Mode) -> ControlSpec:

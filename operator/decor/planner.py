@@ -5,6 +5,10 @@
 runtime call it once per control period after each job's law has said what it needs
 (``control.decide``), then act on its grants.
 
+A GPU job may span several pods (``Demand.gpus_per_pod``), and so several nodes: where any
+job's grant goes is decided in one place, ``_Cluster``, so that the policies need not tell the
+two kinds apart.
+
 The policies (``PlannerSettings.policy``) and the rules they follow are described in
 docs/planner.md; ``decor`` is ours, the others are baselines for ``make bench-cluster``.
 """
@@ -14,8 +18,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
@@ -57,6 +62,12 @@ class Demand:
     node: str | None = None  # where its pod runs; None: not placed yet
     step_time_s: Callable[[float], float] | None = None
     restart_cost_s: float = 0.0  # GPU: measured seconds from stop to the first step after resume
+    # GPU: the most GPUs one pod holds. 0: one pod on one node holds every GPU of the job;
+    # p > 0: a grant of n GPUs runs as the pods of pod_gpu_counts(n, p), on any nodes.
+    gpus_per_pod: int = 0
+    # gpus_per_pod > 0: the node of each of its pods now, in pod_gpu_counts order (the
+    # largest first); () when it has none. ``node`` is for a one-pod job.
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,9 +97,18 @@ class PlannerSettings:
     hysteresis_cores: float = 0.25
 
 
+Pods = tuple[tuple[str, float], ...]
+"""Where a grant runs: (node, cores or GPUs) per pod, the largest pod first."""
+
+
 @dataclass(frozen=True)
 class Grant:
-    """The planner's answer for one job."""
+    """The planner's answer for one job.
+
+    ``node``: where the grant runs (a job that spans several pods: the node of its first
+    pod); for a job granted nothing, where its pod is (None for a job of several pods).
+    ``pods``: where every pod of the grant runs, as ``pod_gpu_counts`` sizes them; () when
+    nothing is granted."""
 
     key: str
     allocation: float  # 0 when queued
@@ -98,6 +118,7 @@ class Grant:
     earliest_deadline_s: float | None = (
         None  # QUEUED/PREEMPTED: earliest deadline it could meet now
     )
+    pods: Pods = ()
 
 
 @dataclass(frozen=True)
@@ -105,8 +126,25 @@ class Plan:
     grants: Mapping[str, Grant] = field(default_factory=dict)
 
 
+def pod_gpu_counts(total: int, per_pod: int) -> list[int]:
+    """GPUs per pod for a grant of ``total`` GPUs in pods of at most ``per_pod`` GPUs each:
+    ceil(total / per_pod) pods, as even as possible (sizes differ by at most one GPU), the
+    largest first. ``per_pod <= 0``: one pod holds them all; ``total == 0``: no pod.
+
+    (5, 2) -> [2, 2, 1]; (4, 3) -> [2, 2]. Raises ValueError for a negative ``total``."""
+    if total < 0:
+        raise ValueError(f"a grant of {total} GPUs: a GPU count is never negative")
+    if total == 0:
+        return []
+    if per_pod <= 0:
+        return [total]
+    pods = -(-total // per_pod)
+    size, larger = divmod(total, pods)
+    return [size + 1] * larger + [size] * (pods - larger)
+
+
 # ---------------------------------------------------------------------------------------
-# Shared pieces: units, capacity book-keeping, speed
+# Shared pieces: units, capacity book-keeping, where grants go, speed
 
 EPS = 1e-9
 GPU_QUANTUM = 1.0
@@ -117,6 +155,11 @@ _NO_CURVE_EXPONENT = 0.5
 
 def _is_gpu(d: Demand) -> bool:
     return d.mode == "gpu"
+
+
+def _spans_pods(d: Demand) -> bool:
+    """Whether ``d``'s GPUs may run as several pods, on several nodes (a CPU job is one pod)."""
+    return d.gpus_per_pod > 0 and _is_gpu(d)
 
 
 def _unit(d: Demand) -> str:
@@ -162,33 +205,162 @@ def _utc(t_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t_s))  # pure: formats t_s only
 
 
+def _listed(names: Sequence[str], most: int = 3) -> str:
+    more = f" (+{len(names) - most} more)" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
 def _names(ds: Sequence[Demand], most: int = 3) -> str:
-    keys = [d.key for d in ds]
-    more = f" (+{len(keys) - most} more)" if len(keys) > most else ""
-    return ", ".join(keys[:most]) + more
+    return _listed([d.key for d in ds], most)
+
+
+def _on_nodes(names: Sequence[str]) -> str:
+    """For a reason: "node a", "nodes a, b, c (+2 more)", or (none) "the nodes"."""
+    if len(names) == 1:
+        return f"node {names[0]}"
+    return f"nodes {_listed(names)}" if names else "the nodes"
+
+
+def _per_node(pods: Pods) -> dict[str, float]:
+    """What ``pods`` hold on each of their nodes."""
+    if len(pods) == 1:  # (the common case, kept cheap)
+        return {pods[0][0]: pods[0][1]}
+    out: dict[str, float] = {}
+    for node, amount in pods:
+        out[node] = out.get(node, 0.0) + amount
+    return out
+
+
+def _where(pods: Pods) -> str:
+    """Where a grant runs, for a reason: "n1" for one pod, else every node with the sizes of
+    its pods there, "n1 (2 + 2) and n2 (1)"; "any node" for none."""
+    if len(pods) <= 1:
+        return pods[0][0] if pods else "any node"
+    sizes: dict[str, list[str]] = {}
+    for node, amount in pods:
+        sizes.setdefault(node, []).append(f"{amount:g}")
+    parts = [f"{node} ({' + '.join(each)})" for node, each in sizes.items()]
+    return f"{', '.join(parts[:-1])} and {parts[-1]}" if len(parts) > 1 else parts[0]
+
+
+def _grant(
+    d: Demand, got: float, pods: Pods, verdict: str, reason: str, idle_node: str | None = None
+) -> Grant:
+    """``got`` on ``pods`` (its node: the first pod's); ``idle_node`` when ``got`` is 0."""
+    if got > 0:
+        return Grant(d.key, got, pods[0][0], verdict, reason, None, pods)
+    return Grant(d.key, 0.0, idle_node, verdict, reason)
+
+
+def _served(d: Demand, got: float, need: float) -> str:
+    """The verdict of a policy without admission: best-effort, else whether it got its need."""
+    if d.deadline_s is None:
+        return BEST_EFFORT
+    return ADMITTED if got >= need - EPS else SHORTED
+
+
+def _pack(
+    counts: Sequence[int], free: Mapping[str, float], names: Sequence[str], first: Mapping[str, int]
+) -> Pods | None:
+    """Pods of ``counts`` GPUs (``pod_gpu_counts``: the larger first, of sizes ``big`` and
+    ``big - 1``) put on the nodes ``names`` with ``free`` GPUs; None when no placement holds
+    them all. A node may hold several pods of the job.
+
+    Exact, by a greedy that is optimal here: of t pods on a node with f free GPUs, at most
+    min(t, f - t * small) can be big (small = big - 1; all t while t * big <= f when the pods
+    are of one size), a concave function of t. Adding the pods one at a time, each where it
+    costs the fewest big places, therefore ends with the most big places that any spread of
+    the pods over the nodes allows: the pods fit iff that is at least the number of big ones.
+    (Largest-first best fit is not exact: pods 3, 3, 2, 2 on 6 and 4 free GPUs.) Ties go to
+    the nodes in ``first``, up to that many pods each (where the job's pods run now), then to
+    the node a big pod would leave with the least free (best fit: large holes stay for large
+    pods), then by name."""
+    if not counts:
+        return ()
+    big, small = counts[0], counts[-1]
+
+    def big_places(f: float, t: int) -> int | None:
+        """Of ``t`` pods on a node with ``f`` free GPUs, how many can be big; None: t do not fit."""
+        if t * small > f + EPS:
+            return None
+        return t if big == small else min(t, int(f + EPS) - t * small)
+
+    taken = dict.fromkeys(names, 0)
+    heap: list[tuple[int, bool, float, str]] = []
+
+    def offer(node: str) -> None:  # the node's next pod, ranked by the big places it costs
+        t, f = taken[node], free[node]
+        now, then = big_places(f, t), big_places(f, t + 1)
+        if now is not None and then is not None:
+            heapq.heappush(heap, (now - then, t >= first.get(node, 0), f - (t + 1) * big, node))
+
+    for node in names:
+        offer(node)
+    order: list[str] = []  # the nodes, as they take their first pod
+    for _ in counts:
+        if not heap:
+            return None
+        node = heapq.heappop(heap)[3]
+        order += [node] if taken[node] == 0 else []
+        taken[node] += 1
+        offer(node)
+    bigs_left = counts.count(big)
+    bigs: list[tuple[str, float]] = []
+    smalls: list[tuple[str, float]] = []
+    for node in order:
+        n_big = min(big_places(free[node], taken[node]) or 0, bigs_left)
+        bigs_left -= n_big
+        bigs += [(node, float(big))] * n_big
+        smalls += [(node, float(small))] * (taken[node] - n_big)
+    return tuple(bigs + smalls) if bigs_left == 0 else None
 
 
 class _Cluster:
-    """Free capacity per node and resource, as grants are made (mutable, local to a plan)."""
+    """Free capacity per node and resource, as grants are made (mutable, local to a plan),
+    and where a job's grant goes, so that the policies need not tell a one-pod job from one
+    that spans several pods: ``place`` (where an amount fits now), ``most`` (the most of an
+    amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
+    several (``gpus_per_pod``) stay where they run while its count is unchanged; a new count
+    restarts every pod, and they are packed anew onto any nodes (``_pack``)."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.names = sorted(n.name for n in nodes)
         self.free_cpu = {n.name: max(0.0, n.cpu_cores) for n in nodes}
         self.free_gpu = {n.name: max(0.0, float(math.floor(n.gpus + 1e-6))) for n in nodes}
 
+    def copy(self) -> _Cluster:
+        other = _Cluster(())
+        other.names = self.names
+        other.free_cpu, other.free_gpu = dict(self.free_cpu), dict(self.free_gpu)
+        return other
+
     def _book(self, gpu: bool) -> dict[str, float]:
         return self.free_gpu if gpu else self.free_cpu
 
     def home(self, d: Demand) -> str | None:
-        """The node the job's pod lives on, if the planner knows it."""
-        return d.node if d.node in self.free_cpu else None
+        """The node a one-pod job's pod lives on, if the planner knows it (None for a job that
+        spans pods: it has no one node)."""
+        return None if _spans_pods(d) or d.node not in self.free_cpu else d.node
+
+    def runs_on(self, d: Demand) -> tuple[str, ...]:
+        """The known nodes of the job's pods now, one per pod."""
+        if not _spans_pods(d):
+            home = self.home(d)
+            return (home,) if home else ()
+        nodes = d.nodes or ((d.node,) if d.node else ())
+        return tuple(n for n in nodes if n in self.free_cpu)
 
     def free(self, node: str, d: Demand) -> float:
         return self._book(_is_gpu(d))[node]
 
-    def take(self, node: str, d: Demand, amount: float) -> None:
+    def take(self, d: Demand, pods: Pods) -> None:
         book = self._book(_is_gpu(d))
-        book[node] = round(book[node] - amount, 9)
+        for node, amount in pods:
+            if amount:
+                book[node] = round(book[node] - amount, 9)
+
+    def give(self, d: Demand, pods: Pods) -> None:
+        self.take(d, tuple((node, -amount) for node, amount in pods))
 
     def best_fit(self, d: Demand, amount: float) -> str | None:
         """The node where ``amount`` fits leaving the least free (ties: name); None if none."""
@@ -199,6 +371,82 @@ class _Cluster:
     def most_free(self, d: Demand) -> str | None:
         book = self._book(_is_gpu(d))
         return min(self.names, key=lambda n: (-book[n], n)) if self.names else None
+
+    def place(self, d: Demand, amount: float) -> Pods | None:
+        """Where ``amount`` of ``d`` would run now; None when it does not fit. A one-pod job:
+        on its pod's node, else the best fit. A job that spans pods: the pods of
+        ``pod_gpu_counts``, where they run while the count is unchanged, else packed."""
+        if not _spans_pods(d):
+            node = self.home(d) or self.best_fit(d, amount)
+            if node is None or self.free(node, d) < amount - EPS:
+                return None
+            return ((node, amount),)
+        counts = pod_gpu_counts(round(amount), d.gpus_per_pod)
+        now = self.runs_on(d)
+        if abs(d.current - amount) < EPS and len(now) == len(counts):
+            pods = tuple(zip(now, map(float, counts), strict=True))
+            held = _per_node(pods).items()
+            return pods if all(self.free_gpu[n] >= a - EPS for n, a in held) else None
+        return _pack(counts, self.free_gpu, self.names, Counter(now))
+
+    def most(self, d: Demand, want: float, s: PlannerSettings) -> tuple[float, Pods]:
+        """The most of ``want`` that ``d`` can have now (on the quantum, at least its min), and
+        where. A one-pod job is sized on its pod's node, else the best fit for ``want``, else
+        the node with the most free; that node is named even when it holds nothing ((0, ())
+        with no node at all). A job that spans pods gets the largest count whose pods can be
+        placed ((0, ()) when none): every count from ``want`` down is tried, as more GPUs can
+        fit where fewer do not (4 in pods of at most 3 are 2 + 2; 3 are one pod of 3)."""
+        if not _spans_pods(d):
+            node = self.home(d) or self.best_fit(d, want) or self.most_free(d)
+            if node is None:
+                return 0.0, ()
+            got = _fit(d, self.free(node, d), want, s)
+            return got, ((node, got),)
+        fewest = max(1, math.ceil(d.min_allocation - 1e-6))
+        for count in range(math.floor(min(want, d.max_allocation) + 1e-6), fewest - 1, -1):
+            pods = self.place(d, float(count))
+            if pods is not None:
+                return float(count), pods
+        return 0.0, ()
+
+    def fits(
+        self, d: Demand, amount: float, scope: Sequence[str], freed: Mapping[str, float]
+    ) -> bool:
+        """Whether ``amount`` of ``d`` would fit in ``scope`` (see ``scopes``) were ``freed``
+        given back on its nodes."""
+        if not _spans_pods(d):
+            (node,) = scope
+            return self.free(node, d) + freed.get(node, 0.0) >= amount - EPS
+        trial = self.copy()
+        trial.give(d, tuple(freed.items()))
+        return trial.place(d, amount) is not None
+
+    def scopes(self, d: Demand) -> list[list[str]]:
+        """Where preempting other jobs could make room for ``d``: one node (a one-pod job's
+        own, else each in turn), or every node together for a job that spans pods."""
+        if _spans_pods(d):
+            return [list(self.names)] if self.names else []
+        home = self.home(d)
+        return [[home]] if home else [[n] for n in self.names]
+
+    def reach(self, d: Demand, want: float, s: PlannerSettings) -> list[str]:
+        """The nodes where a job that cannot have ``want`` meets the jobs that fill them: a
+        one-pod job's node (else the one with the most free); a job that spans pods, the
+        nodes its pods run on (else those the most of ``want`` that fits would use)."""
+        if not _spans_pods(d):
+            node = self.home(d) or self.most_free(d)
+            return [node] if node is not None else []
+        nodes = self.runs_on(d) or tuple(n for n, _ in self.most(d, want, s)[1])
+        return list(dict.fromkeys(nodes))
+
+    def room(self, d: Demand, want: float, s: PlannerSettings) -> str:
+        """How much of ``want`` fits, for a reason (``want`` does not)."""
+        if _spans_pods(d):
+            got, _ = self.most(d, want, s)
+            return f"{got:g} at most fit, in pods of at most {d.gpus_per_pod} on any nodes"
+        home = self.home(d)
+        most = max((self.free(n, d) for n in ([home] if home else self.names)), default=0.0)
+        return f"{most:g} free at most {f'on {home}' if home else 'on any node'}"
 
 
 def _fit(d: Demand, room: float, want: float, s: PlannerSettings) -> float:
@@ -261,16 +509,11 @@ def _plan_in_order(
     for d in order:
         need = need_of(d, s)
         want = float(d.max_allocation) if edf or d.deadline_s is None else need
-        node = cluster.home(d) or cluster.best_fit(d, want) or cluster.most_free(d)
-        got = _fit(d, cluster.free(node, d), want, s) if node is not None else 0.0
-        if node is not None and got > 0:
-            cluster.take(node, d, got)
-        if d.deadline_s is None:
-            verdict = BEST_EFFORT
-        else:
-            verdict = ADMITTED if got >= need - EPS else SHORTED
-        reason = f"granted {got:g} of {want:g} {_unit(d)} on {node}; {rule}"
-        grants[d.key] = Grant(d.key, got, node if got > 0 else cluster.home(d), verdict, reason)
+        got, pods = cluster.most(d, want, s)
+        cluster.take(d, pods)
+        reason = f"granted {got:g} of {want:g} {_unit(d)} on {_where(pods)}; {rule}"
+        idle_node = cluster.home(d) if got <= 0 else None
+        grants[d.key] = _grant(d, got, pods, _served(d, got, need), reason, idle_node)
     return grants
 
 
@@ -283,32 +526,47 @@ def _plan_proportional(
 ) -> dict[str, Grant]:
     """Everyone asks its need (best-effort jobs their max); on a node whose asks exceed its
     capacity every ask is scaled by capacity / sum, then raised to min; if the mins do not
-    fit, the latest arrivals get nothing."""
+    fit, the latest arrivals get nothing. A job that spans pods asks with each of its pods,
+    each on the node with the most room like a new one-pod job's; it is granted its ask
+    scaled by the smallest factor among those nodes, from what the one-pod jobs leave."""
     asks = {
         d.key: (need_of(d, s) if d.deadline_s is not None else d.max_allocation) for d in demands
     }
     placed: dict[tuple[str, bool], list[Demand]] = {}
+    spread: dict[str, list[str]] = {}  # a job that spans pods -> the nodes its pods ask on
     asked = {(n, g): 0.0 for n in cluster.names for g in (False, True)}
     unplaced: list[Demand] = []
     for d in sorted(demands, key=lambda d: (d.arrival_s, d.key)):
-        node = cluster.home(d)
-        if node is None:
-            book = cluster.free_gpu if _is_gpu(d) else cluster.free_cpu
-            room = [(book[n] - asked[(n, _is_gpu(d))], n) for n in cluster.names]
-            node = min(room, key=lambda r: (-r[0], r[1]))[1] if room else None
-        if node is None:
+        gpu = _is_gpu(d)
+        book = cluster.free_gpu if gpu else cluster.free_cpu
+        shares = (
+            pod_gpu_counts(round(asks[d.key]), d.gpus_per_pod) if _spans_pods(d) else [asks[d.key]]
+        )
+        on: list[str] = []
+        for share in shares:
+            node = cluster.home(d)
+            if node is None and cluster.names:
+                node = min(cluster.names, key=lambda n: (-(book[n] - asked[(n, gpu)]), n))
+            if node is None:
+                break
+            asked[(node, gpu)] += share
+            on.append(node)
+        if len(on) < len(shares):
             unplaced.append(d)
-            continue
-        asked[(node, _is_gpu(d))] += asks[d.key]
-        placed.setdefault((node, _is_gpu(d)), []).append(d)
+        elif _spans_pods(d):
+            spread[d.key] = on
+        else:
+            placed.setdefault((on[0], gpu), []).append(d)
+    factor: dict[tuple[str, bool], float] = {}  # what every ask on a node is scaled by
+    for (node, gpu), total in asked.items():
+        free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
+        factor[(node, gpu)] = 1.0 if total <= free + EPS else free / total
     grants: dict[str, Grant] = {}
     for (node, gpu), jobs in sorted(placed.items()):
         free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
-        total = sum(asks[d.key] for d in jobs)
-        factor = 1.0 if total <= free + EPS else free / total
         alloc = {}
         for d in jobs:
-            scaled = _floor_q(asks[d.key] * factor, _quantum(d, s))
+            scaled = _floor_q(asks[d.key] * factor[(node, gpu)], _quantum(d, s))
             alloc[d.key] = max(scaled, d.min_allocation)
         for d in reversed(jobs):  # latest arrivals give way when the mins do not fit
             if sum(alloc.values()) <= free + EPS:
@@ -316,15 +574,23 @@ def _plan_proportional(
             alloc[d.key] = 0.0
         for d in jobs:
             got = alloc[d.key]
-            if d.deadline_s is None:
-                verdict = BEST_EFFORT
-            else:
-                verdict = ADMITTED if got >= need_of(d, s) - EPS else SHORTED
+            cluster.take(d, ((node, got),))
             reason = (
                 f"granted {got:g} of {asks[d.key]:g} {_unit(d)} on {node}: asks scaled by "
-                f"{factor:.3g} to the node's capacity (policy decor-nn)"
+                f"{factor[(node, gpu)]:.3g} to the node's capacity (policy decor-nn)"
             )
-            grants[d.key] = Grant(d.key, got, node, verdict, reason)
+            verdict = _served(d, got, asks[d.key])
+            grants[d.key] = _grant(d, got, ((node, got),), verdict, reason, node)
+    for d in sorted((d for d in demands if d.key in spread), key=lambda d: (d.arrival_s, d.key)):
+        scale = min((factor[(n, True)] for n in spread[d.key]), default=1.0)
+        want = max(_floor_q(asks[d.key] * scale, GPU_QUANTUM), d.min_allocation)
+        got, pods = cluster.most(d, want, s)
+        cluster.take(d, pods)
+        reason = (
+            f"granted {got:g} of {asks[d.key]:g} GPUs on {_where(pods)}: its pods' asks scaled "
+            f"by {scale:.3g} to their nodes' capacity (policy decor-nn)"
+        )
+        grants[d.key] = _grant(d, got, pods, _served(d, got, asks[d.key]), reason)
     for d in unplaced:
         verdict = SHORTED if d.deadline_s is not None else BEST_EFFORT
         grants[d.key] = Grant(
@@ -364,7 +630,8 @@ class _Book:
     def __init__(self, cluster: _Cluster, s: PlannerSettings, now_s: float, ours: bool) -> None:
         self.cluster, self.s, self.now_s, self.ours = cluster, s, now_s, ours
         self.grants: dict[str, Grant] = {}
-        self.held: dict[str, list[tuple[Demand, float]]] = {}  # node -> deadline grants there
+        self.held: dict[str, list[tuple[Demand, float]]] = {}  # node -> deadline jobs' holds there
+        self.pods_of: dict[str, Pods] = {}  # deadline job -> the pods it holds
         self.waiting: list[Demand] = []  # QUEUED or PREEMPTED: told their earliest deadline
 
     def prio(self, d: Demand) -> int:
@@ -379,15 +646,37 @@ class _Book:
         planner does not hand a running trainer's node to a pod that does not exist yet,
         which would restart the running one for nothing (the kube-scheduler places the new
         pod wherever there is room)."""
-        running = self.cluster.home(d) is not None and d.current > EPS
+        running = d.current > EPS and bool(self.cluster.runs_on(d))
         return (-self.prio(d), not running, d.deadline_s or 0.0, d.arrival_s, d.key)
 
-    def _hold(self, node: str, d: Demand, amount: float) -> None:
-        self.cluster.take(node, d, amount)
-        self.held.setdefault(node, []).append((d, amount))
+    def _hold(self, d: Demand, pods: Pods) -> None:
+        self.cluster.take(d, pods)
+        self.pods_of[d.key] = pods
+        for node, amount in _per_node(pods).items():
+            self.held.setdefault(node, []).append((d, amount))
 
-    def _admitted(self, d: Demand, node: str, need: float, note: str = "") -> None:
-        self._hold(node, d, need)
+    def _release(self, d: Demand) -> None:
+        pods = self.pods_of.pop(d.key)
+        self.cluster.give(d, pods)
+        for node in _per_node(pods):
+            self.held[node] = [(h, a) for h, a in self.held[node] if h.key != d.key]
+
+    def _holders(self, nodes: Sequence[str], mode: str, below: float = math.inf) -> list[Demand]:
+        """The deadline jobs that hold ``mode`` capacity on ``nodes``, each once, as held
+        (those of a priority below ``below`` only)."""
+        if len(nodes) == 1:  # (the common case, kept cheap: one node holds a job once)
+            held = self.held.get(nodes[0], ())
+            return [h for h, _ in held if h.mode == mode and h.priority < below]
+        found = {
+            h.key: h
+            for n in nodes
+            for h, _ in self.held.get(n, ())
+            if h.mode == mode and h.priority < below
+        }
+        return list(found.values())
+
+    def _admitted(self, d: Demand, pods: Pods, need: float, note: str = "") -> None:
+        self._hold(d, pods)
         finish = run_s(d, need)
         assert d.deadline_s is not None
         when = (
@@ -396,37 +685,37 @@ class _Book:
             if finish is not None
             else f"its need to meet the deadline {_utc(d.deadline_s)}"
         )
-        reason = f"admitted: {need:g} {_unit(d)} on {node}, {when}{note}"
-        self.grants[d.key] = Grant(d.key, need, node, ADMITTED, reason)
+        reason = f"admitted: {need:g} {_unit(d)} on {_where(pods)}, {when}{note}"
+        self.grants[d.key] = _grant(d, need, pods, ADMITTED, reason)
 
     def hold_admitted(self, d: Demand) -> None:
         """An admitted job keeps at least its need unless a job ranked before it holds the
         node: a higher priority preempts it, an earlier deadline shorts it."""
         need = need_of(d, self.s)
-        node = self.cluster.home(d) or self.cluster.best_fit(d, need)
-        if node is not None and self.cluster.free(node, d) >= need - EPS:
-            self._admitted(d, node, need)
+        pods = self.cluster.place(d, need)
+        if pods is not None:
+            self._admitted(d, pods, need)
             return
-        node = node or self.cluster.most_free(d)
-        before = [h for h, _ in self.held.get(node or "", []) if h.mode == d.mode]
+        reach = self.cluster.reach(d, need, self.s)
+        before = self._holders(reach, d.mode)
         higher = [h for h in before if self.prio(h) > self.prio(d)]
         if higher:
             reason = (
-                f"preempted: node {node} cannot hold its need of {need:g} {_unit(d)} beside "
-                f"higher-priority {_names(higher)}"
+                f"preempted: {_on_nodes(reach)} cannot hold its need of {need:g} {_unit(d)} "
+                f"beside higher-priority {_names(higher)}"
             )
-            self.grants[d.key] = Grant(d.key, 0.0, self.cluster.home(d), PREEMPTED, reason)
+            self.grants[d.key] = _grant(d, 0.0, (), PREEMPTED, reason, self.cluster.home(d))
             self.waiting.append(d)
             return
-        got = _fit(d, self.cluster.free(node, d), need, self.s) if node is not None else 0.0
-        if node is not None and got > 0:
-            self._hold(node, d, got)
+        got, pods = self.cluster.most(d, need, self.s)
+        if got > 0:
+            self._hold(d, pods)
         who = f"earlier-deadline {_names(before)} first" if before else "too little"
         reason = (
-            f"shorted: granted {got:g} of the {need:g} {_unit(d)} it needs; node {node} "
-            f"holds {who}; it will be late"
+            f"shorted: granted {got:g} of the {need:g} {_unit(d)} it needs; "
+            f"{_on_nodes(reach)} {'holds' if len(reach) == 1 else 'hold'} {who}; it will be late"
         )
-        self.grants[d.key] = Grant(d.key, got, node if got > 0 else None, SHORTED, reason)
+        self.grants[d.key] = _grant(d, got, pods, SHORTED, reason)
 
     def admit_new(self, d: Demand) -> None:
         """Admit ``d`` if its need fits beside the admitted needs (ours: or by displacing
@@ -441,69 +730,59 @@ class _Book:
             )
             self._wait(d, reason)
             return
-        node = self.cluster.home(d) or self.cluster.best_fit(d, need)
-        if node is not None and self.cluster.free(node, d) >= need - EPS:
-            self._admitted(d, node, need)
+        pods = self.cluster.place(d, need)
+        if pods is not None:
+            self._admitted(d, pods, need)
             return
-        displaced = self._displace(d, need) if self.ours else None
-        if displaced is None:
-            where = f"on {node}" if node is not None else "on any node"
-            most = max(
-                (self.cluster.free(n, d) for n in ([node] if node else self.cluster.names)),
-                default=0.0,
-            )
+        victims = self._displace(d, need) if self.ours else None
+        if victims is None:
             reason = (
                 f"not admitted: its need of {need:g} {_unit(d)} does not fit beside the "
-                f"admitted jobs' needs ({most:g} free at most {where})"
+                f"admitted jobs' needs ({self.cluster.room(d, need, self.s)})"
             )
             self._wait(d, reason)
             return
-        node, victims = displaced
-        for v, amount in victims:
-            self.held[node] = [(h, a) for h, a in self.held[node] if h.key != v.key]
-            self.cluster.take(node, v, -amount)
+        for v in victims:
+            self._release(v)
+        pods = self.cluster.place(d, need)
+        assert pods is not None  # what the victims held makes room
+        for v in victims:
             reason = (
                 f"preempted by higher-priority {d.key} (priority {d.priority} > {v.priority}) "
-                f"on node {node}"
+                f"on {_on_nodes(list(_per_node(pods)))}"
             )
-            self.grants[v.key] = Grant(v.key, 0.0, self.cluster.home(v), PREEMPTED, reason)
+            self.grants[v.key] = _grant(v, 0.0, (), PREEMPTED, reason, self.cluster.home(v))
             self.waiting.append(v)
-        note = f"; displaced lower-priority {_names([v for v, _ in victims])}"
-        self._admitted(d, node, need, note)
+        self._admitted(d, pods, need, f"; displaced lower-priority {_names(victims)}")
 
     def _wait(self, d: Demand, reason: str) -> None:
-        self.grants[d.key] = Grant(d.key, 0.0, self.cluster.home(d), QUEUED, reason)
+        self.grants[d.key] = _grant(d, 0.0, (), QUEUED, reason, self.cluster.home(d))
         self.waiting.append(d)
 
-    def _displace(self, d: Demand, need: float) -> tuple[str, list[tuple[Demand, float]]] | None:
-        """The node where preempting the fewest lower-priority jobs (lowest priority, then
-        latest deadline first) makes room for ``need``; None if none does."""
-        home = self.cluster.home(d)
-        best: tuple[int, str, list[tuple[Demand, float]]] | None = None
-        for n in [home] if home else self.cluster.names:
-            free = self.cluster.free(n, d)
+    def _displace(self, d: Demand, need: float) -> list[Demand] | None:
+        """The fewest lower-priority jobs (lowest priority, then latest deadline first) whose
+        preemption makes room for ``need``: on one node for a one-pod job (the first such
+        node by name on a tie), on all of them for a job that spans pods; None if none do."""
+        best: tuple[int, str, list[Demand]] | None = None
+        for scope in self.cluster.scopes(d):
             lower = sorted(
-                (
-                    ha
-                    for ha in self.held.get(n, [])
-                    if ha[0].mode == d.mode and ha[0].priority < d.priority
-                ),
-                key=lambda ha: (
-                    ha[0].priority,
-                    -(ha[0].deadline_s or 0.0),
-                    -ha[0].arrival_s,
-                    ha[0].key,
-                ),
+                self._holders(scope, d.mode, below=d.priority),
+                key=lambda h: (h.priority, -(h.deadline_s or 0.0), -h.arrival_s, h.key),
             )
-            chosen: list[tuple[Demand, float]] = []
-            for h, a in lower:
-                if free >= need - EPS:
+            if not lower:
+                continue  # (it does not fit as things are: ``place`` said so)
+            freed: dict[str, float] = {}
+            chosen: list[Demand] = []
+            for h in lower:
+                if self.cluster.fits(d, need, scope, freed):
                     break
-                chosen.append((h, a))
-                free += a
-            if free >= need - EPS and (best is None or (len(chosen), n) < best[:2]):
-                best = (len(chosen), n, chosen)
-        return (best[1], best[2]) if best is not None else None
+                chosen.append(h)
+                for node, amount in self.pods_of[h.key]:
+                    freed[node] = freed.get(node, 0.0) + amount
+            fits = self.cluster.fits(d, need, scope, freed)
+            if fits and (best is None or (len(chosen), scope[0]) < best[:2]):
+                best = (len(chosen), scope[0], chosen)
+        return best[2] if best is not None else None
 
     # -- the earliest deadline a waiting job could meet now --------------------------------
 
@@ -514,7 +793,7 @@ class _Book:
         events = []
         for h, a in self.held.get(node, []):
             if _is_gpu(h) == gpu and a > 0:
-                r = run_s(h, a)
+                r = run_s(h, sum(x for _, x in self.pods_of[h.key]))  # its whole grant
                 events.append((self.now_s + r if r is not None else h.deadline_s or 0.0, a))
         points = [(self.now_s, free)]
         for t, a in sorted(events):
@@ -522,61 +801,85 @@ class _Book:
             points.append((max(t, self.now_s), free))
         return points
 
-    def _envelope(self, gpu: bool) -> list[tuple[float, float]]:
-        """(time, most free on any one node) steps, over every node."""
-        book = self.cluster.free_gpu if gpu else self.cluster.free_cpu
-        free = dict(book)
+    def _events(self, gpu: bool) -> list[tuple[float, str, float]]:
+        """(time, node, free there then), over every node, in time order."""
         events = []
         for node in self.cluster.names:
-            line = self._timeline(node, gpu)
-            events += [(t, node, f) for t, f in line[1:]]
+            events += [(t, node, f) for t, f in self._timeline(node, gpu)[1:]]
+        return sorted(events)
+
+    def _envelope(self, gpu: bool) -> list[tuple[float, float]]:
+        """(time, most free on any one node) steps, over every node."""
+        free = dict(self.cluster.free_gpu if gpu else self.cluster.free_cpu)
         best = max(free.values(), default=0.0)
         points = [(self.now_s, best)]
-        for t, node, f in sorted(events):
+        for t, node, f in self._events(gpu):
             free[node] = f
             if f > best + EPS:
                 best = f
                 points.append((t, best))
         return points
 
+    def _packed_envelope(self, d: Demand) -> list[tuple[float, float]]:
+        """(time, the most GPUs ``d``'s pods could be placed for then) steps, as capacity
+        frees on every node. Its pods would all be created anew (it waits: it has none)."""
+        d = replace(d, current=0.0)
+        trial = self.cluster.copy()
+        got, _ = trial.most(d, d.max_allocation, self.s)
+        points = [(self.now_s, got)]
+        for t, node, f in self._events(True):
+            if got >= d.max_allocation - EPS:
+                break  # more room later cannot start it faster
+            trial.free_gpu[node] = f
+            more, _ = trial.most(d, d.max_allocation, self.s)
+            if more > got:
+                got = more
+                points.append((t, got))
+        return points
+
+    def _room_over_time(
+        self, d: Demand, envelopes: dict[object, list[tuple[float, float]]]
+    ) -> Iterable[tuple[float, float]]:
+        """(time, the most ``d`` could start with then) as the admitted jobs finish: on its
+        pod's node, else on the node with the most free; for a job that spans pods, what its
+        pods can be placed for. Envelopes are shared by the jobs they fit."""
+        gpu = _is_gpu(d)
+        if _spans_pods(d):
+            key = (d.gpus_per_pod, d.min_allocation, d.max_allocation)
+            if key not in envelopes:
+                envelopes[key] = self._packed_envelope(d)
+            return envelopes[key]
+        home = self.cluster.home(d)
+        if home is not None:
+            points = self._timeline(home, gpu)
+        else:
+            if gpu not in envelopes:
+                envelopes[gpu] = self._envelope(gpu)
+            points = envelopes[gpu]
+        return ((t, _fit(d, free, d.max_allocation, self.s)) for t, free in points)
+
     def tell_waiting(self) -> None:
-        envelopes: dict[bool, list[tuple[float, float]]] = {}
+        envelopes: dict[object, list[tuple[float, float]]] = {}
         for d in self.waiting:
-            gpu = _is_gpu(d)
-            home = self.cluster.home(d)
-            if home is not None:
-                points = self._timeline(home, gpu)
-            else:
-                if gpu not in envelopes:
-                    envelopes[gpu] = self._envelope(gpu)
-                points = envelopes[gpu]
-            earliest, frees_at = self._earliest(d, points)
-            grant = self.grants[d.key]
+            earliest, frees_at = self._earliest(d, self._room_over_time(d, envelopes))
             if earliest is not None:
                 tail = f"; the earliest deadline it could meet now is {_utc(earliest)}"
             elif frees_at is not None:
                 tail = f"; room for its need frees at {_utc(frees_at)} (no speed curve yet)"
             else:
                 tail = "; no room for it frees while the admitted jobs run"
-            self.grants[d.key] = Grant(
-                grant.key,
-                grant.allocation,
-                grant.node,
-                grant.verdict,
-                grant.reason + tail,
-                earliest,
-            )
+            g = self.grants[d.key]  # (nothing granted: no pods)
+            self.grants[d.key] = Grant(g.key, 0.0, g.node, g.verdict, g.reason + tail, earliest)
 
     def _earliest(
-        self, d: Demand, points: Sequence[tuple[float, float]]
+        self, d: Demand, points: Iterable[tuple[float, float]]
     ) -> tuple[float | None, float | None]:
         """(earliest finish, when its need first fits): start at each step of the timeline
-        with what is free then (up to max), keep the earliest finish."""
+        with the most it could have then (up to max), keep the earliest finish."""
         need = need_of(d, self.s)
         best: float | None = None
         frees_at: float | None = None
-        for t, free in points:
-            a = _fit(d, free, d.max_allocation, self.s)
+        for t, a in points:
             if a <= 0:
                 continue
             if frees_at is None and a >= need - EPS:
@@ -590,34 +893,51 @@ class _Book:
 
     # -- leftover ------------------------------------------------------------------------
 
-    def _place(self, jobs: Sequence[Demand]) -> dict[tuple[str, bool], list[Demand]]:
+    def _place(
+        self, jobs: Sequence[Demand]
+    ) -> tuple[dict[tuple[str, bool], list[Demand]], dict[str, Pods]]:
         """Best-effort jobs by node: where their pod is, else (arrival order) the node with
-        the most room left after the ones placed before; unplaceable ones get nothing."""
-        pending = {(n, g): (self.cluster.free_gpu if g else self.cluster.free_cpu)[n]
-                   for n in self.cluster.names for g in (False, True)}  # fmt: skip
+        the most room left after the ones placed before; and a job that spans pods: the pods
+        of its smallest count, packed into that room (reserved for it). Unplaceable ones get
+        nothing."""
+        room = self.cluster.copy()
         by_node: dict[tuple[str, bool], list[Demand]] = {}
+        reserved: dict[str, Pods] = {}
         for d in sorted(jobs, key=lambda d: (d.arrival_s, d.key)):
-            gpu = _is_gpu(d)
-            node = self.cluster.home(d)
-            if node is None and self.cluster.names:
-                node = min(self.cluster.names, key=lambda n: (-pending[(n, gpu)], n))
-                if pending[(node, gpu)] < max(d.min_allocation, EPS) - EPS:
-                    node = None
-            if node is None:
+            if _spans_pods(d):
+                pods = room.place(d, max(GPU_QUANTUM, _ceil_q(d.min_allocation, GPU_QUANTUM)))
+            else:
+                node = self.cluster.home(d)
+                if node is None:
+                    node = room.most_free(d)
+                    if node is not None and room.free(node, d) < max(d.min_allocation, EPS) - EPS:
+                        node = None
+                pods = ((node, d.min_allocation),) if node is not None else None
+            if pods is None:
                 reason = f"best-effort: no node has {d.min_allocation:g} {_unit(d)} left over"
                 self.grants[d.key] = Grant(d.key, 0.0, None, BEST_EFFORT, reason)
                 continue
-            pending[(node, gpu)] -= d.min_allocation
-            by_node.setdefault((node, gpu), []).append(d)
-        return by_node
+            room.take(d, pods)
+            if _spans_pods(d):
+                reserved[d.key] = pods
+            else:
+                by_node.setdefault((pods[0][0], _is_gpu(d)), []).append(d)
+        return by_node, reserved
 
     def fill_leftover(self, best_effort: Sequence[Demand]) -> None:
-        by_node = self._place(best_effort)
+        by_node, reserved = self._place(best_effort)
+        pooled = {d.key: d for d in best_effort if d.key in reserved}
         if not self.ours:  # elasticflow: admitted deadline jobs share the leftover too
             for node, held in self.held.items():
                 for h, _ in held:
-                    if self.grants[h.key].verdict == ADMITTED:
+                    if self.grants[h.key].verdict != ADMITTED:
+                        continue
+                    if _spans_pods(h):
+                        pooled[h.key] = h
+                    else:
                         by_node.setdefault((node, _is_gpu(h)), []).append(h)
+        for d in pooled.values():  # a job that spans pods keeps its smallest count meanwhile
+            self.cluster.take(d, reserved.get(d.key, ()))
         for (node, gpu), jobs in sorted(by_node.items()):
             jobs = sorted(jobs, key=lambda d: d.key)
             base = {
@@ -635,7 +955,41 @@ class _Book:
                         jobs, alloc, free - sum(alloc[k] - base[k] for k in alloc)
                     )
             for d in jobs:
-                self._grant_leftover(d, node, alloc[d.key], base[d.key])
+                if pooled:  # (booked only for the pool that is shared next)
+                    self.cluster.take(d, ((node, alloc[d.key] - base[d.key]),))
+                self._grant_leftover(d, alloc[d.key], ((node, alloc[d.key]),), base[d.key])
+        self._fill_pooled(sorted(pooled.values(), key=lambda d: d.key), reserved)
+
+    def _fill_pooled(self, jobs: Sequence[Demand], reserved: Mapping[str, Pods]) -> None:
+        """The leftover for jobs that span pods, whose pods may go to any node: every node's
+        free GPUs as one pool, shared as on one node (ours: the counts chosen together, each
+        one whose pods can be placed; elasticflow: by marginal gain), then booked job by job
+        (deadline jobs, then by arrival), each the most of its share its pods can be placed
+        for. A best-effort job's smallest count stays reserved for it until its turn."""
+        if not jobs:
+            return
+        holds = {d.key: reserved.get(d.key) or self.pods_of[d.key] for d in jobs}
+        base = {d.key: self.grants[d.key].allocation if d.key in self.grants else 0.0 for d in jobs}
+        pool = sum(self.cluster.free_gpu.values()) + sum(
+            a for pods in reserved.values() for _, a in pods
+        )
+        if self.ours:
+            names = self.cluster.names
+
+            def fits(d: Demand, x: float) -> bool:
+                return self.cluster.fits(d, x, names, _per_node(holds[d.key]))
+
+            most = min(pool, sum(d.max_allocation for d in jobs))  # (a smaller DP)
+            alloc = self._gpu_counts(jobs, int(math.floor(most + 1e-6)), fits)
+        else:
+            alloc = _fill_by_gain(jobs, base, pool, GPU_QUANTUM, self.s)
+        for d in sorted(jobs, key=lambda d: (base[d.key] <= 0, d.arrival_s, d.key)):
+            self.cluster.give(d, holds[d.key])
+            got, pods = self.cluster.most(d, alloc[d.key], self.s)
+            if base[d.key] > 0 and got <= base[d.key]:
+                got, pods = base[d.key], holds[d.key]  # a deadline job keeps what it holds
+            self.cluster.take(d, pods)
+            self._grant_leftover(d, got, pods, base[d.key])
 
     def _hysteresis(
         self, jobs: Sequence[Demand], alloc: dict[str, float], free: float
@@ -653,9 +1007,16 @@ class _Book:
                 free -= extra
         return out
 
-    def _gpu_counts(self, best_effort: Sequence[Demand], free_gpus: int) -> dict[str, float]:
-        """Ours, GPUs: whole counts for one node's best-effort jobs, chosen together to
-        maximize the work done over the look-ahead window minus what restarts lose.
+    def _gpu_counts(
+        self,
+        best_effort: Sequence[Demand],
+        free_gpus: int,
+        fits: Callable[[Demand, float], bool] | None = None,
+    ) -> dict[str, float]:
+        """Ours, GPUs: whole counts for one node's best-effort jobs (or the pool's, for jobs
+        that span pods: ``fits`` says which counts their pods can be placed for), chosen
+        together to maximize the work done over the look-ahead window minus what restarts
+        lose.
 
         Deadline jobs are not part of it: each gets its need, and its law has already
         weighed a shrink's restart against the GPUs it gives back (``control`` ``pays``)."""
@@ -673,6 +1034,7 @@ class _Book:
                 for x in range(
                     max(1, math.ceil(d.min_allocation - 1e-6)), int(d.max_allocation + 1e-6) + 1
                 )
+                if fits is None or fits(d, float(x))
             ]
             if d.current > EPS and d.current in counts:  # no change first: ties keep it
                 counts.remove(d.current)
@@ -684,22 +1046,25 @@ class _Book:
             d.key: amount[pick] for d, pick, amount in zip(best_effort, picks, amounts, strict=True)
         }
 
-    def _grant_leftover(self, d: Demand, node: str, alloc: float, base: float) -> None:
+    def _grant_leftover(self, d: Demand, alloc: float, pods: Pods, base: float) -> None:
+        """``alloc`` on ``pods`` (for a one-pod job, its node even when ``alloc`` is 0)."""
         if d.deadline_s is not None:  # elasticflow: a deadline job's share of the leftover
             if alloc > base + EPS:
                 g = self.grants[d.key]
                 reason = (
                     f"{g.reason}; +{alloc - base:g} {_unit(d)} of the leftover (policy elasticflow)"
                 )
-                self.grants[d.key] = Grant(d.key, alloc, g.node, g.verdict, reason)
+                self.grants[d.key] = _grant(d, alloc, pods, g.verdict, reason)
             return
+        where = _where(pods)
         if alloc > EPS:
             reason = (
-                f"best-effort: {alloc:g} {_unit(d)} left over on {node} after deadline jobs' needs"
+                f"best-effort: {alloc:g} {_unit(d)} left over on {where} after deadline jobs' needs"
             )
         else:
-            reason = f"best-effort: nothing left over on {node}; waits for idle {_unit(d)}"
-        self.grants[d.key] = Grant(d.key, alloc, node, BEST_EFFORT, reason)
+            reason = f"best-effort: nothing left over on {where}; waits for idle {_unit(d)}"
+        idle_node = pods[0][0] if pods else None
+        self.grants[d.key] = _grant(d, alloc, pods, BEST_EFFORT, reason, idle_node)
 
 
 def _fill_by_gain(

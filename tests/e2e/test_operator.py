@@ -985,8 +985,10 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
             ("patch", "deadlinetrainingjobs.decor.dev", "--subresource=status", "-n", namespace),
             ("watch", "deadlinetrainingjobs.decor.dev", "-n", namespace),
             ("create", "events", "-n", namespace),
+            ("create", "services", "-n", namespace),  # a several-pod job's rendezvous
         ]
         denied = [
+            ("delete", "services", "-n", namespace),
             ("patch", "pods", "-n", namespace),  # only the resize subresource
             ("update", "pods", "-n", namespace),
             ("get", "secrets", "-n", namespace),

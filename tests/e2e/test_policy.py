@@ -506,8 +506,13 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             ("patch", "pods", "--subresource=resize", *ns),
             ("create", "events", *ns),
             ("create", "persistentvolumeclaims", *ns),
+            ("create", "services", *ns),
+            ("get", "services", *ns),
         ]
         denied = [
+            ("delete", "services", *ns),
+            ("patch", "services", *ns),
+            ("list", "services", *ns),
             ("get", "deadlinetrainingjobs.decor.dev", *ns),
             ("patch", "deadlinetrainingjobs.decor.dev", *ns),
             ("create", "deadlinetrainingjobs.decor.dev", *ns),

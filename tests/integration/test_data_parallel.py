@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,13 +121,17 @@ def test_scale_with_workers_doubles_the_global_batch_and_skips_no_sample(tmp_pat
 
 
 class Trainer:
-    """A trainer process group leader whose stderr goes to a file (read after it exits)."""
+    """A trainer process group leader whose stderr goes to a file (read after it exits);
+    ``env`` is added to :func:`trainer_env` (a pod's variables)."""
 
-    def __init__(self, args: list[str], stderr: Path) -> None:
+    def __init__(self, args: list[str], stderr: Path, env: Mapping[str, str] | None = None) -> None:
         self.stderr_path = stderr
         with open(stderr, "w") as err:
             self.popen = subprocess.Popen(
-                command(*args), env=trainer_env(), stdout=subprocess.DEVNULL, stderr=err
+                command(*args),
+                env={**trainer_env(), **(env or {})},
+                stdout=subprocess.DEVNULL,
+                stderr=err,
             )
 
     def wait(self) -> int:

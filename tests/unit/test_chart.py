@@ -201,6 +201,7 @@ OPERATOR_RIGHTS = {
     ("", "pods"): ["create", "delete", "get", "list", "watch"],
     ("", "pods/resize"): ["patch"],
     ("", "events"): ["create"],
+    ("", "services"): ["create", "get"],  # the rendezvous Service of a several-pod GPU job
 }
 
 

@@ -171,11 +171,12 @@ def test_cross_field_rules_name_their_fields(schema: dict[str, Any]) -> None:
     assert {".min", ".initial"} <= paths
     for rule in resource_rules:
         assert rule["message"].startswith("spec.resources")
-        if rule["fieldPath"] == ".batchPolicy":  # only in gpu mode
+        if rule["fieldPath"] in (".batchPolicy", ".gpusPerPod"):  # only in gpu mode
             assert "self.mode == 'gpu'" in rule["rule"]
         else:
             assert "quantity(" in rule["rule"]
-    assert ".batchPolicy" in paths
+    assert {".batchPolicy", ".gpusPerPod"} <= paths
+    assert at(schema, "spec.resources.gpusPerPod")["minimum"] == 1
     assert at(schema, "spec.resources.batchPolicy")["enum"] == ["fixedGlobal", "scaleWithWorkers"]
     for name in ("min", "max", "initial"):
         (rule,) = rules(at(schema, f"spec.resources.{name}"))

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from decor_trainer import train
 from decor_trainer.checkpoint import restart_seconds, saved_at_s
 from decor_trainer.distributed import (
+    DEFAULT_MASTER_PORT,
     POLICY_FIXED_GLOBAL,
     POLICY_SCALE_WITH_WORKERS,
     BatchPolicy,
     DataOrder,
+    PodWorld,
     WorldInfo,
     shard_indices,
     split_evenly,
@@ -137,6 +140,85 @@ def test_world_info_reads_the_torchrun_environment() -> None:
     assert not world.is_main
     with pytest.raises(ValueError, match="inconsistent"):
         WorldInfo.from_env({"RANK": "4", "WORLD_SIZE": "4"})
+
+
+SERVICE_IP = "10.96.0.17"
+"""An address that reaches the pod holding rank 0 (a Service IP)."""
+
+
+@pytest.mark.parametrize(
+    ("workers", "env", "expected"),
+    [
+        # One pod, as before: its workers are the world; a free port is taken at launch.
+        (2, {}, PodWorld(2, 2)),
+        (1, {"DECOR_WORLD_SIZE": "1"}, PodWorld(1, 1)),
+        (2, {"MASTER_PORT": "4000"}, PodWorld(2, 2, master_port=4000)),
+        # The pod holding rank 0 of a world of 4 over two pods: the default port.
+        (2, {"DECOR_WORLD_SIZE": "4"}, PodWorld(2, 4, master_port=DEFAULT_MASTER_PORT)),
+        # The other pod: ranks 2 and 3, meeting rank 0 through a Service.
+        (
+            2,
+            {"DECOR_WORLD_SIZE": "4", "DECOR_RANK_OFFSET": "2", "MASTER_ADDR": SERVICE_IP},
+            PodWorld(2, 4, 2, SERVICE_IP, DEFAULT_MASTER_PORT),
+        ),
+        (
+            1,
+            {"DECOR_WORLD_SIZE": " 2 ", "DECOR_RANK_OFFSET": "1", "MASTER_ADDR": SERVICE_IP,
+             "MASTER_PORT": "29501"},
+            PodWorld(1, 2, 1, SERVICE_IP, 29501),
+        ),
+        (1, {"DECOR_WORLD_SIZE": "", "DECOR_RANK_OFFSET": ""}, PodWorld(1, 1)),  # empty = unset
+    ],
+)  # fmt: skip
+def test_pod_world_from_the_environment(
+    workers: int, env: dict[str, str], expected: PodWorld
+) -> None:
+    assert PodWorld.from_env(workers, env) == expected
+
+
+@pytest.mark.parametrize(
+    ("workers", "env", "error"),
+    [
+        (1, {"DECOR_WORLD_SIZE": "two"}, "DECOR_WORLD_SIZE='two': not an integer"),
+        (1, {"DECOR_WORLD_SIZE": "1.5"}, "DECOR_WORLD_SIZE='1.5': not an integer"),
+        (1, {"DECOR_WORLD_SIZE": "0"}, "DECOR_WORLD_SIZE='0': must be >= 1"),
+        (1, {"DECOR_RANK_OFFSET": "-1"}, "DECOR_RANK_OFFSET='-1': must be >= 0"),
+        (2, {"DECOR_WORLD_SIZE": "1"}, "DECOR_RANK_OFFSET=0 \\+ 2 workers in this pod > "),
+        (
+            2,
+            {"DECOR_WORLD_SIZE": "3", "DECOR_RANK_OFFSET": "2", "MASTER_ADDR": SERVICE_IP},
+            "ranks would fall outside the world",
+        ),
+        (1, {"DECOR_WORLD_SIZE": "2", "DECOR_RANK_OFFSET": "1"}, "no MASTER_ADDR"),
+        (1, {"MASTER_PORT": "http"}, "MASTER_PORT='http': not an integer"),
+        (1, {"MASTER_PORT": "0"}, "MASTER_PORT='0': must be in 1..65535"),
+        (1, {"MASTER_PORT": "65536"}, "MASTER_PORT='65536': must be in 1..65535"),
+    ],
+)
+def test_pod_world_refuses_a_bad_or_inconsistent_environment(
+    workers: int, env: dict[str, str], error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        PodWorld.from_env(workers, env)
+
+
+def test_the_trainer_refuses_an_inconsistent_pod_with_exit_status_2(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = {"DECOR_WORKERS": "2", "DECOR_WORLD_SIZE": "3", "DECOR_RANK_OFFSET": "2",
+           "MASTER_ADDR": SERVICE_IP}  # fmt: skip
+    assert train.main(["--device", "cpu"], env) == train.EXIT_USAGE
+    assert "DECOR_RANK_OFFSET=2 + 2 workers in this pod > DECOR_WORLD_SIZE=3" in caplog.text
+
+
+def test_a_pods_workers_get_consecutive_global_ranks() -> None:
+    pod = PodWorld(2, 5, rank_offset=3, master_addr=SERVICE_IP, master_port=DEFAULT_MASTER_PORT)
+    assert [pod.rank_env(i) for i in range(2)] == [
+        {"RANK": "3", "LOCAL_RANK": "0", "WORLD_SIZE": "5", "LOCAL_WORLD_SIZE": "2"},
+        {"RANK": "4", "LOCAL_RANK": "1", "WORLD_SIZE": "5", "LOCAL_WORLD_SIZE": "2"},
+    ]
+    # What the workers read back is the place the pod gave them.
+    assert WorldInfo.from_env(pod.rank_env(1)) == WorldInfo(4, 5, 1, 2)
 
 
 def test_restart_seconds_from_the_save_stamp() -> None:

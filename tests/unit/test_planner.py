@@ -1,6 +1,7 @@
-"""The cluster planner: tables for each duty, random-input properties, a closed loop.
+"""The cluster planner: tables for each duty, random-input properties, closed loops.
 
-Speed curves are exact plants ``step_time = a / u + b``; times are seconds from 0.
+Speed curves are exact plants ``step_time = a / u + b``; times are seconds from 0. GPU jobs
+that span several pods (``Demand.gpus_per_pod``) have their own section.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 from decor import planner as pl
-from decor.planner import Demand, Node, PlannerSettings
+from decor.planner import Demand, Node, PlannerSettings, pod_gpu_counts
 
 
 def amdahl(a: float = 1.0, b: float = 0.0) -> Callable[[float], float]:
@@ -351,20 +352,206 @@ def test_unknown_policy_and_duplicate_keys_are_refused() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# GPU jobs that span several pods: a grant of n runs as the pods of pod_gpu_counts(n, p),
+# booked only where those pods can each be put on a node
+
+
+def gpu_nodes(*free: int) -> list[Node]:
+    """GPU nodes "a", "b", ... with ``free`` GPUs each (and cores to spare)."""
+    return [Node(chr(ord("a") + i), 32.0, float(g)) for i, g in enumerate(free)]
+
+
+@pytest.mark.parametrize(
+    ("total", "per_pod", "pods"),
+    [
+        (4, 2, [2, 2]),
+        (3, 2, [2, 1]),
+        (5, 2, [2, 2, 1]),
+        (4, 3, [2, 2]),
+        (1, 2, [1]),
+        (0, 2, []),
+        (12, 8, [6, 6]),
+        (7, 1, [1] * 7),
+        (6, 0, [6]),
+        (6, -1, [6]),
+        (0, 0, []),
+    ],
+)
+def test_pod_gpu_counts_table(total: int, per_pod: int, pods: list[int]) -> None:
+    assert pod_gpu_counts(total, per_pod) == pods
+
+
+def test_pod_gpu_counts_are_as_even_as_possible_and_refuse_a_negative_total() -> None:
+    for total, per_pod in itertools.product(range(0, 40), range(1, 10)):
+        pods = pod_gpu_counts(total, per_pod)
+        assert sum(pods) == total and len(pods) == math.ceil(total / per_pod)
+        assert all(1 <= p <= per_pod for p in pods)
+        assert pods == sorted(pods, reverse=True) and (not pods or pods[0] - pods[-1] <= 1)
+    with pytest.raises(ValueError, match="negative"):
+        pod_gpu_counts(-1, 2)
+
+
+def test_four_gpus_in_pods_of_two_are_admitted_across_two_nodes() -> None:
+    g = grants([gpu_job("j", need=4.0, gpus_per_pod=2)], gpu_nodes(2, 2))["j"]
+    assert (g.verdict, g.allocation) == (pl.ADMITTED, 4.0)
+    assert sorted(g.pods) == [("a", 2.0), ("b", 2.0)] and g.node == g.pods[0][0]
+    assert "on a (2) and b (2)" in g.reason
+
+
+@pytest.mark.parametrize("policy", [pl.POLICY_DECOR, pl.POLICY_ELASTICFLOW])
+def test_the_same_job_in_one_pod_is_queued_with_its_earliest_deadline(policy: str) -> None:
+    g = grants([gpu_job("j", need=4.0)], gpu_nodes(2, 2), policy)["j"]
+    assert (g.verdict, g.allocation, g.pods) == (pl.QUEUED, 0.0, ())
+    assert g.earliest_deadline_s == pytest.approx(100 / 2)  # at 2 GPUs, all one node holds
+
+
+@pytest.mark.parametrize("policy", [pl.POLICY_EDF, pl.POLICY_NONE, pl.POLICY_PROPORTIONAL])
+def test_without_admission_one_pod_gets_at_most_a_node_and_spread_pods_get_all(
+    policy: str,
+) -> None:
+    one_pod = grants([gpu_job("j", need=4.0, max_allocation=4.0)], gpu_nodes(2, 2), policy)
+    assert one_pod["j"].allocation == 2.0 and len(one_pod["j"].pods) == 1
+    spread = gpu_job("j", need=4.0, max_allocation=4.0, gpus_per_pod=2)
+    g = grants([spread], gpu_nodes(2, 2), policy)["j"]
+    assert g.allocation == 4.0 and sorted(g.pods) == [("a", 2.0), ("b", 2.0)]
+
+
+def test_three_gpus_in_pods_of_two_fit_on_nodes_with_one_and_two_free() -> None:
+    g = grants([gpu_job("j", need=3.0, gpus_per_pod=2)], gpu_nodes(1, 2))["j"]
+    assert (g.verdict, g.allocation, g.pods) == (pl.ADMITTED, 3.0, (("b", 2.0), ("a", 1.0)))
+
+
+def test_more_gpus_may_fit_where_fewer_do_not() -> None:
+    # 4 in pods of at most 3 are 2 + 2; 3 are one pod of 3, which no node holds.
+    spread = gpu_job("j", need=3.0, max_allocation=4.0, gpus_per_pod=3)
+    assert grants([spread], gpu_nodes(2, 2))["j"].verdict == pl.QUEUED
+    edf = grants([spread], gpu_nodes(2, 2), pl.POLICY_EDF)["j"]
+    assert edf.allocation == 4.0 and sorted(edf.pods) == [("a", 2.0), ("b", 2.0)]
+
+
+def test_packing_is_exact_where_largest_first_best_fit_is_not() -> None:
+    # Pods 3, 3, 2, 2: best fit puts the first 3 on the 4-GPU node and strands 1 GPU.
+    spread = gpu_job("j", need=10.0, max_allocation=10.0, gpus_per_pod=3)
+    g = grants([spread], gpu_nodes(6, 4))["j"]
+    assert g.verdict == pl.ADMITTED
+    assert g.pods == (("a", 3.0), ("a", 3.0), ("b", 2.0), ("b", 2.0))
+    assert "on a (3 + 3) and b (2 + 2)" in g.reason
+
+
+def brute_force_fits(pods: Sequence[int], free: Sequence[int]) -> bool:
+    for where in itertools.product(range(len(free)), repeat=len(pods)):
+        load = [0] * len(free)
+        for pod, node in zip(pods, where, strict=True):
+            load[node] += pod
+        if all(x <= f for x, f in zip(load, free, strict=True)):
+            return True
+    return False
+
+
+def test_a_need_is_admitted_exactly_when_its_pods_can_be_placed() -> None:
+    rng = random.Random(3)
+    for _ in range(400):
+        free = [rng.randint(0, 8) for _ in range(rng.randint(1, 4))]
+        per_pod = rng.randint(1, 5)
+        need = rng.randint(1, min(12, per_pod * 5))
+        spread = gpu_job("j", need=float(need), max_allocation=float(need), gpus_per_pod=per_pod)
+        g = grants([spread], gpu_nodes(*free))["j"]
+        fits = brute_force_fits(pod_gpu_counts(need, per_pod), free)
+        assert (g.verdict == pl.ADMITTED) == fits, (free, per_pod, need, g)
+
+
+def test_pods_at_an_unchanged_count_stay_where_they_run() -> None:
+    spread = gpu_job("j", need=4.0, gpus_per_pod=2, admitted=True, current=4.0, nodes=("c", "b"))
+    assert grants([spread], gpu_nodes(2, 2, 2))["j"].pods == (("c", 2.0), ("b", 2.0))
+
+
+def test_a_new_count_prefers_the_nodes_the_pods_run_on() -> None:
+    spread = gpu_job("j", need=6.0, gpus_per_pod=2, admitted=True, current=4.0, nodes=("c", "b"))
+    g = grants([spread], gpu_nodes(2, 2, 2, 2))["j"]
+    assert g.allocation == 6.0 and {"b", "c"} <= {n for n, _ in g.pods}
+
+
+def test_pods_at_an_unchanged_count_do_not_move_when_their_node_is_taken() -> None:
+    # "first" (earlier deadline, running) grew to all of a: "spread" cannot keep 2 + 2 on a
+    # and b, and its pods do not move without a restart; it gets a smaller count (3 = 2 + 1,
+    # packed anew) and is shorted.
+    first = gpu_job("first", admitted=True, node="a", current=2.0, need=4.0, deadline_s=500.0)
+    spread = gpu_job(
+        "spread", admitted=True, need=4.0, gpus_per_pod=2, current=4.0, nodes=("a", "b")
+    )
+    g = grants([first, spread], gpu_nodes(4, 2, 1))
+    assert g["first"].allocation == 4.0
+    assert (g["spread"].verdict, g["spread"].allocation) == (pl.SHORTED, 3.0)
+    assert sorted(g["spread"].pods) == [("b", 2.0), ("c", 1.0)]
+    assert "earlier-deadline first" in g["spread"].reason
+
+
+def test_a_higher_priority_spread_job_displaces_jobs_on_several_nodes() -> None:
+    low_a = gpu_job("low-a", admitted=True, node="a", current=2.0, need=2.0)
+    low_b = gpu_job("low-b", admitted=True, node="b", current=2.0, need=2.0)
+    vip = gpu_job("vip", need=4.0, gpus_per_pod=2, priority=1, arrival_s=5.0)
+    g = grants([low_a, low_b, vip], gpu_nodes(2, 2))
+    assert (g["vip"].verdict, g["vip"].allocation) == (pl.ADMITTED, 4.0)
+    for low in ("low-a", "low-b"):
+        assert g[low].verdict == pl.PREEMPTED and "vip" in g[low].reason
+    one_pod_vip = grants([low_a, low_b, replace(vip, gpus_per_pod=0)], gpu_nodes(2, 2))
+    assert one_pod_vip["vip"].verdict == pl.QUEUED  # no one node could hold 4
+
+
+def test_a_queued_spread_job_is_told_a_deadline_its_pods_can_meet() -> None:
+    # Pods of 3 + 3: free 2, 2 and 2 hold 6 GPUs but no pod of 3; when "x" ends (50 s) a
+    # holds 4, one pod only; when "y" ends (100 s) b holds 4 too. 600 steps at 6 GPUs: 100 s.
+    x = gpu_job("x", admitted=True, node="a", current=2.0, need=2.0, steps_remaining=100.0)
+    y = gpu_job("y", admitted=True, node="b", current=2.0, need=2.0, steps_remaining=200.0)
+    z = gpu_job(
+        "z", need=6.0, min_allocation=6.0, max_allocation=6.0, gpus_per_pod=3,
+        steps_remaining=600.0, deadline_s=150.0,
+    )  # fmt: skip
+    nodes = gpu_nodes(4, 4, 2)
+    g = grants([x, y, z], nodes)["z"]
+    assert g.verdict == pl.QUEUED and g.earliest_deadline_s == pytest.approx(200.0)
+    # Asked for that deadline once x and y are done, it is admitted and finishes by it.
+    later = grants([replace(z, deadline_s=200.0)], nodes, now_s=100.0)["z"]
+    assert (later.verdict, later.allocation) == (pl.ADMITTED, 6.0)
+
+
+def test_best_effort_spread_jobs_share_the_gpus_one_pod_jobs_leave() -> None:
+    spread = best_effort("spread", mode="gpu", min_allocation=1.0, gpus_per_pod=2)
+    single = best_effort("single", mode="gpu", min_allocation=1.0, arrival_s=1.0)
+    g = grants([spread, single, gpu_job("d", need=1.0)], gpu_nodes(2, 2, 3))
+    assert g["d"].allocation == 1.0
+    assert g["single"].allocation == 3.0 and g["single"].pods == (("c", 3.0),)
+    assert (g["spread"].verdict, g["spread"].allocation) == (pl.BEST_EFFORT, 3.0)
+    assert sorted(g["spread"].pods) == [("a", 1.0), ("b", 2.0)]
+
+
+def test_a_best_effort_spread_job_keeps_its_count_when_a_restart_does_not_pay() -> None:
+    be = best_effort("be", mode="gpu", min_allocation=1.0, gpus_per_pod=2, current=4.0,
+                     nodes=("a", "b"), max_allocation=8.0, step_time_s=amdahl(1.0, 1.0))  # fmt: skip
+    cheap = grants([replace(be, restart_cost_s=1.0)], gpu_nodes(2, 2, 2))
+    dear = grants([replace(be, restart_cost_s=150.0)], gpu_nodes(2, 2, 2))
+    assert cheap["be"].allocation == 6.0  # 1.25 -> 1.17 s per step for 0.3 % lost
+    assert dear["be"].allocation == 4.0 and dear["be"].pods == (("a", 2.0), ("b", 2.0))
+
+
+# ---------------------------------------------------------------------------------------
 # Properties over random inputs
 
 
 def random_case(rng: random.Random) -> tuple[list[Demand], list[Node]]:
+    """CPU jobs, one-pod GPU jobs and GPU jobs that span pods, on up to four nodes."""
     nodes = [
-        Node(f"n{i}", rng.choice((2.0, 4.0, 8.0)), rng.choice((0.0, 4.0, 8.0)))
+        Node(f"n{i}", rng.choice((2.0, 4.0, 8.0)), rng.choice((0.0, 2.0, 4.0, 8.0)))
         for i in range(rng.randint(1, 4))
     ]
+    names = [n.name for n in nodes] + ["gone"]  # a node the planner does not know
     demands = []
     for i in range(rng.randint(1, 14)):
-        gpu = rng.random() < 0.3
-        max_a = float(rng.choice((1, 2, 4))) if gpu else rng.choice((1.0, 2.0, 4.0))
-        min_a = 1.0 if gpu else 0.5
-        has_node = rng.random() < 0.6
+        gpu = rng.random() < 0.4
+        per_pod = rng.choice((0, 0, 1, 2, 3)) if gpu else 0
+        max_a = float(rng.choice((1, 2, 4, 8, 12))) if gpu else rng.choice((1.0, 2.0, 4.0))
+        min_a = min(float(rng.choice((1, 1, 2))), max_a) if gpu else 0.5
+        current = rng.choice((0.0, min_a, max_a))
         demands.append(
             Demand(
                 key=f"ns/j{i:02d}",
@@ -372,17 +559,21 @@ def random_case(rng: random.Random) -> tuple[list[Demand], list[Node]]:
                 need=rng.uniform(0.1, max_a * 1.2),
                 min_allocation=min_a,
                 max_allocation=max_a,
-                current=rng.choice((0.0, min_a, max_a)),
+                current=current,
                 steps_remaining=rng.uniform(10.0, 500.0),
                 deadline_s=None if rng.random() < 0.25 else rng.uniform(50.0, 2000.0),
                 arrival_s=float(rng.randint(0, 5)),  # ties: broken by key
                 priority=rng.choice((0, 0, 1)),
                 admitted=rng.random() < 0.5,
-                node=rng.choice(nodes).name if has_node else None,
+                node=rng.choice(names) if rng.random() < 0.6 else None,
                 step_time_s=None
                 if rng.random() < 0.2
                 else amdahl(rng.uniform(0.2, 2), rng.uniform(0, 0.5)),
                 restart_cost_s=rng.uniform(0.0, 120.0) if gpu else 0.0,
+                gpus_per_pod=per_pod,
+                nodes=tuple(rng.choice(names) for _ in pod_gpu_counts(int(current), per_pod))
+                if per_pod and rng.random() < 0.7
+                else (),
             )
         )
     return demands, nodes
@@ -390,31 +581,41 @@ def random_case(rng: random.Random) -> tuple[list[Demand], list[Node]]:
 
 @pytest.mark.parametrize("policy", pl.POLICIES)
 def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str) -> None:
-    rng = random.Random(hash(policy) % 1000)
+    rng = random.Random(sum(map(ord, policy)))
     settings = PlannerSettings(policy=policy)
+    spread_grants = 0
     for _ in range(300):
         demands, nodes = random_case(rng)
+        known = {n.name for n in nodes}
         result = pl.plan(demands, nodes, 10.0, settings)
         assert set(result.grants) == {d.key for d in demands}
         used: dict[tuple[str, str], float] = {}
         for d in demands:
             g = result.grants[d.key]
             assert g.reason
-            assert (
-                g.allocation == 0.0
-                or d.min_allocation - 1e-9 <= g.allocation <= d.max_allocation + 1e-9
-            )
-            if d.mode == "gpu":
-                assert g.allocation == math.floor(g.allocation)
-            if g.allocation > 0:
-                assert g.node is not None
-                if d.node in {n.name for n in nodes}:
+            assert (d.deadline_s is None) == (g.verdict == pl.BEST_EFFORT)
+            if g.allocation == 0:
+                assert g.pods == ()
+                continue
+            assert d.min_allocation - 1e-9 <= g.allocation <= d.max_allocation + 1e-9
+            assert d.mode == "cpu" or g.allocation == math.floor(g.allocation)
+            assert g.node == g.pods[0][0]
+            assert sum(a for _, a in g.pods) == pytest.approx(g.allocation)
+            if d.mode == "gpu" and d.gpus_per_pod > 0:
+                spread_grants += len(g.pods) > 1
+                sizes = [int(a) for _, a in g.pods]
+                assert sizes == pod_gpu_counts(int(g.allocation), d.gpus_per_pod)
+                unchanged = g.allocation == d.current and len(d.nodes) == len(sizes)
+                if unchanged and set(d.nodes) <= known:
+                    assert tuple(n for n, _ in g.pods) == d.nodes  # its pods stay put
+            else:
+                assert len(g.pods) == 1
+                if d.node in known:
                     assert g.node == d.node  # a pod lives where it is
-                used[(g.node, d.mode)] = used.get((g.node, d.mode), 0.0) + g.allocation
+            for node, amount in g.pods:
+                used[(node, d.mode)] = used.get((node, d.mode), 0.0) + amount
             if policy == pl.POLICY_DECOR and g.verdict == pl.ADMITTED:
                 assert g.allocation >= pl.need_of(d, settings) - 1e-9
-            if d.deadline_s is None:
-                assert g.verdict == pl.BEST_EFFORT
         for n in nodes:
             assert used.get((n.name, "cpu"), 0.0) <= n.cpu_cores + 1e-6
             assert used.get((n.name, "gpu"), 0.0) <= n.gpus + 1e-6
@@ -422,6 +623,7 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
         rng.shuffle(shuffled)
         again = pl.plan(shuffled, list(reversed(nodes)), 10.0, settings)
         assert again == result
+    assert spread_grants > 20  # the cases do grant jobs several pods
 
 
 # ---------------------------------------------------------------------------------------
@@ -437,6 +639,36 @@ def exact_need_cores(a: float, b: float, steps: float, left_s: float, max_cores:
     if per_step_s <= b:
         return max_cores
     return min(max_cores, math.ceil(a / (per_step_s - b) / 0.01 - 1e-6) * 0.01)
+
+
+def advance(
+    plants: dict[str, tuple[float, float, float]],
+    alloc: dict[str, float],
+    done: dict[str, float],
+    finish: dict[str, float],
+    now: float,
+) -> None:
+    """One period of the exact plants (key: a, b, steps): each job's steps at its grant; a
+    job that ends within the period is given its finish time."""
+    for key, (a, b, steps) in plants.items():
+        if alloc[key] > 0 and key not in finish:
+            step_s = a / alloc[key] + b
+            left = steps - done[key]
+            if left * step_s <= PERIOD_S:
+                finish[key] = now + left * step_s
+                done[key] = steps
+            else:
+                done[key] += PERIOD_S / step_s
+
+
+def assert_admitted_finish_in_time(
+    ever_admitted: set[str], finish: dict[str, float], deadlines: dict[str, float | None]
+) -> None:
+    assert ever_admitted, "the trace must admit some deadline jobs"
+    waited = [k for k, d in deadlines.items() if d is not None and k not in ever_admitted]
+    assert waited, "some must wait or be refused"
+    for key in ever_admitted:
+        assert key in finish and finish[key] <= deadlines[key] + 1e-6, key  # type: ignore[operator]
 
 
 def test_closed_loop_meets_admitted_deadlines_without_oscillation() -> None:
@@ -493,24 +725,10 @@ def test_closed_loop_meets_admitted_deadlines_without_oscillation() -> None:
                 used[g.node] += g.allocation
             history[d.key].append((now, g.allocation))
         assert all(used[n.name] <= n.cpu_cores + 1e-9 for n in nodes)
-        for key, _, a, b, steps, _ in specs:
-            if alloc[key] > 0 and key not in finish:
-                step_s = a / alloc[key] + b
-                left = steps - done[key]
-                if left * step_s <= PERIOD_S:
-                    finish[key] = now + left * step_s
-                    done[key] = steps
-                else:
-                    done[key] += PERIOD_S / step_s
+        advance({k: (a, b, steps) for k, _, a, b, steps, _ in specs}, alloc, done, finish, now)
         now += PERIOD_S
     deadlines = {key: deadline for key, _, _, _, _, deadline in specs}
-    assert ever_admitted, "the trace must admit some deadline jobs"
-    assert any(
-        deadlines[k] is not None and not admitted_ever
-        for k, admitted_ever in ((k, k in ever_admitted) for k in deadlines)
-    )  # fmt: skip  (some waited or were refused)
-    for key in ever_admitted:
-        assert key in finish and finish[key] <= deadlines[key] + 1e-6, key  # type: ignore[operator]
+    assert_admitted_finish_in_time(ever_admitted, finish, deadlines)
     # No oscillation: between two arrivals or finishes nobody's grant goes up then down or
     # down then up (an A-B-A flip).
     events = sorted(
@@ -522,6 +740,77 @@ def test_closed_loop_meets_admitted_deadlines_without_oscillation() -> None:
             moves = [y - x for x, y in itertools.pairwise(steady) if abs(y - x) > 1e-9]
             flips = [1 for u, v in itertools.pairwise(moves) if u * v < 0]
             assert not flips, (key, lo, hi, steady)
+
+
+def exact_need_gpus(a: float, b: float, steps: float, left_s: float, max_gpus: int) -> float:
+    """The fewest whole GPUs that finish ``steps`` in ``left_s`` on ``a / u + b`` (max if none)."""
+    fits = (u for u in range(1, max_gpus + 1) if steps * (a / u + b) <= left_s)
+    return float(next(fits, max_gpus))
+
+
+def test_closed_loop_spread_jobs_use_several_nodes_and_meet_admitted_deadlines() -> None:
+    rng = random.Random(5)
+    nodes = [Node(name, 32.0, 4.0) for name in ("a", "b", "c")]
+    specs = []  # (key, arrival_s, a, b, steps, deadline_s or None, gpus_per_pod)
+    for i in range(10):
+        arrival = float(rng.randint(0, 40))
+        a, b = rng.uniform(2.0, 6.0), rng.uniform(0.0, 0.05)
+        steps = float(rng.randint(50, 150))
+        per_pod = 2 if i % 2 else 0
+        most = 8 if per_pod else 4  # one pod: what one node holds
+        deadline = None if i % 5 == 4 else arrival + rng.uniform(1.1, 2.5) * steps * (a / most + b)
+        specs.append((f"j{i:02d}", arrival, a, b, steps, deadline, per_pod))
+    done = {k: 0.0 for k, *_ in specs}
+    alloc = {k: 0.0 for k, *_ in specs}
+    pods: dict[str, tuple[tuple[str, float], ...]] = {k: () for k, *_ in specs}
+    admitted = {k: False for k, *_ in specs}
+    finish: dict[str, float] = {}
+    ever_admitted: set[str] = set()
+    widest = 0.0  # the most GPUs a spread job held at once
+    now = 0.0
+    while len(finish) < len(specs) and now < 3000.0:
+        demands = []
+        for key, arrival, a, b, steps, deadline, per_pod in specs:
+            if arrival > now or key in finish:
+                continue
+            left, most = steps - done[key], 8 if per_pod else 4
+            need = most if deadline is None else exact_need_gpus(a, b, left, deadline - now, most)
+            demands.append(
+                Demand(
+                    key=key,
+                    mode="gpu",
+                    need=need,
+                    min_allocation=1.0,
+                    max_allocation=most,
+                    current=alloc[key],
+                    steps_remaining=left,
+                    deadline_s=deadline,
+                    arrival_s=arrival,
+                    admitted=admitted[key],
+                    node=pods[key][0][0] if pods[key] and not per_pod else None,
+                    nodes=tuple(n for n, _ in pods[key]) if per_pod else (),
+                    step_time_s=amdahl(a, b),
+                    gpus_per_pod=per_pod,
+                )  # fmt: skip
+            )
+        result = pl.plan(demands, nodes, now, DECOR)
+        used = {n.name: 0.0 for n in nodes}
+        for d in demands:
+            g = result.grants[d.key]
+            alloc[d.key], pods[d.key] = g.allocation, g.pods
+            admitted[d.key] = g.verdict == pl.ADMITTED
+            if admitted[d.key]:
+                ever_admitted.add(d.key)
+            for node, amount in g.pods:
+                used[node] += amount
+            if d.gpus_per_pod:
+                widest = max(widest, g.allocation)
+        assert all(used[n.name] <= n.gpus for n in nodes), used
+        advance({k: (a, b, steps) for k, _, a, b, steps, *_ in specs}, alloc, done, finish, now)
+        now += PERIOD_S
+    assert widest > 4  # a spread job held more than any one node has
+    deadlines = {key: deadline for key, _, _, _, _, deadline, _ in specs}
+    assert_admitted_finish_in_time(ever_admitted, finish, deadlines)
 
 
 def test_a_max_off_the_quantum_grid_is_filled_at_once_and_never_exceeded() -> None:

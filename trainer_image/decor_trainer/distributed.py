@@ -1,4 +1,4 @@
-"""Data-parallel training over the devices of one pod: workers, sharding, batch policy.
+"""Data-parallel training over the devices of one pod or several: workers, sharding, batches.
 
 DECOR changes a GPU job's ``nvidia.com/gpu`` count by checkpoint and restart. For the count to
 matter, the trainer runs one worker process per device and trains with
@@ -10,7 +10,10 @@ The pieces, each usable from your own training loop:
 
 * :func:`worker_count`: how many workers (one per visible CUDA device; without CUDA, the
   ``DECOR_WORKERS`` count the operator sets to the allocated GPU count, else 1).
-* :func:`launch_workers`: start N worker processes in this pod (``spawn``), forward SIGTERM
+* :class:`PodWorld`: this pod's workers' place in the job's world, which may span several
+  pods (``DECOR_WORLD_SIZE``, ``DECOR_RANK_OFFSET``) and where they meet (``MASTER_ADDR``,
+  ``MASTER_PORT``).
+* :func:`launch_workers`: start this pod's worker processes (``spawn``), forward SIGTERM
   to them, return the first failing exit status. A process already started as a rank by
   ``torchrun`` (``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set) is not launched again:
   :meth:`WorldInfo.from_env` reads those variables.
@@ -50,6 +53,14 @@ log = logging.getLogger(__name__)
 ENV_WORKERS = "DECOR_WORKERS"
 """Worker processes to run when no CUDA device is visible (the operator sets it to the
 allocated GPU count; docs/contract.md)."""
+ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
+"""Workers across all the job's pods (absent: this pod's workers, a world of one pod)."""
+ENV_RANK_OFFSET = "DECOR_RANK_OFFSET"
+"""Global rank of this pod's first worker (absent: 0)."""
+ENV_MASTER_ADDR = "MASTER_ADDR"
+"""Address of global rank 0's rendezvous (torch's env:// TCPStore), as under torchrun."""
+ENV_MASTER_PORT = "MASTER_PORT"
+"""Its TCP port."""
 ENV_BATCH_POLICY = "DECOR_BATCH_POLICY"
 """``fixed-global`` or ``scale-with-workers`` (docs/distributed.md)."""
 
@@ -65,6 +76,12 @@ PROCESS_GROUP_TIMEOUT_S = 300.0
 STOP_GRACE_S = 30.0
 """After one worker fails, how long the others get to exit before they are killed."""
 LOCALHOST = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+"""Rendezvous port of a world that spans pods when ``MASTER_PORT`` is not set (torchrun's
+default). A world in one pod takes a free port instead, so that trainers on one host never
+collide."""
+MAX_PORT = 65535
+"""The highest TCP port number."""
 
 
 # --- who am I ----------------------------------------------------------------------------
@@ -103,6 +120,23 @@ class WorldInfo:
         return info
 
 
+def _env_int(
+    environ: Mapping[str, str], name: str, minimum: int, maximum: int | None = None
+) -> int | None:
+    """The integer in ``$name`` (None when unset or empty); ValueError out of range."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r}: not an integer") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise ValueError(f"{name}={raw!r}: must be {bounds}")
+    return value
+
+
 def worker_count(requested: int | None, environ: Mapping[str, str], cuda_devices: int) -> int:
     """Workers to run in this pod (>= 1).
 
@@ -117,15 +151,7 @@ def worker_count(requested: int | None, environ: Mapping[str, str], cuda_devices
         if cuda_devices and requested > cuda_devices:
             raise ValueError(f"--workers {requested}, but only {cuda_devices} CUDA devices")
         return requested
-    raw = environ.get(ENV_WORKERS, "").strip()
-    allocated: int | None = None
-    if raw:
-        try:
-            allocated = int(raw)
-        except ValueError:
-            raise ValueError(f"{ENV_WORKERS}={raw!r}: not an integer") from None
-        if allocated < 1:
-            raise ValueError(f"{ENV_WORKERS}={raw!r}: must be >= 1")
+    allocated = _env_int(environ, ENV_WORKERS, minimum=1)
     if cuda_devices:
         if allocated is not None and allocated != cuda_devices:
             log.warning(
@@ -136,6 +162,56 @@ def worker_count(requested: int | None, environ: Mapping[str, str], cuda_devices
             )
         return cuda_devices
     return allocated or 1
+
+
+@dataclass(frozen=True)
+class PodWorld:
+    """This pod's ``workers`` in the job's world of ``world_size`` workers, which may span
+    several pods: worker ``i`` of the pod is global rank ``rank_offset + i``. The workers
+    meet at ``master_addr:master_port``, the TCPStore that global rank 0 serves (env://);
+    ``master_port`` None means a free port of this host (a world in one pod only)."""
+
+    workers: int
+    world_size: int
+    rank_offset: int = 0
+    master_addr: str = LOCALHOST
+    master_port: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1 or self.rank_offset < 0:
+            raise ValueError(f"need workers >= 1 and rank offset >= 0: {self}")
+        if self.rank_offset + self.workers > self.world_size:
+            raise ValueError(
+                f"{ENV_RANK_OFFSET}={self.rank_offset} + {self.workers} workers in this pod > "
+                f"{ENV_WORLD_SIZE}={self.world_size}: ranks would fall outside the world"
+            )
+
+    @classmethod
+    def from_env(cls, workers: int, environ: Mapping[str, str]) -> PodWorld:
+        """This pod's place from the operator's variables (``docs/distributed.md``); absent
+        ones mean a world of this pod alone. Raises ValueError on a bad or inconsistent
+        value."""
+        world_size = _env_int(environ, ENV_WORLD_SIZE, minimum=1) or workers
+        rank_offset = _env_int(environ, ENV_RANK_OFFSET, minimum=0) or 0
+        master_addr = environ.get(ENV_MASTER_ADDR, "").strip()
+        if not master_addr and rank_offset > 0:
+            raise ValueError(
+                f"{ENV_RANK_OFFSET}={rank_offset} but no {ENV_MASTER_ADDR}: a pod without "
+                "rank 0 needs the address of the pod that holds it"
+            )
+        master_port = _env_int(environ, ENV_MASTER_PORT, minimum=1, maximum=MAX_PORT)
+        if master_port is None and world_size > workers:  # other pods must know the port
+            master_port = DEFAULT_MASTER_PORT
+        return cls(workers, world_size, rank_offset, master_addr or LOCALHOST, master_port)
+
+    def rank_env(self, local_rank: int) -> dict[str, str]:
+        """The torchrun variables of the pod's worker ``local_rank``."""
+        return {
+            "RANK": str(self.rank_offset + local_rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.workers),
+        }
 
 
 # --- batch policy ------------------------------------------------------------------------
@@ -331,7 +407,18 @@ def reduce_step(loss_sum: float, stop: bool, device: torch.device) -> tuple[floa
     return float(values[0]), bool(values[1] > 0)
 
 
-# --- launching workers in one pod ---------------------------------------------------------
+def gather_from_all(values: Sequence[int], device: torch.device) -> list[tuple[int, ...]]:
+    """Every rank's ``values`` (integers, as many on each rank), in rank order; only this
+    rank's without a group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [tuple(values)]
+    mine = torch.tensor(list(values), dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return [tuple(int(v) for v in t.tolist()) for t in gathered]
+
+
+# --- launching this pod's workers ----------------------------------------------------------
 
 
 def free_port(address: str = LOCALHOST) -> int:
@@ -341,13 +428,8 @@ def free_port(address: str = LOCALHOST) -> int:
         return int(s.getsockname()[1])
 
 
-def _worker_main(entry: Callable[[], int], rank: int, workers: int) -> None:
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(workers),
-        LOCAL_WORLD_SIZE=str(workers),
-    )
+def _worker_main(entry: Callable[[], int], pod: PodWorld, local_rank: int) -> None:
+    os.environ.update(pod.rank_env(local_rank))
     raise SystemExit(entry())
 
 
@@ -360,26 +442,31 @@ def unblock_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
 
 
-def launch_workers(entry: Callable[[], int], workers: int) -> int:
-    """Run ``entry`` in ``workers`` fresh processes (rank i = local rank i) and wait.
+def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
+    """Run ``entry`` in ``pod.workers`` fresh processes (global ranks ``pod.rank_offset`` on,
+    local ranks from 0) and wait.
 
     ``entry`` must be picklable (a module-level function or a ``functools.partial`` of one);
     it runs with ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
-    ``MASTER_ADDR`` and ``MASTER_PORT`` set, like under ``torchrun``, and must call
-    :func:`unblock_stop_signals` once it handles SIGTERM. SIGTERM and SIGINT to this process
-    are forwarded to every worker. Returns 0 if every worker exited 0, else the first
-    non-zero exit status (1 for a worker killed by a signal); the others then get SIGTERM,
-    and SIGKILL after :data:`STOP_GRACE_S`.
+    ``MASTER_ADDR`` and ``MASTER_PORT`` set, like under ``torchrun`` (the port: the pod's, or
+    a free one), and must call :func:`unblock_stop_signals` once it handles SIGTERM. SIGTERM
+    and SIGINT to this process are forwarded to every worker. Returns 0 if every worker
+    exited 0, else the first non-zero exit status (1 for a worker killed by a signal); the
+    others then get SIGTERM, and SIGKILL after :data:`STOP_GRACE_S`.
     """
-    os.environ.setdefault("MASTER_ADDR", LOCALHOST)
-    os.environ["MASTER_PORT"] = str(free_port())
+    os.environ[ENV_MASTER_ADDR] = pod.master_addr
+    os.environ[ENV_MASTER_PORT] = str(pod.master_port or free_port())
     context = multiprocessing.get_context("spawn")
     # Blocked before the start: workers inherit the mask, so a SIGTERM that arrives while
     # they import torch waits for their handler instead of killing them without a checkpoint.
     signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     processes = [
-        context.Process(target=_worker_main, args=(entry, rank, workers), name=f"worker-{rank}")
-        for rank in range(workers)
+        context.Process(
+            target=_worker_main,
+            args=(entry, pod, local_rank),
+            name=f"worker-{pod.rank_offset + local_rank}",
+        )
+        for local_rank in range(pod.workers)
     ]
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -396,7 +483,14 @@ def launch_workers(entry: Callable[[], int], workers: int) -> int:
             process.start()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
-    log.info("started %d workers (pids %s)", workers, [p.pid for p in processes])
+    log.info(
+        "started %d workers, ranks %d..%d of %d (pids %s)",
+        pod.workers,
+        pod.rank_offset,
+        pod.rank_offset + pod.workers - 1,
+        pod.world_size,
+        [p.pid for p in processes],
+    )
     status = 0
     try:
         pending = list(processes)

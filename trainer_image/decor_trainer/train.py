@@ -50,8 +50,10 @@ from .distributed import (
     ENV_WORKERS,
     BatchPolicy,
     DataOrder,
+    PodWorld,
     WorldInfo,
     close_process_group,
+    gather_from_all,
     init_process_group,
     launch_workers,
     reduce_step,
@@ -350,9 +352,10 @@ def parse_args(
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the trainer; return the process exit status (see the module docstring).
 
-    With more than one worker (:func:`decor_trainer.distributed.worker_count`) this process
-    launches them and waits; a process started as a rank (by ``torchrun`` or the launcher)
-    trains as that rank.
+    With more than one worker in the world (this pod's,
+    :func:`decor_trainer.distributed.worker_count`, and other pods',
+    :class:`decor_trainer.distributed.PodWorld`) this process launches this pod's workers and
+    waits; a process started as a rank (by ``torchrun`` or the launcher) trains as that rank.
     """
     env = os.environ if environ is None else environ
     args = parse_args(argv, env)
@@ -362,12 +365,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if world is None:
             cuda_devices = torch.cuda.device_count() if args.device != "cpu" else 0
             try:
-                workers = worker_count(args.workers, env, cuda_devices)
+                pod = PodWorld.from_env(worker_count(args.workers, env, cuda_devices), env)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            if workers > 1:
-                log.info("running %d workers in this pod", workers)
-                return launch_workers(functools.partial(_worker_entry, args), workers)
+            if pod.world_size > 1:  # even one worker: it joins the other pods' workers
+                log.info("running %d of the %d workers in this pod", pod.workers, pod.world_size)
+                return launch_workers(functools.partial(_worker_entry, args), pod)
         # Installed before the (possibly long) set-up: a SIGTERM then still ends in exit 0.
         with stop_on_signals() as stop:
             return train(args, stop, world)
@@ -533,14 +536,15 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                 world.world_size,
                 saved_batch.get("world_size", 1),
             )
+    init_process_group(world, device)
+    _check_same_position(position, args.checkpoint_dir, world, device)
     if position.step >= steps_planned:
         log.info(
             "checkpoint already holds %d/%d steps: nothing to do", position.step, steps_planned
         )
-        write_termination_message(position.step, steps_planned)
+        if world.local_rank == 0:
+            write_termination_message(position.step, steps_planned)
         return EXIT_OK
-
-    init_process_group(world, device)
     net: torch.nn.Module = model
     ddp: DistributedDataParallel | None = None
     if world.world_size > 1:
@@ -587,6 +591,9 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
         return True
 
     main_rank = world.is_main
+    # Every rank holds the global position: each pod's first worker leaves it in the pod's
+    # termination message, so that every pod of a world that spans pods tells it.
+    pod_lead = world.local_rank == 0
     step_log: IO[str] | None = (
         open(args.step_log, "a") if args.step_log and main_rank else None  # noqa: SIM115
     )
@@ -641,7 +648,7 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                 if args.exit_at_step == step and step > start_step:
                     log.info("--exit-at-step %d: exiting 0 early on purpose (test hook)", step)
                     ok = save("stop")
-                    if main_rank:
+                    if pod_lead:
                         write_termination_message(position.step, steps_planned)
                     return EXIT_OK if ok else EXIT_ERROR
                 if args.hang_at_step == step:
@@ -736,7 +743,7 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                 )
                 if ckpt is None and main_rank:
                     log.warning("no --checkpoint-dir: the progress of this run is lost")
-                if main_rank:
+                if pod_lead:
                     write_termination_message(position.step, steps_planned)
                 return EXIT_OK if save("stop") else EXIT_ERROR
     finally:
@@ -746,8 +753,26 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
     ok = save("final")
     if main_rank:
         log.info("done: %d/%d steps", position.step, steps_planned)
+    if pod_lead:
         write_termination_message(position.step, steps_planned)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def _check_same_position(
+    position: TrainingPosition, checkpoint_dir: str | None, world: WorldInfo, device: torch.device
+) -> None:
+    """Every rank read its own checkpoint; across pods a directory that is not shared would
+    make ranks resume at different steps. All ranks compare positions and stop together."""
+    positions = gather_from_all((position.step, position.samples), device)
+    differing = [rank for rank, other in enumerate(positions) if other != positions[0]]
+    if differing:
+        step, samples = positions[0]
+        raise UsageError(
+            f"rank(s) {differing} would resume at another position than rank 0 (step {step}, "
+            f"{samples} samples; this rank {world.rank}: step {position.step}, "
+            f"{position.samples} samples): the checkpoint directory {checkpoint_dir} must be "
+            "shared by every worker pod (one hostPath on one node, or a ReadWriteMany volume)"
+        )
 
 
 def write_termination_message(steps_done: int, steps_planned: int) -> None:

@@ -1,0 +1,178 @@
+"""A GPU job that spans several pods: one data-parallel world, built and read (pure).
+
+With ``spec.resources.gpusPerPod: p`` a job granted more than p GPUs runs as the pods of
+:func:`planner.pod_gpu_counts` (at most p GPUs each, as even as possible). They form one
+``torch.distributed`` world: the first pod (the *leader*, named like a one-pod trainer) holds
+global rank 0, which serves the c10d rendezvous store, reports progress and writes
+checkpoints; the others (*workers*, ``LEADER-w1``, ``LEADER-w2``, ...) reach the store
+through the job's rendezvous Service, a ClusterIP Service that selects the current leader.
+A ClusterIP, not a headless Service: its address is known before any pod starts and works
+without cluster DNS (the rendezvous address is handed to the workers as an IP).
+
+The group is created together and restarted together: a count change, a lost or failed
+pod, preemption and suspension delete every pod of it, and the leader's checkpoint brings
+the next group back at the exact step (docs/distributed.md).
+
+Nothing here talks to the API server; ``job.py`` decides when, ``kube.py`` sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from decor import build, planner
+from decor.model import JobSpec
+from decor.policy import CheckpointStorage
+
+LABEL_ROLE = "decor.dev/role"
+"""Label on the pods of a several-pod job: ``leader`` (global rank 0) or ``worker``."""
+ROLE_LEADER = "leader"
+ROLE_WORKER = "worker"
+LABEL_LEADER = "decor.dev/leader"
+"""Label on a worker pod: the name of its group's leader pod."""
+ANNOTATION_GROUP_PODS = "decor.dev/group-pods"
+"""Annotation on a leader pod: how many pods its group has (itself included)."""
+
+ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
+"""Workers across all of the job's pods (the trainer's WORLD_SIZE)."""
+ENV_RANK_OFFSET = "DECOR_RANK_OFFSET"
+"""Global rank of this pod's first worker."""
+ENV_MASTER_ADDR = "MASTER_ADDR"
+ENV_MASTER_PORT = "MASTER_PORT"
+RENDEZVOUS_PORT = 29500
+"""TCP port of the c10d store on the leader (torch.distributed's customary default)."""
+LEADER_ADDRESS = "127.0.0.1"
+"""The leader's own workers reach the store in their pod, not through the Service."""
+RENDEZVOUS_SUFFIX = "-rendezvous"
+
+
+def rendezvous_service_name(job_name: str) -> str:
+    return f"{job_name}{RENDEZVOUS_SUFFIX}"
+
+
+def worker_pod_name(leader: str, index: int) -> str:
+    """The ``index``-th worker pod (1, 2, ...) of the group led by ``leader``."""
+    return f"{leader}-w{index}"
+
+
+def worker_index(name: str) -> int:
+    """1 for ``LEADER-w1`` and so on (0 for a name that is not a worker's)."""
+    head, _, tail = name.rpartition("-w")
+    return int(tail) if head and tail.isdigit() else 0
+
+
+def pod_counts(spec: JobSpec, allocation: float) -> list[int]:
+    """GPUs per pod for ``allocation`` GPUs: one pod unless ``gpusPerPod`` splits it."""
+    total = round(allocation)
+    if spec.resources.mode != "gpu" or spec.resources.gpus_per_pod <= 0:
+        return [total]
+    return planner.pod_gpu_counts(total, spec.resources.gpus_per_pod)
+
+
+def build_trainer_group(
+    job: Mapping[str, Any],
+    spec: JobSpec,
+    allocation: float,
+    leader: str,
+    *,
+    rendezvous_ip: str | None,
+    sidecar_image: str | None = None,
+    checkpoint_storage: CheckpointStorage | None = None,
+) -> list[dict[str, Any]]:
+    """The trainer pods for ``allocation``: ``[leader]`` alone when one pod holds it (the
+    pod of :func:`build.build_trainer_pod`), else the leader and its workers, each with its
+    share of GPUs and the world's environment (``DECOR_WORKERS`` its own GPUs,
+    ``DECOR_WORLD_SIZE``, ``DECOR_RANK_OFFSET``, ``MASTER_ADDR``/``MASTER_PORT``).
+    ``rendezvous_ip``: the rendezvous Service's cluster IP (needed for several pods)."""
+    counts = pod_counts(spec, allocation)
+    options: dict[str, Any] = {
+        "sidecar_image": sidecar_image,
+        "checkpoint_storage": checkpoint_storage,
+    }
+    if len(counts) <= 1:
+        return [build.build_trainer_pod(job, spec, allocation, leader, **options)]
+    if not rendezvous_ip:
+        raise ValueError("a job of several pods needs its rendezvous Service's address")
+    world = sum(counts)
+    pods, offset = [], 0
+    for index, count in enumerate(counts):
+        is_leader = index == 0
+        name = leader if is_leader else worker_pod_name(leader, index)
+        pod = build.build_trainer_pod(job, spec, float(count), name, **options)
+        trainer = pod["spec"]["containers"][0]
+        env = trainer["env"]
+        for key, value in (
+            (ENV_WORLD_SIZE, str(world)),
+            (ENV_RANK_OFFSET, str(offset)),
+            (ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
+            (ENV_MASTER_PORT, str(RENDEZVOUS_PORT)),
+        ):
+            env = build.upsert_env(env, key, value)
+        trainer["env"] = env
+        meta = pod["metadata"]
+        meta["labels"][LABEL_ROLE] = ROLE_LEADER if is_leader else ROLE_WORKER
+        if is_leader:
+            trainer.setdefault("ports", []).append(
+                {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+            )
+            meta["annotations"][ANNOTATION_GROUP_PODS] = str(len(counts))
+        else:
+            meta["labels"][LABEL_LEADER] = leader
+            meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
+        pods.append(pod)
+        offset += count
+    return pods
+
+
+def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's rendezvous Service: its leader's c10d store port (owned by the job)."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": rendezvous_service_name(meta["name"]),
+            "namespace": meta.get("namespace") or "default",
+            "labels": {build.LABEL_JOB: meta["name"], build.LABEL_MANAGED_BY: build.MANAGED_BY},
+            "ownerReferences": [build.owner_reference(job)],
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {build.LABEL_JOB: meta["name"], LABEL_ROLE: ROLE_LEADER},
+            "ports": [
+                {
+                    "name": "rendezvous",
+                    "port": RENDEZVOUS_PORT,
+                    "targetPort": RENDEZVOUS_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+# --- reading pods ------------------------------------------------------------------------
+
+
+def leader_of(pod: Mapping[str, Any]) -> str | None:
+    """The leader's name for a worker pod; None for a leader or a one-pod trainer."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_ROLE) != ROLE_WORKER:
+        return None
+    return str(labels.get(LABEL_LEADER) or "") or None
+
+
+def is_worker(pod: Mapping[str, Any]) -> bool:
+    """A pod of a group other than its leader (it has no progress of its own)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_ROLE) == ROLE_WORKER
+
+
+def group_size(leader: Mapping[str, Any]) -> int:
+    """How many pods the group led by ``leader`` was created with (1: a one-pod trainer)."""
+    raw = ((leader.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GROUP_PODS)
+    try:
+        return max(1, int(raw)) if raw is not None else 1
+    except (TypeError, ValueError):
+        return 1

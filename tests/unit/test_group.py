@@ -1,0 +1,134 @@
+"""A GPU job that spans several pods: the pure builders and readers of decor.group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from decor import build, group
+from decor.model import ManifestError, parse_job
+
+
+def job_body(resources: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "decor.dev/v1alpha1",
+        "kind": "DeadlineTrainingJob",
+        "metadata": {"name": "lm", "namespace": "ml", "uid": "u-1", "generation": 1},
+        "spec": {
+            "duration": "90s",
+            "epochs": 2,
+            "resources": resources,
+            "template": {
+                "spec": {
+                    "containers": [{"name": "trainer", "image": "localhost/decor/trainer:0.1.0"}]
+                }
+            },
+            "checkpoint": {"path": "/ckpt"},
+        },
+    }
+
+
+SPREAD = {"mode": "gpu", "min": 1, "max": 6, "initial": 1, "gpusPerPod": 2}
+
+
+def pods_for(resources: dict[str, Any], allocation: float) -> list[dict[str, Any]]:
+    body = job_body(resources)
+    return group.build_trainer_group(
+        body, parse_job(body), allocation, "lm-3", rendezvous_ip="10.0.0.7"
+    )
+
+
+def env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def gpus(pod: dict[str, Any]) -> str:
+    return str(pod["spec"]["containers"][0]["resources"]["limits"][build.GPU_RESOURCE])
+
+
+@pytest.mark.parametrize(
+    ("allocation", "names", "shares"),
+    [
+        (1.0, ["lm-3"], ["1"]),
+        (2.0, ["lm-3"], ["2"]),
+        (3.0, ["lm-3", "lm-3-w1"], ["2", "1"]),
+        (5.0, ["lm-3", "lm-3-w1", "lm-3-w2"], ["2", "2", "1"]),
+    ],
+)
+def test_a_count_above_gpus_per_pod_runs_as_several_pods(
+    allocation: float, names: list[str], shares: list[str]
+) -> None:
+    pods = pods_for(SPREAD, allocation)
+    assert [p["metadata"]["name"] for p in pods] == names
+    assert [gpus(p) for p in pods] == shares
+
+
+def test_each_pod_gets_its_share_of_one_world() -> None:
+    leader, worker1, worker2 = pods_for(SPREAD, 5.0)
+    assert [env(p)[build.ENV_WORKERS] for p in (leader, worker1, worker2)] == ["2", "2", "1"]
+    assert {env(p)[group.ENV_WORLD_SIZE] for p in (leader, worker1, worker2)} == {"5"}
+    assert [env(p)[group.ENV_RANK_OFFSET] for p in (leader, worker1, worker2)] == ["0", "2", "4"]
+    # The leader serves the c10d store; the workers reach it through the Service's address.
+    assert env(leader)[group.ENV_MASTER_ADDR] == group.LEADER_ADDRESS
+    assert env(worker1)[group.ENV_MASTER_ADDR] == env(worker2)[group.ENV_MASTER_ADDR] == "10.0.0.7"
+    assert {env(p)[group.ENV_MASTER_PORT] for p in (leader, worker1)} == {
+        str(group.RENDEZVOUS_PORT)
+    }
+
+
+def test_roles_are_labelled_and_only_the_leader_is_scraped() -> None:
+    leader, worker = pods_for(SPREAD, 4.0)
+    assert leader["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_LEADER
+    assert worker["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_WORKER
+    assert group.leader_of(worker) == "lm-3" and group.is_worker(worker)
+    assert group.leader_of(leader) is None and not group.is_worker(leader)
+    assert group.group_size(leader) == 2
+    assert leader["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    assert worker["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
+    # Both belong to the job (garbage-collected with it) and mount the same checkpoint.
+    assert leader["metadata"]["ownerReferences"] == worker["metadata"]["ownerReferences"]
+    volumes = [
+        [v for v in p["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME]
+        for p in (leader, worker)
+    ]
+    assert volumes[0] == volumes[1]
+
+
+def test_one_pod_is_todays_trainer_pod() -> None:
+    body = job_body({"mode": "gpu", "min": 1, "max": 4, "initial": 1})
+    (pod,) = group.build_trainer_group(body, parse_job(body), 4.0, "lm-0", rendezvous_ip=None)
+    assert pod == build.build_trainer_pod(body, parse_job(body), 4.0, "lm-0")
+    assert group.group_size(pod) == 1 and not group.is_worker(pod)
+    assert group.ENV_WORLD_SIZE not in env(pod)
+
+
+def test_several_pods_need_the_rendezvous_address() -> None:
+    body = job_body(SPREAD)
+    with pytest.raises(ValueError, match="rendezvous"):
+        group.build_trainer_group(body, parse_job(body), 4.0, "lm-0", rendezvous_ip=None)
+
+
+def test_the_rendezvous_service_selects_the_leader_and_belongs_to_the_job() -> None:
+    service = group.build_rendezvous_service(job_body(SPREAD))
+    assert service["metadata"]["name"] == "lm-rendezvous"
+    assert service["metadata"]["namespace"] == "ml"
+    assert service["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert service["spec"]["selector"] == {build.LABEL_JOB: "lm", group.LABEL_ROLE: "leader"}
+    assert service["spec"]["ports"][0]["port"] == group.RENDEZVOUS_PORT
+    leader = pods_for(SPREAD, 4.0)[0]
+    labels = leader["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in service["spec"]["selector"].items())
+
+
+@pytest.mark.parametrize(
+    ("resources", "error"),
+    [
+        ({"mode": "cpu", "min": "1", "max": "2", "gpusPerPod": 1}, "applies to mode gpu"),
+        ({**SPREAD, "gpusPerPod": 0}, "at least 1"),
+        ({**SPREAD, "gpusPerPod": "two"}, "whole number"),
+    ],
+)
+def test_gpus_per_pod_is_validated(resources: dict[str, Any], error: str) -> None:
+    with pytest.raises(ManifestError, match=error) as caught:
+        parse_job(job_body(resources))
+    assert "spec.resources.gpusPerPod" in str(caught.value)
