@@ -16,7 +16,10 @@ share of the jobs get their deadline patched; after it every job runs to its end
 * control-period drift: the operator's ``decor_operator_period_lateness_seconds`` histogram
   over the window (p99 as Prometheus's ``histogram_quantile`` computes it);
 * deadline patch to the first resize after it (a CPU pod's resources change in its spec, or a
-  GPU pod's deletion for its restart), seen by the driver's own pod watch;
+  GPU pod's deletion for its restart), seen by the driver's own pod watch; and patch to the
+  operator's answer (its status write of the new deadline, seen by the driver's job watch),
+  with whether that answer came with a resize or kept the allocation
+  (``measure.patch_answers``);
 * every job's ``status.outcome.deviationPercent`` at its end.
 
 Results: one record per run in docs/benchmarks/scale/results.json (the report is generated
@@ -131,7 +134,28 @@ class Api:
 
 
 # ---------------------------------------------------------------------------------------------
-# Watching pods for resizes
+# Watching pods for resizes, and jobs for the operator's answer to a deadline patch
+
+
+def watch_forever(
+    stopped: threading.Event,
+    list_fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    seen: Callable[[str | None, dict[str, Any], float], None],
+    **kwargs: Any,
+) -> None:
+    """Feed every event of a watch to ``seen`` (type, object, Unix s) until ``stopped``."""
+    from kubernetes import watch
+
+    while not stopped.is_set():
+        try:
+            stream = watch.Watch().stream(
+                list_fn, *args, timeout_seconds=300, _request_timeout=330, **kwargs
+            )
+            for event in stream:
+                seen(event.get("type"), event.get("raw_object") or {}, time.time())
+        except Exception:  # noqa: BLE001 - keep watching
+            stopped.wait(1.0)
 
 
 @dataclass
@@ -145,24 +169,13 @@ class ResizeWatch:
     changes: dict[str, list[float]] = field(default_factory=dict)  # job -> Unix s of changes
 
     def start(self) -> None:
-        threading.Thread(target=self._run, daemon=True, name="resize-watch").start()
-
-    def _run(self) -> None:
-        from kubernetes import watch
-
-        while not self.stopped.is_set():
-            try:
-                stream = watch.Watch().stream(
-                    self.api.core.list_namespaced_pod,
-                    NAMESPACE,
-                    label_selector="decor.dev/job",
-                    timeout_seconds=300,
-                    _request_timeout=330,
-                )
-                for event in stream:
-                    self._seen(event.get("type"), event.get("raw_object") or {}, time.time())
-            except Exception:  # noqa: BLE001 - keep watching
-                self.stopped.wait(1.0)
+        threading.Thread(
+            target=watch_forever,
+            args=(self.stopped, self.api.core.list_namespaced_pod, (NAMESPACE,), self._seen),
+            kwargs={"label_selector": "decor.dev/job"},
+            daemon=True,
+            name="resize-watch",
+        ).start()
 
     def _seen(self, kind: str | None, pod: dict[str, Any], now: float) -> None:
         meta = pod.get("metadata") or {}
@@ -190,6 +203,47 @@ class ResizeWatch:
         with self.lock:
             entry = self.desired.get(job)
             return entry[1] if entry else None
+
+
+@dataclass
+class AnswerWatch:
+    """The driver's own job watch: per job, when its ``status.deadline`` changed, i.e. when
+    the operator planned with a moved deadline (it writes the new deadline in the period
+    that sees the patch, after any resize that period asked for)."""
+
+    api: Api
+    stopped: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    deadline: dict[str, str] = field(default_factory=dict)  # job -> status.deadline
+    changes: dict[str, list[float]] = field(default_factory=dict)  # job -> Unix s of changes
+
+    def start(self) -> None:
+        threading.Thread(
+            target=watch_forever,
+            args=(
+                self.stopped,
+                self.api.custom.list_namespaced_custom_object,
+                ("decor.dev", "v1alpha1", NAMESPACE, "deadlinetrainingjobs"),
+                self._seen,
+            ),
+            daemon=True,
+            name="answer-watch",
+        ).start()
+
+    def _seen(self, kind: str | None, job: dict[str, Any], now: float) -> None:
+        name = str((job.get("metadata") or {}).get("name") or "")
+        deadline = (job.get("status") or {}).get("deadline")
+        if not name or not deadline or kind == "DELETED":
+            return
+        with self.lock:
+            before = self.deadline.get(name)
+            if before is not None and before != deadline:
+                self.changes.setdefault(name, []).append(now)
+            self.deadline[name] = deadline
+
+    def first_change_after(self, job: str, t_s: float) -> float | None:
+        with self.lock:
+            return min((c for c in self.changes.get(job, []) if c >= t_s), default=None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,10 +331,11 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         stdout=operator_log,
         stderr=subprocess.STDOUT,
     )
-    watch = ResizeWatch(driver)
+    watch, answers = ResizeWatch(driver), AnswerWatch(driver)
     try:
         driver.raw(driver.core.create_namespace, {"metadata": {"name": NAMESPACE}})
         watch.start()
+        answers.start()
         for plan in plans:
             driver.raw(
                 driver.custom.create_namespaced_custom_object,
@@ -337,6 +392,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         jobs = driver.jobs()
     finally:
         watch.stopped.set()
+        answers.stopped.set()
         operator.send_signal(signal.SIGTERM)
         try:
             operator.wait(timeout=30)
@@ -353,11 +409,13 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         else:
             latencies.append(changed - sent_s)
         latency = None if changed is None else round(changed - sent_s, 3)
+        answered = answers.first_change_after(job, sent_s)
         patch_detail.append(
             {
                 "job": job,
                 "mode": mode_of[job],
                 "to_resize_s": latency,
+                "to_answer_s": None if answered is None else round(answered - sent_s, 3),
                 "sent_unix_s": round(sent_s, 3),
                 "patch_call_s": round(call_s, 3),
             }
@@ -415,6 +473,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
                 deviation_of, plans, (job for job, _, _ in patches)
             ),
             "patches": patch_detail,
+            "patch_answers": measure.patch_answers(patch_detail),
             "worst_jobs": measure.worst_jobs(jobs, mode_of),
         },
     )

@@ -315,6 +315,46 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+ANSWER_RESIZE_WINDOW_S = 1.0
+"""A resize seen within this long of the operator's answer to a patch (its status write of
+the new deadline, which follows the period's resize) is that answer's resize."""
+
+
+def patch_answers(patches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How the operator answered the deadline patches (``to_answer_s``: patch to the status
+    write of the new deadline; ``to_resize_s``: patch to the first resize after it, of any
+    cause). An answer either resized (the resize came with it) or kept the allocation (the
+    law found the one running still right, or the planner had no room): a later resize is
+    then not the patch's answer. Percentiles in seconds, by job kind too."""
+
+    def summary(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        answered = [p for p in group if p.get("to_answer_s") is not None]
+        resized = [
+            p
+            for p in answered
+            if p.get("to_resize_s") is not None
+            and p["to_resize_s"] <= p["to_answer_s"] + ANSWER_RESIZE_WINDOW_S
+        ]
+        to_answer = [float(p["to_answer_s"]) for p in answered]
+        to_resize = [float(p["to_resize_s"]) for p in resized]
+        return {
+            "patches": len(group),
+            "unanswered": len(group) - len(answered),
+            "answered_with_resize": len(resized),
+            "answered_keeping_allocation": len(answered) - len(resized),
+            "to_answer_p50_s": _round(percentile(to_answer, 0.5)),
+            "to_answer_p99_s": _round(percentile(to_answer, 0.99)),
+            "answer_resize_p50_s": _round(percentile(to_resize, 0.5)),
+            "answer_resize_p99_s": _round(percentile(to_resize, 0.99)),
+        }
+
+    kinds = sorted({str(p.get("mode")) for p in patches})
+    return {
+        "all": summary(patches),
+        **{kind: summary([p for p in patches if p.get("mode") == kind]) for kind in kinds},
+    }
+
+
 @dataclass(frozen=True)
 class ProcSample:
     """One /proc read of the operator: Unix s, CPU seconds used so far, resident bytes."""

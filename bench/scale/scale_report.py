@@ -121,6 +121,18 @@ def breakdown_lines(record: Mapping[str, Any]) -> list[str]:
                 f"- patch to resize, {mode.upper()} jobs: {len(seen) + missed} patches, {spread}"
                 + (f", {missed} never followed by a resize" if missed else "")
             )
+    answers = record.get("patch_answers") or {}
+    for kind, a in answers.items():
+        if kind == "all" or not a.get("patches"):
+            continue
+        lines.append(
+            f"- the operator's answer to a patch, {kind.upper()} jobs: {a['patches']} patches, "
+            f"answered in p50 {fmt(a['to_answer_p50_s'])} s / p99 {fmt(a['to_answer_p99_s'])} s"
+            f"{f' ({u} unanswered)' if (u := a['unanswered']) else ''}; "
+            f"{a['answered_with_resize']} answered with a resize (p50 "
+            f"{fmt(a['answer_resize_p50_s'])} s, p99 {fmt(a['answer_resize_p99_s'])} s), "
+            f"{a['answered_keeping_allocation']} keeping the allocation that ran"
+        )
     return lines
 
 
@@ -176,7 +188,12 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         "the operator's `decor_operator_period_lateness_seconds` histogram (p99 as",
         "`histogram_quantile`); patch to resize from the driver's pod watch (the first change of",
         "the trainer's CPU in the pod spec, or the GPU pod's deletion for its restart, after a",
-        "`spec.duration` patch); deviation from each job's `status.outcome.deviationPercent`.",
+        "`spec.duration` patch, whatever its cause); the operator's answer to a patch from the",
+        "driver's job watch (its status write of the new deadline, in the period that planned",
+        "with it): an answer came with a resize when the resize was seen within 1 s of it, else",
+        "it kept the allocation that ran (the law found it still right, or the planner had no",
+        "room), and a later resize is not counted as that patch's answer; deviation from each",
+        "job's `status.outcome.deviationPercent`.",
         "",
     ]
     for r in records:

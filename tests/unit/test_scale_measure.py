@@ -252,6 +252,29 @@ def test_the_report_breaks_deviation_and_patch_latency_down_by_group() -> None:
     assert report.breakdown_lines({}) == []
 
 
+def test_a_patch_is_answered_with_a_resize_only_when_the_resize_comes_with_the_answer() -> None:
+    patches = [
+        {"mode": "cpu", "to_answer_s": 0.4, "to_resize_s": 0.3},  # resized, then status
+        {"mode": "cpu", "to_answer_s": 0.5, "to_resize_s": 1.4},  # within the window
+        {"mode": "cpu", "to_answer_s": 0.5, "to_resize_s": 40.0},  # kept; a later resize
+        {"mode": "cpu", "to_answer_s": 0.6, "to_resize_s": None},  # kept; no resize at all
+        {"mode": "cpu", "to_answer_s": None, "to_resize_s": None},  # never answered
+        {"mode": "gpu", "to_answer_s": 1.0, "to_resize_s": 1.5},
+    ]
+    answers = measure.patch_answers(patches)
+    cpu = answers["cpu"]
+    assert (cpu["patches"], cpu["unanswered"]) == (5, 1)
+    assert (cpu["answered_with_resize"], cpu["answered_keeping_allocation"]) == (2, 2)
+    assert cpu["answer_resize_p50_s"] == pytest.approx(0.85)
+    assert cpu["to_answer_p50_s"] == pytest.approx(0.5)
+    assert answers["gpu"]["answered_with_resize"] == 1
+    assert answers["all"]["patches"] == 6
+    line = report.breakdown_lines({"patch_answers": answers})[0]
+    assert line.startswith("- the operator's answer to a patch, CPU jobs: 5 patches, answered in")
+    assert "(1 unanswered); 2 answered with a resize" in line
+    assert line.endswith("2 keeping the allocation that ran")
+
+
 @pytest.mark.parametrize(
     ("remaining_s", "steps_left", "at_max", "want_s", "why"),
     [
