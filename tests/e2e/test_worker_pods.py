@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_failures import patch_job
+from test_failures import logged_steps, patch_job
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,
     OperatorProcess,
@@ -77,6 +77,31 @@ def set_gpus(kube: Any, namespace: str, name: str, count: int) -> None:
     patch_job(kube, namespace, name, {"spec": {"resources": bounds}})
 
 
+def wide_job(name: str, image: str, *extra_args: str) -> dict[str, Any]:
+    """Two GPUs, at most one per pod: two worker pods (the bounds decide the count here, not
+    the far deadline). The LSTM at one thread per worker, each step logged by rank 0."""
+    return job_manifest(
+        name,
+        image,
+        epochs=EPOCHS,
+        steps_per_epoch=STEPS_PER_EPOCH,
+        duration="30m",
+        resources={"mode": "gpu", "min": 2, "max": 2, "initial": 2, "gpusPerPod": 1},
+        control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
+        extra_args=[
+            "--workload",
+            "lstm",
+            "--batch-size",
+            str(BATCH),
+            "--threads",
+            "1",
+            "--step-log",
+            "/ckpt/steps.log",
+            *extra_args,
+        ],  # fmt: skip
+    )
+
+
 def sample_log(namespace: str, job: dict[str, Any]) -> list[dict[str, Any]]:
     path = Path(CHECKPOINT_HOST_ROOT, namespace, job["metadata"]["name"], job["metadata"]["uid"])
     return [json.loads(line) for line in read_node_file(path / "samples.log").splitlines()]
@@ -89,27 +114,7 @@ def test_a_job_of_two_worker_pods_shrinks_to_one_pod_and_back(
     trainer_image: str,
 ) -> None:
     name = "wide"
-    manifest = job_manifest(
-        name,
-        trainer_image,
-        epochs=EPOCHS,
-        steps_per_epoch=STEPS_PER_EPOCH,
-        duration="30m",  # the bounds decide the count here, not the deadline
-        resources={"mode": "gpu", "min": 2, "max": 2, "initial": 2, "gpusPerPod": 1},
-        control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
-        extra_args=[
-            "--workload",
-            "lstm",
-            "--batch-size",
-            str(BATCH),
-            "--threads",
-            "1",
-            "--step-log",
-            "/ckpt/steps.log",
-            "--sample-log",
-            "/ckpt/samples.log",
-        ],  # fmt: skip
-    )
+    manifest = wide_job(name, trainer_image, "--sample-log", "/ckpt/samples.log")
     job = create_job(kube, namespace, manifest)
 
     first = wait_group(kube, namespace, name, [f"{name}-0", f"{name}-0-w1"])
@@ -141,9 +146,7 @@ def test_a_job_of_two_worker_pods_shrinks_to_one_pod_and_back(
     assert {line["rank"] for line in lines if line["world"] == 2} == {0, 1}
     assert steps_by_world.keys() == {1, 2}, steps_by_world.keys()
     # Every step once: the step log (rank 0) and the sample log's steps agree.
-    steps = [int(s) for s in read_node_file(
-        Path(CHECKPOINT_HOST_ROOT, namespace, name, job["metadata"]["uid"], "steps.log")
-    ).split()]  # fmt: skip
+    steps = logged_steps(namespace, job)
     assert sorted(steps) == list(range(STEPS)), f"steps repeated or lost: {len(steps)} lines"
     per_step: dict[int, list[int]] = {}
     for line in lines:
@@ -160,27 +163,7 @@ def test_a_lost_worker_pod_restarts_its_group_from_the_checkpoint(
     trainer_image: str,
 ) -> None:
     name = "wide-lost"
-    manifest = job_manifest(
-        name,
-        trainer_image,
-        epochs=EPOCHS,
-        steps_per_epoch=STEPS_PER_EPOCH,
-        duration="30m",
-        resources={"mode": "gpu", "min": 2, "max": 2, "initial": 2, "gpusPerPod": 1},
-        control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
-        extra_args=[
-            "--workload",
-            "lstm",
-            "--batch-size",
-            str(BATCH),
-            "--threads",
-            "1",
-            "--checkpoint-every-s",
-            "2",
-            "--step-log",
-            "/ckpt/steps.log",
-        ],  # fmt: skip
-    )
+    manifest = wide_job(name, trainer_image, "--checkpoint-every-s", "2")
     job = create_job(kube, namespace, manifest)
     wait_group(kube, namespace, name, [f"{name}-0", f"{name}-0-w1"])
     wait_steps(kube, namespace, name, STEPS // 4)
@@ -191,9 +174,7 @@ def test_a_lost_worker_pod_restarts_its_group_from_the_checkpoint(
     report(name, final)
     assert final["podFailures"] >= 1, final
     assert any(reason == "PodLost" for _, reason, _ in job_events(kube, namespace, name))
-    steps = [int(s) for s in read_node_file(
-        Path(CHECKPOINT_HOST_ROOT, namespace, name, job["metadata"]["uid"], "steps.log")
-    ).split()]  # fmt: skip
+    steps = logged_steps(namespace, job)
     # A lost worker costs the steps since the last checkpoint: they run again, none is lost.
     assert set(steps) == set(range(STEPS)), "steps lost across the group's restart"
     assert steps[-1] == STEPS - 1

@@ -7,26 +7,7 @@ from typing import Any
 import pytest
 from decor import build, group
 from decor.model import ManifestError, parse_job
-
-
-def job_body(resources: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "decor.dev/v1alpha1",
-        "kind": "DeadlineTrainingJob",
-        "metadata": {"name": "lm", "namespace": "ml", "uid": "u-1", "generation": 1},
-        "spec": {
-            "duration": "90s",
-            "epochs": 2,
-            "resources": resources,
-            "template": {
-                "spec": {
-                    "containers": [{"name": "trainer", "image": "localhost/decor/trainer:0.1.0"}]
-                }
-            },
-            "checkpoint": {"path": "/ckpt"},
-        },
-    }
-
+from test_build_workers import job_body
 
 SPREAD = {"mode": "gpu", "min": 1, "max": 6, "initial": 1, "gpusPerPod": 2}
 
