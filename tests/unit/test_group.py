@@ -113,3 +113,28 @@ def test_gpus_per_pod_is_validated(resources: dict[str, Any], error: str) -> Non
     with pytest.raises(ManifestError, match=error) as caught:
         parse_job(job_body(resources))
     assert "spec.resources.gpusPerPod" in str(caught.value)
+
+
+def test_room_takes_a_groups_pods_on_any_nodes_all_or_nothing() -> None:
+    from decor.job import Room
+
+    room = Room({"a": (4.0, 1.0), "b": (4.0, 2.0)})
+    assert room.take_pods([2, 1])  # the 2 on b, the 1 on a (best fit)
+    assert room.free == {"a": [4.0, 0.0], "b": [4.0, 0.0]}
+    room = Room({"a": (4.0, 1.0), "b": (4.0, 1.0)})
+    assert not room.take_pods([2, 1])  # no node holds the pod of 2
+    assert room.free == {"a": [4.0, 1.0], "b": [4.0, 1.0]}  # nothing was taken
+    assert Room(None).take_pods([8, 8])  # nodes not watched: nothing is limited
+
+
+def test_the_planner_sees_a_groups_nodes_leader_first_then_workers_by_index() -> None:
+    from decor.job import _pod_nodes
+
+    def pod(name: str, node: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {}}
+
+    workers = [pod("lm-3-w10", "c"), pod("lm-3-w2", "b"), pod("lm-3-w1", "b")]
+    assert _pod_nodes(pod("lm-3", "a"), workers) == ("a", "b", "b", "c")
+    assert _pod_nodes(pod("lm-3", "a"), [pod("lm-3-w1", None)]) == ()  # one not placed yet
+    assert _pod_nodes(None, []) == ()
+    assert group.worker_index("lm-3-w10") == 10 and group.worker_index("lm-3") == 0
