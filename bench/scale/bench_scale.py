@@ -533,6 +533,8 @@ def schedule_patches(
                 at_max=current is not None and current >= plan.max_allocation,
             )
             duration_s = round(elapsed_s + given_s)
+            if duration_s == round(plan.duration_s):
+                continue  # MAX barely makes the old deadline: a patch would move nothing
             sent_s = time.time()
             api.raw(
                 api.custom.patch_namespaced_custom_object,
