@@ -144,6 +144,9 @@ def test_a_job_of_two_worker_pods_shrinks_to_one_pod_and_back(
         steps_by_world.setdefault(line["world"], set()).add(line["step"])
     # Both stages at two workers ran with rank 1 (the second pod) taking its shards.
     assert {line["rank"] for line in lines if line["world"] == 2} == {0, 1}
+    alone = steps_by_world.get(1, set())
+    rank1 = {line["step"] for line in lines if line["rank"] == 1}
+    assert alone and min(rank1) < min(alone) and max(rank1) > max(alone)
     assert steps_by_world.keys() == {1, 2}, steps_by_world.keys()
     # Every step once: the step log (rank 0) and the sample log's steps agree.
     steps = logged_steps(namespace, job)
