@@ -155,18 +155,20 @@ def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
 # --- reading pods ------------------------------------------------------------------------
 
 
-def leader_of(pod: Mapping[str, Any]) -> str | None:
-    """The leader's name for a worker pod; None for a leader or a one-pod trainer."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(LABEL_ROLE) != ROLE_WORKER:
-        return None
-    return str(labels.get(LABEL_LEADER) or "") or None
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return (pod.get("metadata") or {}).get("labels") or {}
 
 
 def is_worker(pod: Mapping[str, Any]) -> bool:
     """A pod of a group other than its leader (it has no progress of its own)."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get(LABEL_ROLE) == ROLE_WORKER
+    return _labels(pod).get(LABEL_ROLE) == ROLE_WORKER
+
+
+def leader_of(pod: Mapping[str, Any]) -> str | None:
+    """The leader's name for a worker pod; None for a leader or a one-pod trainer."""
+    if not is_worker(pod):
+        return None
+    return str(_labels(pod).get(LABEL_LEADER) or "") or None
 
 
 def group_size(leader: Mapping[str, Any]) -> int:

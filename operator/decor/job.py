@@ -769,13 +769,18 @@ class JobController:
             self.kube.create_pod(worker)
         self.metrics.actuations.labels(kind=ACTUATION_CREATE).inc()
         quantity = build.format_allocation(spec.resources.mode, allocation)
-        what = "first trainer pod" if index == 0 else "trainer pod (resuming from the checkpoint)"
-        text = f"created {what} {name} with {quantity} {_unit(spec)}"
-        if len(pods) > 1:
-            names = ", ".join(p["metadata"]["name"] for p in pods)
-            shares = "+".join(str(c) for c in counts)
-            text = f"created {what.replace('pod', 'pods')} {names} with {shares} {_unit(spec)}"
-        self._event(body, build.EVENT_NORMAL, build.EVENT_POD_CREATED, text, now)
+        noun = "pods" if len(pods) > 1 else "pod"
+        what = (
+            f"first trainer {noun}"
+            if index == 0
+            else f"trainer {noun} (resuming from the checkpoint)"
+        )
+        names = ", ".join(p["metadata"]["name"] for p in pods)
+        shares = "+".join(str(c) for c in counts) if len(pods) > 1 else quantity
+        self._event(
+            body, build.EVENT_NORMAL, build.EVENT_POD_CREATED,
+            f"created {what} {names} with {shares} {_unit(spec)}", now,
+        )  # fmt: skip
         status.update(
             podName=name,
             podsCreated=index + 1,
