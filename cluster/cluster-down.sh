@@ -110,6 +110,9 @@ if [ -x "$K8S_BIN/kube-proxy" ]; then "$K8S_BIN/kube-proxy" --cleanup >/dev/null
 while iptables -w -D FORWARD -j DECOR-FORWARD 2>/dev/null; do :; done
 iptables -w -F DECOR-FORWARD 2>/dev/null || true
 iptables -w -X DECOR-FORWARD 2>/dev/null || true
+while iptables -w -t nat -D OUTPUT -j DECOR-TEST-DNAT 2>/dev/null; do :; done
+iptables -w -t nat -F DECOR-TEST-DNAT 2>/dev/null || true
+iptables -w -t nat -X DECOR-TEST-DNAT 2>/dev/null || true
 # chains the kubelet made (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...)
 for table in filter nat mangle; do
   for chain in $(iptables -w -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do

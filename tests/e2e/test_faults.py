@@ -2,9 +2,9 @@
 
 * A trainer endpoint that drips one byte per second beside two healthy jobs. The test sends
   the operator's reads of one trainer pod to a dripping server on this machine (an iptables
-  DNAT rule on the node's OUTPUT chain: the trainer is real, its answer as the operator sees
-  it drips). That job is ``MetricsUnavailable`` with its allocation held and recovers when
-  the endpoint does; the two healthy jobs meet their deadlines and the loop's periods stay on
+  DNAT rule in the tests' own DECOR-TEST-DNAT chain, which the node's nat OUTPUT chain jumps
+  to: the trainer is real, its answer as the operator sees it drips). That job is
+  ``MetricsUnavailable`` with its allocation held and recovers when the endpoint does; the two healthy jobs meet their deadlines and the loop's periods stay on
   time.
 * A fault run with three jobs: the operator killed twice, a trainer pod deleted, Prometheus
   stopped for a minute, the kube-apiserver restarted. Every job completes, none loses or
@@ -111,12 +111,26 @@ class Dripper:
         self.sock.close()
 
 
+DNAT_CHAIN = "DECOR-TEST-DNAT"  # the tests' own nat chain; cluster/cluster-down.sh deletes it
+
+
+def _iptables(*args: str, check: bool = True) -> bool:
+    done = subprocess.run(["iptables", "-w", "-t", "nat", *args],
+                          check=check, capture_output=True, text=True, timeout=30)  # fmt: skip
+    return done.returncode == 0
+
+
 def _dnat(action: str, pod_ip: str, port: int) -> None:
-    subprocess.run(
-        ["iptables", "-w", "-t", "nat", action, "OUTPUT", "-p", "tcp", "-d", pod_ip,
-         "--dport", str(METRICS_PORT), "-j", "DNAT", "--to-destination", f"{POD_GATEWAY}:{port}"],
-        check=True, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+    """Add (-A) or delete (-D) the rule that sends the node's reads of ``pod_ip``'s metrics to
+    ``port`` on the gateway. It lives in the tests' own chain, which -A first empties: a rule
+    left by a run killed before its -D cannot redirect a later pod that reuses the address."""
+    if action == "-A":
+        _iptables("-N", DNAT_CHAIN, check=False)  # exists already, or made now
+        _iptables("-F", DNAT_CHAIN)
+        if not _iptables("-C", "OUTPUT", "-j", DNAT_CHAIN, check=False):
+            _iptables("-I", "OUTPUT", "1", "-j", DNAT_CHAIN)
+    _iptables(action, DNAT_CHAIN, "-p", "tcp", "-d", pod_ip, "--dport", str(METRICS_PORT),
+              "-j", "DNAT", "--to-destination", f"{POD_GATEWAY}:{port}")  # fmt: skip
 
 
 def _lateness(samples: dict[str, float]) -> tuple[float, float]:
@@ -158,7 +172,7 @@ def test_a_dripping_endpoint_costs_only_its_own_job(
     before = kube.wait_for(reporting, 180, "the dripping job's first progress")
     (pod,) = trainer_pods(kube, namespace, "dripping")
     dripper = Dripper()
-    _dnat("-I", pod.status.pod_ip, dripper.port)
+    _dnat("-A", pod.status.pod_ip, dripper.port)
     dripping_since = time.monotonic()
     try:
         count_0, on_time_0 = _lateness(operator.metrics())
