@@ -15,7 +15,9 @@ Each period, in named steps:
 
 A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
-job whose spec changed runs first and alone, ahead of the other due jobs.
+job whose spec changed runs first and alone, ahead of the other due jobs. A period runs at
+most :data:`PERIOD_JOBS` due jobs, the longest overdue first, so that it stays short (and a
+patch's wait for the period in progress with it) however many jobs are due.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ ProgressReader = Callable[[Snapshot, list[Key]], Mapping[metrics.PodKey, metrics
 
 IDLE_PERIOD_S = 1.0
 """How often the loop looks at the views when no job is due sooner."""
+PERIOD_JOBS = 50
+"""At most this many due jobs run in one period, the longest overdue first; the rest run in
+the next period, at once. A period then lasts a fraction of a second whatever the number of
+jobs, and a job whose spec changed waits for no more than that before it runs."""
 
 
 class ControlLoop:
@@ -85,7 +91,8 @@ class ControlLoop:
     # --- one period ---------------------------------------------------------------------------
 
     def run_period(self) -> float:
-        """Run every due job through one period. Returns seconds until the next job is due."""
+        """Run the due jobs through one period. Returns seconds until the next job is due
+        (0 when more are due than one period runs)."""
         now = self.clock()
         snapshot = self.view.snapshot()
         due = self._due_jobs(snapshot, now)
@@ -103,10 +110,10 @@ class ControlLoop:
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
     def _due_jobs(self, snapshot: Snapshot, now: float) -> list[Key]:
-        """Jobs whose period has come, creating controllers for new jobs and forgetting
-        deleted ones. Jobs whose spec changed go first and alone: a deadline patch is
-        answered without waiting behind the period of every other due job (those follow in
-        the next period, at once)."""
+        """Jobs whose period has come, at most :data:`PERIOD_JOBS` of them, the longest
+        overdue first; controllers for new jobs are made and deleted jobs forgotten. Jobs
+        whose spec changed go first and alone: a deadline patch is answered without waiting
+        behind the period of every other due job (those follow in the next period, at once)."""
         for key in list(self.controllers):
             if key not in snapshot.jobs:
                 self.metrics.job_phase(key, None)
@@ -134,6 +141,13 @@ class ControlLoop:
                 changed.append(key)
             elif controller.next_due_s <= now:
                 due.append(key)
+        if changed:
+            changed, later = sorted(changed)[:PERIOD_JOBS], sorted(changed)[PERIOD_JOBS:]
+            with self._woken_lock:  # many at once (the operator's first sight of every job)
+                self._woken.update(later)
+        else:
+            # New jobs (next_due_s -inf) first, then the longest overdue.
+            due = sorted(due, key=lambda k: (self.controllers[k].next_due_s, k))[:PERIOD_JOBS]
         for key in changed or due:
             lateness_s = now - self.controllers[key].next_due_s
             if math.isfinite(lateness_s) and lateness_s >= 0:

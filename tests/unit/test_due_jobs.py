@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from decor.handlers import OperatorConfig, OperatorMetrics
-from decor.loop import ControlLoop
+from decor.loop import PERIOD_JOBS, ControlLoop
 from decor.views import ClusterView
 from prometheus_client import CollectorRegistry
 
@@ -54,3 +54,38 @@ def test_a_job_whose_spec_changed_runs_first_and_alone() -> None:
     assert loop._due_jobs(snapshot, 1001.0) == [("ns", "b")]  # long before its period
     loop.wake(("ns", "gone"))  # deleted before its period: nothing to run
     assert loop._due_jobs(snapshot, 1001.0) == []
+
+
+def test_a_period_runs_at_most_its_share_of_due_jobs_the_longest_overdue_first() -> None:
+    names = [f"j{i:03d}" for i in range(2 * PERIOD_JOBS + 7)]
+    now = [1000.0]
+    loop = _loop(names, now)
+    snapshot = loop.view.snapshot()
+    loop._due_jobs(snapshot, now[0])
+    # j000 is due last, j<last> first: the order of their periods, not of their names.
+    for i, name in enumerate(names):
+        loop.controllers["ns", name].next_due_s = 2000.0 - i
+    ran: list[tuple[str, str]] = []
+    while batch := loop._due_jobs(snapshot, 3000.0):
+        assert len(batch) <= PERIOD_JOBS
+        ran += sorted(batch, key=lambda k: loop.controllers[k].next_due_s)
+        for key in batch:
+            loop.controllers[key].next_due_s = 3010.0
+    assert [k[1] for k in ran] == names[::-1]  # every job once, the longest overdue first
+
+
+def test_a_wave_of_changed_jobs_is_split_over_periods() -> None:
+    names = [f"j{i:03d}" for i in range(PERIOD_JOBS + 3)]
+    now = [1000.0]
+    loop = _loop(names, now)
+    snapshot = loop.view.snapshot()
+    loop._due_jobs(snapshot, now[0])
+    for key in loop.controllers:
+        loop.controllers[key].next_due_s = 1010.0
+    for name in names:
+        loop.wake(("ns", name))
+    first = loop._due_jobs(snapshot, 1001.0)
+    second = loop._due_jobs(snapshot, 1001.0)
+    assert len(first) == PERIOD_JOBS and len(second) == 3
+    assert sorted(first + second) == [("ns", n) for n in names]
+    assert loop._due_jobs(snapshot, 1001.0) == []  # none due by its period yet
