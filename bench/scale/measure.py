@@ -320,6 +320,16 @@ ANSWER_RESIZE_WINDOW_S = 1.0
 the new deadline, which follows the period's resize) is that answer's resize."""
 
 
+def answered_with_resize(patch: Mapping[str, Any]) -> bool:
+    """Whether the operator's answer to ``patch`` came with a resize (seen within
+    :data:`ANSWER_RESIZE_WINDOW_S` of it); else it kept the allocation, or never answered."""
+    return (
+        patch.get("to_answer_s") is not None
+        and patch.get("to_resize_s") is not None
+        and patch["to_resize_s"] <= patch["to_answer_s"] + ANSWER_RESIZE_WINDOW_S
+    )
+
+
 def patch_answers(patches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """How the operator answered the deadline patches (``to_answer_s``: patch to the status
     write of the new deadline; ``to_resize_s``: patch to the first resize after it, of any
@@ -329,12 +339,7 @@ def patch_answers(patches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     def summary(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         answered = [p for p in group if p.get("to_answer_s") is not None]
-        resized = [
-            p
-            for p in answered
-            if p.get("to_resize_s") is not None
-            and p["to_resize_s"] <= p["to_answer_s"] + ANSWER_RESIZE_WINDOW_S
-        ]
+        resized = [p for p in answered if answered_with_resize(p)]
         to_answer = [float(p["to_answer_s"]) for p in answered]
         to_resize = [float(p["to_resize_s"]) for p in resized]
         return {
@@ -395,14 +400,25 @@ def build_record(
     all_requests: Mapping[tuple[str, str], float],
     prometheus_queries: float,
     lateness_buckets: Sequence[tuple[float, float]],
-    patch_latencies_s: Sequence[float],
-    patches_without_resize: int,
+    patches: Sequence[Mapping[str, Any]],
+    resize_timeout_s: float,
     deviations_pct: Sequence[float],
     outcomes: Mapping[str, int],
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One results record (every field of :data:`RESULT_FIELDS`, plus the breakdowns)."""
+    """One results record (every field of :data:`RESULT_FIELDS`, plus the breakdowns).
+
+    ``patches``: one entry per deadline patch (``to_answer_s``, ``to_resize_s``). Patch to
+    resize counts the patches the operator answered with a resize; an answer that kept the
+    allocation has no resize of its own, and the first later resize (another period's
+    decision) is recorded apart, as ``first_resize_any_cause_*``, within ``resize_timeout_s``."""
     total = sum(operator_requests.values())
+    to_resize = [float(p["to_resize_s"]) for p in patches if answered_with_resize(p)]
+    any_cause = [
+        float(p["to_resize_s"])
+        for p in patches
+        if p.get("to_resize_s") is not None and p["to_resize_s"] <= resize_timeout_s
+    ]
     by_kind = {
         f"{verb} {resource}": round(count / window_s, 4)
         for (verb, resource), count in sorted(operator_requests.items())
@@ -416,8 +432,8 @@ def build_record(
         "api_requests_per_s_per_job": _round(total / window_s / jobs if jobs else None),
         "prometheus_queries_per_s": _round(prometheus_queries / window_s),
         "drift_p99_s": _round(histogram_quantile(0.99, lateness_buckets)),
-        "patch_to_resize_p50_s": _round(percentile(patch_latencies_s, 0.5)),
-        "patch_to_resize_p99_s": _round(percentile(patch_latencies_s, 0.99)),
+        "patch_to_resize_p50_s": _round(percentile(to_resize, 0.5)),
+        "patch_to_resize_p99_s": _round(percentile(to_resize, 0.99)),
         "mean_abs_deviation_pct": _round(mean_abs),
         "window_s": round(window_s, 1),
         "api_requests_per_s": _round(total / window_s),
@@ -425,8 +441,11 @@ def build_record(
         "all_clients_requests_per_s": _round(sum(all_requests.values()) / window_s),
         "drift_p50_s": _round(histogram_quantile(0.5, lateness_buckets)),
         "periods_in_window": int(lateness_buckets[-1][1]) if lateness_buckets else 0,
-        "deadline_patches": len(patch_latencies_s) + patches_without_resize,
-        "deadline_patches_without_resize": patches_without_resize,
+        "deadline_patches": len(patches),
+        "deadline_patches_answered_with_resize": len(to_resize),
+        "first_resize_any_cause_p50_s": _round(percentile(any_cause, 0.5)),
+        "first_resize_any_cause_p99_s": _round(percentile(any_cause, 0.99)),
+        "deadline_patches_without_resize": len(patches) - len(any_cause),
         "jobs_finished": len(deviations_pct),
         "outcomes": dict(outcomes),
         "max_abs_deviation_pct": _round(max((abs(d) for d in deviations_pct), default=None)),

@@ -67,6 +67,16 @@ def verdict(record: Mapping[str, Any]) -> list[str]:
             continue
         mark = "meets" if value < bound else "MISSES"
         lines.append(f"- {key}: {fmt(value)} {unit} — {mark} the target (< {bound:g} {unit})")
+        if (
+            key == "patch_to_resize_p99_s"
+            and record.get("first_resize_any_cause_p99_s") is not None
+        ):
+            lines.append(
+                f"  (over the {record.get('deadline_patches_answered_with_resize')} patches "
+                f"answered with a resize; the first resize of any cause after each patch: p50 "
+                f"{fmt(record.get('first_resize_any_cause_p50_s'))} s, p99 "
+                f"{fmt(record['first_resize_any_cause_p99_s'])} s)"
+            )
     return lines
 
 
@@ -186,14 +196,17 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         "scheduler, the simulator and the driver each have their own); Prometheus queries from",
         'Prometheus\'s `prometheus_http_requests_total{handler="/api/v1/query"}`; drift from',
         "the operator's `decor_operator_period_lateness_seconds` histogram (p99 as",
-        "`histogram_quantile`); patch to resize from the driver's pod watch (the first change of",
-        "the trainer's CPU in the pod spec, or the GPU pod's deletion for its restart, after a",
-        "`spec.duration` patch, whatever its cause); the operator's answer to a patch from the",
+        "`histogram_quantile`); the operator's answer to a `spec.duration` patch from the",
         "driver's job watch (its status write of the new deadline, in the period that planned",
-        "with it): an answer came with a resize when the resize was seen within 1 s of it, else",
+        "with it), the first resize after the patch from the driver's pod watch (the first",
+        "change of the trainer's CPU in the pod spec, or the GPU pod's deletion for its",
+        "restart): an answer came with a resize when the resize was seen within 1 s of it, else",
         "it kept the allocation that ran (the law found it still right, or the planner had no",
-        "room), and a later resize is not counted as that patch's answer; deviation from each",
-        "job's `status.outcome.deviationPercent`.",
+        "room). Patch to resize is measured over the answers that came with a resize; the first",
+        "resize of any cause after each patch (for an answer that kept the allocation, another",
+        "period's decision) is given beside it. Records before 2026-11-25 12:00 UTC give the",
+        "first resize of any cause as patch to resize. Deviation from each job's",
+        "`status.outcome.deviationPercent`.",
         "",
     ]
     for r in records:

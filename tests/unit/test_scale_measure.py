@@ -142,8 +142,13 @@ def test_percentile_proc_and_record() -> None:
         all_requests={("PATCH", "pods"): 500.0},
         prometheus_queries=10.0,
         lateness_buckets=[(0.1, 90.0), (1.0, 99.0), (float("inf"), 100.0)],
-        patch_latencies_s=[0.5, 1.5],
-        patches_without_resize=1,
+        patches=[
+            {"to_answer_s": 0.4, "to_resize_s": 0.5},  # answered with this resize
+            {"to_answer_s": 1.2, "to_resize_s": 1.5},  # answered with this resize
+            {"to_answer_s": 0.3, "to_resize_s": 9.0},  # kept; a later resize of its own
+            {"to_answer_s": 0.3, "to_resize_s": 90.0},  # kept; a resize past the timeout
+        ],
+        resize_timeout_s=60.0,
         deviations_pct=[1.0, -3.0],
         outcomes={"Succeeded": 2},
     )
@@ -153,8 +158,12 @@ def test_percentile_proc_and_record() -> None:
     assert record["api_requests_per_s_per_job"] == pytest.approx(0.1)
     assert record["prometheus_queries_per_s"] == pytest.approx(0.1)
     assert record["patch_to_resize_p50_s"] == pytest.approx(1.0)
+    assert record["patch_to_resize_p99_s"] == pytest.approx(1.49)
+    assert record["first_resize_any_cause_p50_s"] == pytest.approx(1.5)
+    assert record["first_resize_any_cause_p99_s"] == pytest.approx(8.85)
     assert record["mean_abs_deviation_pct"] == pytest.approx(2.0)
-    assert record["deadline_patches"] == 3
+    assert (record["deadline_patches"], record["deadline_patches_answered_with_resize"]) == (4, 2)
+    assert record["deadline_patches_without_resize"] == 1
 
 
 def test_report_renders_every_record_and_judges_the_targets(tmp_path: Path) -> None:
