@@ -94,8 +94,12 @@ class ControlLoop:
         """Run the due jobs through one period. Returns seconds until the next job is due
         (0 when more are due than one period runs)."""
         now = self.clock()
+        # The woken set before the snapshot: a spec change is in the view before its wake
+        # (handlers.dtj_event), so a wake taken here is one whose change the snapshot holds;
+        # one that comes after stays for the next period.
+        woken = self._take_woken()
         snapshot = self.view.snapshot()
-        due = self._due_jobs(snapshot, now)
+        due = self._due_jobs(snapshot, now, woken)
         reader = self.read_progress or self._read_progress
         progress = reader(snapshot, due) if due else {}
         for key in due:
@@ -109,7 +113,12 @@ class ControlLoop:
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
-    def _due_jobs(self, snapshot: Snapshot, now: float) -> list[Key]:
+    def _take_woken(self) -> set[Key]:
+        with self._woken_lock:
+            woken, self._woken = self._woken, set()
+        return woken
+
+    def _due_jobs(self, snapshot: Snapshot, now: float, woken: set[Key]) -> list[Key]:
         """Jobs whose period has come, at most :data:`PERIOD_JOBS` of them, the longest
         overdue first; controllers for new jobs are made and deleted jobs forgotten. Jobs
         whose spec changed go first and alone: a deadline patch is answered without waiting
@@ -118,8 +127,6 @@ class ControlLoop:
             if key not in snapshot.jobs:
                 self.metrics.job_phase(key, None)
                 del self.controllers[key]
-        with self._woken_lock:
-            woken, self._woken = self._woken, set()
         due, changed = [], []
         for key, body in snapshot.jobs.items():
             controller = self.controllers.get(key)

@@ -7,7 +7,7 @@ from typing import Any
 
 from decor.handlers import OperatorConfig, OperatorMetrics
 from decor.loop import PERIOD_JOBS, ControlLoop
-from decor.views import ClusterView
+from decor.views import ClusterView, Key, Snapshot
 from prometheus_client import CollectorRegistry
 
 
@@ -28,32 +28,36 @@ def _loop(names: list[str], now: list[float]) -> ControlLoop:
     )
 
 
+def _due(loop: ControlLoop, snapshot: Snapshot, now: float) -> list[Key]:
+    return loop._due_jobs(snapshot, now, loop._take_woken())
+
+
 def test_new_jobs_are_due_then_each_when_its_period_has_come() -> None:
     now = [1000.0]
     loop = _loop(["a", "b", "c"], now)
     snapshot = loop.view.snapshot()
-    assert loop._due_jobs(snapshot, now[0]) == [("ns", "a"), ("ns", "b"), ("ns", "c")]
+    assert _due(loop, snapshot, now[0]) == [("ns", "a"), ("ns", "b"), ("ns", "c")]
     loop.controllers["ns", "a"].next_due_s = 1010.0
     loop.controllers["ns", "b"].next_due_s = 1005.0
     loop.controllers["ns", "c"].next_due_s = 1020.0
-    assert loop._due_jobs(snapshot, 1004.0) == []
-    assert loop._due_jobs(snapshot, 1010.0) == [("ns", "a"), ("ns", "b")]
+    assert _due(loop, snapshot, 1004.0) == []
+    assert _due(loop, snapshot, 1010.0) == [("ns", "a"), ("ns", "b")]
 
 
 def test_a_job_whose_spec_changed_runs_first_and_alone() -> None:
     now = [1000.0]
     loop = _loop(["a", "b", "c"], now)
     snapshot = loop.view.snapshot()
-    loop._due_jobs(snapshot, now[0])
+    _due(loop, snapshot, now[0])
     for key in loop.controllers:
         loop.controllers[key].next_due_s = 1010.0  # all three due at 1010
     loop.wake(("ns", "c"))
-    assert loop._due_jobs(snapshot, 1010.0) == [("ns", "c")]  # before the others, alone
-    assert loop._due_jobs(snapshot, 1010.0) == [("ns", "a"), ("ns", "b"), ("ns", "c")]
+    assert _due(loop, snapshot, 1010.0) == [("ns", "c")]  # before the others, alone
+    assert _due(loop, snapshot, 1010.0) == [("ns", "a"), ("ns", "b"), ("ns", "c")]
     loop.wake(("ns", "b"))
-    assert loop._due_jobs(snapshot, 1001.0) == [("ns", "b")]  # long before its period
+    assert _due(loop, snapshot, 1001.0) == [("ns", "b")]  # long before its period
     loop.wake(("ns", "gone"))  # deleted before its period: nothing to run
-    assert loop._due_jobs(snapshot, 1001.0) == []
+    assert _due(loop, snapshot, 1001.0) == []
 
 
 def test_a_period_runs_at_most_its_share_of_due_jobs_the_longest_overdue_first() -> None:
@@ -61,12 +65,12 @@ def test_a_period_runs_at_most_its_share_of_due_jobs_the_longest_overdue_first()
     now = [1000.0]
     loop = _loop(names, now)
     snapshot = loop.view.snapshot()
-    loop._due_jobs(snapshot, now[0])
+    _due(loop, snapshot, now[0])
     # j000 is due last, j<last> first: the order of their periods, not of their names.
     for i, name in enumerate(names):
         loop.controllers["ns", name].next_due_s = 2000.0 - i
     ran: list[tuple[str, str]] = []
-    while batch := loop._due_jobs(snapshot, 3000.0):
+    while batch := _due(loop, snapshot, 3000.0):
         assert len(batch) <= PERIOD_JOBS
         ran += sorted(batch, key=lambda k: loop.controllers[k].next_due_s)
         for key in batch:
@@ -79,13 +83,40 @@ def test_a_wave_of_changed_jobs_is_split_over_periods() -> None:
     now = [1000.0]
     loop = _loop(names, now)
     snapshot = loop.view.snapshot()
-    loop._due_jobs(snapshot, now[0])
+    _due(loop, snapshot, now[0])
     for key in loop.controllers:
         loop.controllers[key].next_due_s = 1010.0
     for name in names:
         loop.wake(("ns", name))
-    first = loop._due_jobs(snapshot, 1001.0)
-    second = loop._due_jobs(snapshot, 1001.0)
+    first = _due(loop, snapshot, 1001.0)
+    second = _due(loop, snapshot, 1001.0)
     assert len(first) == PERIOD_JOBS and len(second) == 3
     assert sorted(first + second) == [("ns", n) for n in names]
-    assert loop._due_jobs(snapshot, 1001.0) == []  # none due by its period yet
+    assert _due(loop, snapshot, 1001.0) == []  # none due by its period yet
+
+
+def test_a_wake_that_comes_after_the_snapshot_waits_for_the_next_period() -> None:
+    """The spec change came into the view after this period's snapshot: this period must not
+    use up its wake on the old spec (the job would then wait for its own period)."""
+    now = [1000.0]
+    loop = _loop(["a", "b"], now)
+    loop.run_period()  # both new: due, and now not again before their periods
+    taken: list[set[Key]] = []
+    real_due, real_snapshot = loop._due_jobs, loop.view.snapshot
+
+    def snapshot_then_patch() -> Snapshot:
+        snapshot = real_snapshot()
+        loop.view.put_job({**_body("a"), "spec": {"duration": "60s"}})  # as dtj_event does
+        loop.wake(("ns", "a"))
+        return snapshot
+
+    def due(snapshot: Snapshot, at: float, woken: set[Key]) -> list[Key]:
+        taken.append(set(woken))
+        return real_due(snapshot, at, woken)
+
+    loop.view.snapshot = snapshot_then_patch  # type: ignore[method-assign]
+    loop._due_jobs = due  # type: ignore[method-assign]
+    loop.run_period()
+    assert taken == [set()]
+    loop.view.snapshot = real_snapshot  # type: ignore[method-assign]
+    assert _due(loop, loop.view.snapshot(), now[0] + 0.1) == [("ns", "a")]
