@@ -146,14 +146,22 @@ def breakdown_lines(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+GROWTH_FROM_JOBS = 100
+"""The smallest size of ``make bench-scale``'s grid: cost per job is compared from there up
+(a 50-job run is the harness's smoke size, its fixed costs spread over few jobs)."""
+
+
 def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """Ratio of ``key`` per job at the largest size to the smallest, among the runs at the
-    largest run's period (1.0 = flat). Keys ending in ``_per_job`` are per job already."""
+    """Ratio of ``key`` per job at the largest size to the smallest from
+    :data:`GROWTH_FROM_JOBS`, among the runs at the largest run's period (1.0 = flat). Keys
+    ending in ``_per_job`` are per job already."""
     if not records:
         return None
     period = max(records, key=lambda r: r["jobs"])["period_s"]
     pts = sorted(
-        (r["jobs"], r[key]) for r in records if r["period_s"] == period and r.get(key) is not None
+        (r["jobs"], r[key])
+        for r in records
+        if r["period_s"] == period and r["jobs"] >= GROWTH_FROM_JOBS and r.get(key) is not None
     )
     if len(pts) < 2:
         return None
@@ -204,9 +212,9 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         "it kept the allocation that ran (the law found it still right, or the planner had no",
         "room). Patch to resize is measured over the answers that came with a resize; the first",
         "resize of any cause after each patch (for an answer that kept the allocation, another",
-        "period's decision) is given beside it. Records before 2026-11-25 12:00 UTC give the",
-        "first resize of any cause as patch to resize. Deviation from each job's",
-        "`status.outcome.deviationPercent`.",
+        "period's decision) is given beside it; the two 50-job records (2026-11-23) predate",
+        "that and give the first resize of any cause as patch to resize. Deviation from each",
+        "job's `status.outcome.deviationPercent`.",
         "",
     ]
     for r in records:
@@ -247,7 +255,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         for key in ("operator_cores_mean", "api_requests_per_s_per_job")
     ]
     if any(g is not None for _, g in growth):
-        out += ["## Cost per job from the smallest to the largest size", ""]
+        out += [f"## Cost per job from {GROWTH_FROM_JOBS} jobs to the largest size", ""]
         for key, g in growth:
             if g is not None:
                 per = "(already per job)" if key.endswith("_per_job") else "per job"
