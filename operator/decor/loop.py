@@ -149,9 +149,10 @@ class ControlLoop:
             elif controller.next_due_s <= now:
                 due.append(key)
         if changed:
-            changed, later = sorted(changed)[:PERIOD_JOBS], sorted(changed)[PERIOD_JOBS:]
+            changed.sort()
             with self._woken_lock:  # many at once (the operator's first sight of every job)
-                self._woken.update(later)
+                self._woken.update(changed[PERIOD_JOBS:])
+            changed = changed[:PERIOD_JOBS]
         else:
             # New jobs (next_due_s -inf) first, then the longest overdue.
             due = sorted(due, key=lambda k: (self.controllers[k].next_due_s, k))[:PERIOD_JOBS]
