@@ -198,10 +198,11 @@ QUICK_AND_FULL_POLICY_SCENARIOS = {
 
 
 def make_grid(name: str, *, sizes: str = "small") -> Grid:
-    """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (T ~ 23 s, about 85 min on a 2-core
-    machine), ``full`` (T ~ 60 s, about 3.5 h there: 210 x T of jobs)."""
+    """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (T ~ 23 s, about 2 h on a 2-core
+    machine), ``full`` (T ~ 60 s, about 4.5 h there: 280 x T of jobs). Four workloads: the
+    three reference ones and ``encoder``, a user's own loop."""
     table = PAPER_SIZES if sizes == "paper" else SMALL_SIZES
-    workloads = tuple(table[w] for w in ("resnet", "vgg", "lstm"))
+    workloads = tuple(table[w] for w in ("resnet", "vgg", "lstm", "encoder"))
     if name == "smoke":
         return Grid(
             name="smoke",

@@ -282,11 +282,10 @@ def exact_need(job: SimJob, now_s: float) -> float:
     horizon_s = law.target_s - now_s - job.pause_s
     if horizon_s <= 0:
         return job.max_allocation
-    endgame_s = law.endgame_ratio * law.duration_s
     if job.mode == "gpu":
         reserve_s = law.gpu_shrink_reserve_ratio * horizon_s
         return _gpu_need(job, remaining, horizon_s, reserve_s)
-    budget_s = horizon_s - law.reserve_ratio * max(0.0, horizon_s - endgame_s)
+    budget_s = control.planned_time_s(horizon_s, law)
     u = job.curve.allocation_for(budget_s / remaining)
     if u > job.max_allocation:
         return job.max_allocation

@@ -67,8 +67,8 @@ class Settings:
     ti_s: float = 12.0
     # decor: aim this long before the deadline; None -> max(margin_min_s, margin_ratio * D).
     safety_margin_s: float | None = None
-    safety_margin_ratio: float = 0.002
-    safety_margin_min_s: float = 0.1
+    safety_margin_ratio: float = 0.001
+    safety_margin_min_s: float = 0.05
     # decor: samples this many periods old weigh e^-1 in the speed fit (tracks slow-downs).
     model_memory_periods: float = 10.0
     # decor, GPU: seconds of progress lost to one checkpoint + restart (learned as it runs).
@@ -76,10 +76,12 @@ class Settings:
     # decor, CPU: keep the allocation while the one needed is within this fraction of it.
     deadband_ratio: float = 0.02
     # decor, CPU: once less than this fraction of D is left before the target, a decrease
-    # below one core is at most one dead-band per period: the fit, learned at higher quotas,
-    # tends to overestimate the speed below them, and little time is left to correct it. (No
-    # decrease at all would keep every lead the end game starts with: an early bias.)
+    # below one core is at most endgame_step_ratio of the allocation per period: the fit,
+    # learned at higher quotas, tends to overestimate the speed below them, and little time is
+    # left to correct it. (No decrease at all would keep every lead the end game starts with:
+    # an early bias; so does too small a step.)
     endgame_ratio: float = 0.1
+    endgame_step_ratio: float = 0.04
     # decor, CPU: plan to finish the remaining steps this fraction of the time left (until
     # the end game) early: a reserve that absorbs a slow-down without needing MAX. It shrinks
     # with the horizon and is zero when the end game starts, so a steady job still finishes
@@ -489,8 +491,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     # Remaining time measured from the sample; work done since the sample is unknown.
     horizon = settings.target_s - obs.time_s
     endgame_s = settings.endgame_ratio * settings.duration_s
-    reserve_s = settings.reserve_ratio * max(0.0, horizon - endgame_s)
-    needed_step_s = (horizon - reserve_s) / remaining if remaining > 0 else math.inf
+    needed_step_s = planned_time_s(horizon, settings) / remaining if remaining > 0 else math.inf
     if settings.mode == "gpu":
         return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost, replan)
     current = obs.allocation if not obs.pending else state.allocation
@@ -533,12 +534,25 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         ):
             target = current
     if target < current and horizon < endgame_s:
-        # End game: below one core, step down by at most one dead-band (a step down between
-        # whole-core levels is taken: both were measured).
+        # End game: below one core, step down by at most endgame_step_ratio (a step down
+        # between whole-core levels is taken: both were measured).
         floor = (
-            1.0 if current > 1.0 else quantize(current * (1 - settings.deadband_ratio), settings)
+            1.0
+            if current > 1.0
+            else quantize(current * (1 - settings.endgame_step_ratio), settings)
         )
         target = min(current, max(target, floor))
+    if (
+        target < current
+        and current >= 2.0
+        and not replan
+        and state.last_change_s is not None
+        and now - state.last_change_s < settings.level_up_periods * settings.period_s
+    ):
+        # A whole-core level above one core is held two periods at least, even when the need
+        # leaves its pair: going up for one period and straight back down is a resize each
+        # way for the work of one period.
+        target = current
     if settled_now and not replan:
         # The interval that ends here ran partly at the old allocation, so it taught the
         # model nothing; hold one period to measure the new one. Without this, a model that
@@ -552,6 +566,13 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     )
     base = replace(base, level_credit_s=credit_s)
     return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
+
+
+def planned_time_s(horizon_s: float, settings: Settings) -> float:
+    """The time a CPU plan gives the remaining steps: the horizon less the reserve, which
+    shrinks with it and is zero once the end game starts."""
+    endgame_s = settings.endgame_ratio * settings.duration_s
+    return horizon_s - settings.reserve_ratio * max(0.0, horizon_s - endgame_s)
 
 
 def _whole_core_level(

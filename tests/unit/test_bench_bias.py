@@ -22,7 +22,7 @@ def _rows(etas: list[float], deadline_s: float = 100.0) -> list[dict[str, float]
 
 
 def test_the_parts_add_up_to_the_deviation_and_name_their_source() -> None:
-    # Predicted 1 s early until the end game (starts at 100 - 0.2 - 10 = 89.8 s), then the
+    # Predicted 1 s early until the end game (starts at 100 - 0.1 - 10 = 89.9 s), then the
     # prediction moves 0.5 s later; the run ends 0.2 s before its last prediction.
     etas = [99.0] * 89 + [99.0 + 0.05 * i for i in range(1, 11)]
     split = bias.decompose(_rows(etas), finished_s=99.3)
@@ -30,7 +30,7 @@ def test_the_parts_add_up_to_the_deviation_and_name_their_source() -> None:
     assert split.plan == pytest.approx(-1.0)
     assert split.end_game == pytest.approx(0.5)
     assert split.prediction == pytest.approx(-0.2)
-    assert split.margin == pytest.approx(-0.2)
+    assert split.margin == pytest.approx(-0.1)  # max(0.05 s, 0.1 % of D)
     assert split.deviation == pytest.approx(split.plan + split.end_game + split.prediction)
 
 

@@ -56,7 +56,7 @@ def test_exact_gpu_need_counts_the_restart_of_a_change() -> None:
     fresh = sim_job(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=300.0)
     assert (
         cs.exact_need(fresh, 0.0) == 4.0
-    )  # by 300 s - the law's 0.6 s margin  # 250 s <= 300 s; 3 GPUs take 333 s
+    )  # by 300 s - the law's 0.3 s margin  # 250 s <= 300 s; 3 GPUs take 333 s
     running = sim_job(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=300.0,
                       allocation=5.0, steps_done=1.0, steps_total=1001.0, restart_cost_s=100.0)  # fmt: skip
     # 4 GPUs would need 250 s + a 100 s restart > 300 s: keeping 5 (200 s) is the need.
