@@ -32,10 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from decor.control import Settings  # noqa: E402
 
 # The law's defaults (what the runs used unless a spec overrides them).
-_LAW = Settings(mode="cpu", min_allocation=1.0, max_allocation=1.0, start_s=0.0, deadline_s=1.0)
-ENDGAME_RATIO = _LAW.endgame_ratio
-MARGIN_RATIO = _LAW.safety_margin_ratio
-MARGIN_MIN_S = _LAW.safety_margin_min_s
+ENDGAME_RATIO = Settings.endgame_ratio
+MARGIN_RATIO = Settings.safety_margin_ratio
+MARGIN_MIN_S = Settings.safety_margin_min_s
 
 
 @dataclass(frozen=True)

@@ -542,16 +542,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             else quantize(current * (1 - settings.endgame_step_ratio), settings)
         )
         target = min(current, max(target, floor))
-    if (
-        target < current
-        and current >= 2.0
-        and not replan
-        and state.last_change_s is not None
-        and now - state.last_change_s < settings.level_up_periods * settings.period_s
-    ):
-        # A whole-core level above one core is held two periods at least, even when the need
-        # leaves its pair: going up for one period and straight back down is a resize each
-        # way for the work of one period.
+    if target < current and not replan and _level_too_new(current, state, settings, now):
         target = current
     if settled_now and not replan:
         # The interval that ends here ran partly at the old allocation, so it taught the
@@ -566,6 +557,17 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     )
     base = replace(base, level_credit_s=credit_s)
     return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
+
+
+def _level_too_new(current: float, state: State, settings: Settings, now: float) -> bool:
+    """A whole-core level above one core is held ``level_up_periods`` at least, even when the
+    need leaves its pair: going up for one period and straight back down is a resize each way
+    for the work of one period."""
+    return (
+        current >= 2.0
+        and state.last_change_s is not None
+        and now - state.last_change_s < settings.level_up_periods * settings.period_s
+    )
 
 
 def planned_time_s(horizon_s: float, settings: Settings) -> float:
