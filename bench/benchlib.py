@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 from typing import Any
 
@@ -233,6 +233,38 @@ def make_grid(name: str, *, sizes: str = "small") -> Grid:
             policy_scenarios=QUICK_AND_FULL_POLICY_SCENARIOS,
         )
     raise ValueError(f"unknown grid {name!r}; choose smoke, quick or full")
+
+
+def narrow_grid(
+    grid: Grid,
+    *,
+    workloads: Sequence[str] = (),
+    scenarios: Sequence[str] = (),
+    policies: Sequence[str] = (),
+    reps: int | None = None,
+) -> Grid:
+    """``grid`` with only the named workloads, scenarios and policies (empty: all of the
+    grid's), each policy repeated ``reps`` times (None: as often as the grid repeats it).
+
+    Raises ValueError for a name the grid does not hold, so a typo runs nothing.
+    """
+
+    def keep(names: Sequence[str], have: Sequence[str], what: str) -> tuple[str, ...]:
+        unknown = [n for n in names if n not in have]
+        if unknown:
+            raise ValueError(f"no {what} {', '.join(unknown)} in this grid ({', '.join(have)})")
+        return tuple(n for n in have if not names or n in names)
+
+    names = keep(workloads, [w.name for w in grid.workloads], "workload")
+    if reps is not None and reps < 1:
+        raise ValueError(f"repetitions must be at least 1, got {reps}")
+    kept = keep(policies, list(grid.reps), "policy")
+    return replace(
+        grid,
+        workloads=tuple(w for w in grid.workloads if w.name in names),
+        scenarios=keep(scenarios, grid.scenarios, "scenario"),
+        reps={p: grid.reps[p] if reps is None else reps for p in kept},
+    )
 
 
 @dataclass(frozen=True)

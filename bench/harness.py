@@ -66,6 +66,7 @@ PROBE_MIN_S = 8.0  # the all-cores probe must show this many seconds of steady t
 PROBE_ATTEMPTS = 4
 SIZING_ATTEMPTS = 3  # all-cores runs to get T within the grid's sizing tolerance
 RUN_OVERHEAD_S = 3.0  # harness time per run besides the job (plot, cgroup, sampling)
+STATIC = ("static-max", "static-oracle")
 BUSY_LOOP = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True:\n    pass\n"
 
 
@@ -241,14 +242,17 @@ def manifest(
     hi: float,
     initial: float | None,
     policy: str,
+    estimate: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The DeadlineTrainingJob of one run (self-contained: independent of examples/).
 
-    ``initial`` None leaves the start allocation to the spec's default."""
+    ``initial`` None leaves the start allocation to the spec's default. ``estimate``:
+    (seconds per step, at cores) for ``spec.estimate``, what a user who ran the job before
+    knows (the harness gives the profile's T / steps at MAX)."""
     resources = {"mode": "cpu", "min": f"{round(lo * 1000)}m", "max": f"{round(hi * 1000)}m"}
     if initial is not None:
         resources["initial"] = f"{round(initial * 1000)}m"
-    return {
+    doc = {
         "apiVersion": "decor.dev/v1alpha1",
         "kind": "DeadlineTrainingJob",
         "metadata": {"name": JOB_NAME},
@@ -272,6 +276,19 @@ def manifest(
             "metrics": {"port": 9100, "path": "/metrics"},
         },
     }
+    if estimate is not None:
+        step_s, cores = estimate
+        doc["spec"]["estimate"] = {
+            "stepSeconds": round(step_s, 6),
+            "allocation": f"{round(cores * 1000)}m",
+        }
+    return doc
+
+
+def profile_estimate(all_cores_s: float, steps: int, max_cores: float) -> tuple[float, float]:
+    """``spec.estimate`` from a profile: its all-cores run time per step, start-up included
+    (what a user who timed the job once knows), at MAX."""
+    return all_cores_s / whole_epochs(steps), max_cores
 
 
 class RunEvents:
@@ -363,13 +380,22 @@ def run_once(
     out_dir: Path,
     scenario: bl.Scenario | None = None,
     disturb_processes: int = 1,
+    estimate: tuple[float, float] | None = None,
 ) -> tuple[RunSummary, list[Any], dict[str, Any]]:
     """One job through the local runtime; (summary, trace rows, notes with others_cores and
-    initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default."""
+    initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default;
+    ``estimate``: the job's ``spec.estimate`` (:func:`manifest`)."""
     lo, hi, initial = bounds
     steps = whole_epochs(steps)
     doc = manifest(
-        size, steps, deadline_s, lo, hi, initial, "decor-nn" if policy == "decor-nn" else "decor"
+        size,
+        steps,
+        deadline_s,
+        lo,
+        hi,
+        initial,
+        "decor-nn" if policy == "decor-nn" else "decor",
+        estimate,
     )
     before, t0 = cpu_sample(), time.monotonic()
     events = RunEvents(scenario or bl.Scenario("static", 1.0), deadline_s, disturb_processes)
@@ -382,7 +408,7 @@ def run_once(
     notes = dict(events.notes)
     notes["others_cores"] = round(others_cores(before, cpu_sample(), wall), 3)
     notes["wall_s"] = round(wall, 2)
-    notes["initial_cores"] = job.resources.initial
+    notes["initial_cores"] = summary.start_cores
     try:
         _, rows = read_trace(out_dir / "trace.json")
     except (OSError, ValueError, KeyError):
@@ -630,15 +656,31 @@ def measure_overhead(profiles: dict[str, Any]) -> dict[str, Any]:
 # The grid
 
 
+def narrowed(grid: bl.Grid, args: argparse.Namespace) -> bl.Grid:
+    """The grid as the command line narrows it (--all-cores-s, --workloads, --scenarios,
+    --policies, --reps)."""
+    if args.all_cores_s:
+        grid = replace(grid, all_cores_target_s=args.all_cores_s)
+
+    def names(text: str | None) -> list[str]:
+        return [n for n in (text or "").split(",") if n]
+
+    try:
+        return bl.narrow_grid(
+            grid,
+            workloads=names(args.workloads),
+            scenarios=names(args.scenarios),
+            policies=names(args.policies),
+            reps=args.reps,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"bench/harness.py: {exc}") from None
+
+
 def run_grid(args: argparse.Namespace) -> int:
     if args.runtime == "k8s":
         return run_grid_k8s(args)
-    grid = bl.make_grid(args.grid, sizes=args.sizes)
-    if args.all_cores_s:
-        grid = replace(grid, all_cores_target_s=args.all_cores_s)
-    if args.workloads:
-        keep = args.workloads.split(",")
-        grid = replace(grid, workloads=tuple(w for w in grid.workloads if w.name in keep))
+    grid = narrowed(bl.make_grid(args.grid, sizes=args.sizes), args)
     out = Path(
         args.out
         or (
@@ -744,13 +786,23 @@ def execute(
         bounds = (oracle_cores, oracle_cores, oracle_cores)
     else:
         bounds = (grid.min_cores, max_cores, start_cores(run.policy, max_cores))
+    # Controlled runs know the job's speed as a user who timed it once does (spec.estimate).
+    estimate = None if run.policy in STATIC else profile_estimate(all_cores_s, steps, max_cores)
     record: dict[str, Any] = {}
     for attempt in range(MAX_RETRIES_NOISY + 1):
         before_others = wait_between_runs(wait)
         load = load_1m()
         out_dir = workdir / "runs" / run.run_id / f"a{attempt}"
         summary, rows, notes = run_once(
-            size, steps, deadline_s, bounds, run.policy, out_dir, scenario, grid.disturb_processes
+            size,
+            steps,
+            deadline_s,
+            bounds,
+            run.policy,
+            out_dir,
+            scenario,
+            grid.disturb_processes,
+            estimate,
         )
         finished = summary.finished_s if summary.complete else None
         cs_finish = None
@@ -776,6 +828,7 @@ def execute(
             "core_seconds_to_finish": None if cs_finish is None else round(cs_finish, 3),
             "oracle_core_seconds": round(oracle_cs, 3),
             "oracle_cores": oracle_cores,
+            "spec_estimate": None if estimate is None else [round(estimate[0], 6), estimate[1]],
             "actuations": summary.actuations,
             "cores_min": bounds[0],
             "cores_max": bounds[1],
@@ -815,17 +868,7 @@ def run_grid_k8s(args: argparse.Namespace) -> int:
     """The k8s subset on the cluster in $KUBECONFIG, through the checkout's operator."""
     import k8s_bench as kb
 
-    base = bl.make_grid("quick", sizes=args.sizes)
-    grid = kb.k8s_grid(base, disturb=args.k8s_disturb)
-    if args.all_cores_s:
-        grid = replace(grid, all_cores_target_s=args.all_cores_s)
-    if args.workloads:
-        keep = args.workloads.split(",")
-        grid = replace(grid, workloads=tuple(w for w in base.workloads if w.name in keep))
-    if args.scenarios:
-        grid = replace(grid, scenarios=tuple(args.scenarios.split(",")))
-    if args.policies:
-        grid = replace(grid, reps={p: 1 for p in args.policies.split(",")})
+    grid = narrowed(kb.k8s_grid(bl.make_grid("quick", sizes=args.sizes)), args)
     out = Path(args.out or ROOT / "docs" / "benchmarks")
     workdir = Path(args.workdir or Path(tempfile.gettempdir()) / "decor-bench-k8s")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1082,16 +1125,15 @@ def main(argv: list[str] | None = None) -> int:
         "--runtime",
         choices=("local", "k8s"),
         default="local",
-        help="local: the grid through decor.local; k8s: the cluster subset (resnet; d1.5, "
-        "d1.8, d2.5, move-0.8; decor and decor-nn; 1 repetition) on $KUBECONFIG through the "
-        "checkout's operator, appended to OUT/results.json (--grid is ignored)",
+        help="local: the grid through decor.local; k8s: the cluster subset (resnet, vgg, "
+        "lstm; d1.5, d1.8, d2.5, move-0.8, disturb; decor and decor-nn; 2 repetitions) on "
+        "$KUBECONFIG through the checkout's operator, appended to OUT/results.json (--grid "
+        "is ignored)",
     )
-    parser.add_argument("--k8s-disturb", action="store_true", help="k8s: add the disturb scenario")
+    parser.add_argument("--scenarios", help="comma-separated subset of the grid's scenarios")
+    parser.add_argument("--policies", help="comma-separated subset of the grid's policies")
     parser.add_argument(
-        "--scenarios", help="k8s: comma-separated scenarios instead of the subset's"
-    )
-    parser.add_argument(
-        "--policies", help="k8s: comma-separated policies instead of decor,decor-nn"
+        "--reps", type=int, help="repetitions of every policy (default: the grid's)"
     )
     args = parser.parse_args(argv)
     if args.grid == "smoke" and args.sizes == "paper" and args.runtime == "local":

@@ -43,10 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
 API_GROUP, API_VERSION, PLURAL = "decor.dev", "v1alpha1", "deadlinetrainingjobs"
 TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
-# The k8s subset of the benchmark (issue: "on the real cluster ... for a subset").
-K8S_WORKLOADS = ("resnet",)
-K8S_SCENARIOS = ("d1.5", "d1.8", "d2.5", "move-0.8")
+# The cluster subset of the benchmark: the three reference workloads, the feasible
+# settings, both controllers, two repetitions (60 runs, about an hour on a 2-core machine).
+K8S_WORKLOADS = ("resnet", "vgg", "lstm")
+K8S_SCENARIOS = ("d1.5", "d1.8", "d2.5", "move-0.8", "disturb")
 K8S_POLICIES = ("decor", "decor-nn")
+K8S_REPETITIONS = 2
 SAMPLE_PERIOD_S = 0.5
 UNSCHEDULABLE_GRACE_S = 20.0
 SIDECAR_CPU = 0.01  # the metrics sidecar's CPU request (operator/decor/build.py)
@@ -60,16 +62,16 @@ BUSY_LOOP = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *a: sys.ex
 # Pure parts
 
 
-def k8s_grid(base: bl.Grid, disturb: bool = False) -> bl.Grid:
-    """The cluster subset of ``base``: resnet, d1.5/d1.8/d2.5/move-0.8 (+ disturb), decor
-    and decor-nn, one repetition. ``--workloads`` narrows or replaces the workload later."""
-    scenarios = K8S_SCENARIOS + (("disturb",) if disturb else ())
+def k8s_grid(base: bl.Grid) -> bl.Grid:
+    """The cluster subset of ``base``: the reference workloads; d1.5, d1.8, d2.5, move-0.8
+    and disturb; decor and decor-nn; two repetitions. The harness's ``--workloads``,
+    ``--scenarios``, ``--policies`` and ``--reps`` narrow it."""
     return replace(
         base,
         name="k8s",
         workloads=tuple(w for w in base.workloads if w.name in K8S_WORKLOADS) or base.workloads,
-        scenarios=scenarios,
-        reps={p: 1 for p in K8S_POLICIES},
+        scenarios=K8S_SCENARIOS,
+        reps={p: K8S_REPETITIONS for p in K8S_POLICIES},
         policy_scenarios={},
     )
 

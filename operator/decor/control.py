@@ -276,6 +276,32 @@ def initial_state(settings: Settings, initial_allocation: float | None = None) -
     return State(policy="decor", allocation=clamp(start, settings))
 
 
+def start_allocation(
+    settings: Settings,
+    initial: float,
+    initial_given: bool,
+    steps_total: float,
+    estimate: tuple[float, float] | None,
+) -> float:
+    """Where ``decor`` starts a job: ``initial`` (the spec's, or its default: one core for
+    CPU, MAX for GPUs), except MAX when the spec names no initial allocation and the job's
+    ``estimate`` (seconds per step at an allocation, ``spec.estimate``) says the deadline
+    needs at least AT_RISK_FRACTION_OF_MAX of MAX for ``steps_total`` steps.
+
+    Such a deadline has no slack for the periods the law spends measuring at a smaller
+    start, and nothing can make them up later. The need assumes linear speed-up from the
+    estimate's allocation, which overstates the speed above it: a job called tight is
+    tight. Without an estimate (or planned steps) the start is ``initial``.
+    """
+    if initial_given or estimate is None or steps_total <= 0 or settings.duration_s <= 0:
+        return clamp(initial, settings)
+    step_s, at_allocation = estimate
+    need = steps_total * step_s * at_allocation / settings.duration_s
+    if need >= AT_RISK_FRACTION_OF_MAX * settings.max_allocation:
+        return settings.max_allocation
+    return clamp(initial, settings)
+
+
 def thread_cores(limit: float) -> float:
     """The cores a trainer with one thread per whole core of its CPU limit can use: all of a
     limit below one core, its whole cores from one core up (``decor_trainer.threads``): a limit

@@ -271,8 +271,15 @@ class JobController:
         deadline_text = format_time(deadline_s) if not spec.best_effort else None
         if first:
             deadline_was_past = deadline_s <= now
+            start = control.start_allocation(
+                settings,
+                spec.resources.initial,
+                spec.resources.initial_given,
+                spec.planned_steps,
+                spec.estimate,
+            )
             state = control.initial_state(
-                settings, settings.max_allocation if deadline_was_past else spec.resources.initial
+                settings, settings.max_allocation if deadline_was_past else start
             )
             status.update(
                 phase=build.PHASE_PENDING,
@@ -496,12 +503,12 @@ class JobController:
     ) -> planner.Demand:
         spec, state = period.spec, period.state
         curve = control.step_time_curve(state, period.settings)
-        planned = float(self.status.get("stepsTotal") or _planned_steps(spec))
+        planned = float(self.status.get("stepsTotal") or spec.planned_steps)
         remaining = planned - float(self.status.get("stepsDone") or 0)
         if period.observation is not None:
             remaining = period.observation.steps_total - period.observation.steps_done
-        if curve is None and spec.estimate_step_s and spec.estimate_allocation:
-            curve = _estimated_curve(spec.estimate_step_s, spec.estimate_allocation)
+        if curve is None and spec.estimate is not None:
+            curve = _estimated_curve(*spec.estimate)
         most = self._capped(spec.resources.max, period.now_s)
         if need is None and period.step == STEP_CREATE and curve is not None and remaining > 0:
             # Not running yet: what it needs from now on, by its curve (its estimate).
@@ -1291,11 +1298,6 @@ class JobController:
 def _estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
     """Seconds per step from ``spec.estimate``, assuming linear speed-up from it."""
     return lambda u: step_s * allocation / max(u, 1e-9)
-
-
-def _planned_steps(spec: JobSpec) -> float:
-    """Steps the spec plans (0 when the trainer decides its steps per epoch)."""
-    return float(spec.epochs * spec.steps_per_epoch) if spec.steps_per_epoch else 0.0
 
 
 def _need_from_curve(

@@ -96,6 +96,7 @@ class RunSummary:
     conditions: list[str] = field(default_factory=list)
     planner: str | None = None  # the planner's policy when several jobs shared the machine
     queued_s: float = 0.0  # seconds between arrival and the trainer's start (planner's queue)
+    start_cores: float = 0.0  # the allocation the law started the job at
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,6 +332,7 @@ class _LocalJob:
         self.settings: control.Settings | None = None
         self.state: control.State | None = None
         self.applied = 0.0
+        self.start_cores = 0.0
         self.rows: list[TraceRow] = []
         self.conditions: set[str] = set()
         self.actuations = 0
@@ -373,8 +375,16 @@ class _LocalJob:
         self.arrived = True
         self.start_s = now
         self.settings = controller_settings(self.job, now, self.max_cores, self.policy)
-        initial = min(self.job.resources.initial, self.max_cores)
+        resources = self.job.resources
+        initial = control.start_allocation(
+            self.settings,
+            min(resources.initial, self.max_cores),
+            resources.initial_given,
+            self.job.planned_steps,
+            self.job.estimate,
+        )
         self.state = control.initial_state(self.settings, initial)
+        self.start_cores = self.state.allocation
         self._write_record()
 
     def start_trainer(self, now: float, allocation: float | None = None) -> None:
@@ -645,6 +655,7 @@ class _LocalJob:
             conditions=sorted(self.conditions),
             planner=self.options.planner_policy if self.multi else None,
             queued_s=0.0 if started is None or not self.multi else started - self.start_s,
+            start_cores=self.start_cores,
         )
 
     def finish(self) -> RunSummary:

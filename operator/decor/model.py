@@ -57,6 +57,9 @@ class ResourceSpec:
     min: float
     max: float
     initial: float
+    # ``initial`` was written in the spec (else it is the mode's default, and a tight
+    # deadline by spec.estimate starts at MAX: control.start_allocation).
+    initial_given: bool = False
     batch_policy: str | None = None  # gpu: fixedGlobal | scaleWithWorkers (None: the trainer's)
     # gpu: most GPUs one worker pod holds; a larger count runs as several pods (0: one pod).
     gpus_per_pod: int = 0
@@ -114,6 +117,18 @@ class JobSpec:
     # job's own speed was measured; None: unknown.
     estimate_step_s: float | None = None
     estimate_allocation: float | None = None
+
+    @property
+    def estimate(self) -> tuple[float, float] | None:
+        """(seconds per step, at this allocation) from ``spec.estimate``; None: not given."""
+        if self.estimate_step_s is None or self.estimate_allocation is None:
+            return None
+        return self.estimate_step_s, self.estimate_allocation
+
+    @property
+    def planned_steps(self) -> float:
+        """Steps the spec plans (0 when the trainer decides its steps per epoch)."""
+        return float(self.epochs * self.steps_per_epoch) if self.steps_per_epoch else 0.0
 
     def deadline_s(self, start_s: float) -> float:
         """Absolute deadline (Unix seconds) of a job that started at ``start_s``; infinite
@@ -304,6 +319,7 @@ def parse_resources(raw: Any) -> ResourceSpec:
         min=min_,
         max=max_,
         initial=initial,
+        initial_given="initial" in section,
         batch_policy=batch_policy,
         gpus_per_pod=gpus_per_pod,
     )

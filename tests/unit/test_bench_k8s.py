@@ -17,13 +17,12 @@ import k8s_bench as kb  # noqa: E402
 def test_k8s_grid_is_the_cluster_subset() -> None:
     grid = kb.k8s_grid(bl.make_grid("quick"))
     assert grid.name == "k8s"
-    assert [w.name for w in grid.workloads] == ["resnet"]
-    assert grid.scenarios == ("d1.5", "d1.8", "d2.5", "move-0.8")
+    assert [w.name for w in grid.workloads] == ["resnet", "vgg", "lstm"]
+    assert grid.scenarios == ("d1.5", "d1.8", "d2.5", "move-0.8", "disturb")
     runs = bl.plan_runs(grid)
-    assert len(runs) == 8
+    assert len(runs) == 60
     assert {r.policy for r in runs} == {"decor", "decor-nn"}
-    assert {r.repetition for r in runs} == {0}
-    assert "disturb" in kb.k8s_grid(bl.make_grid("quick"), disturb=True).scenarios
+    assert {r.repetition for r in runs} == {0, 1}
 
 
 def test_run_keys_of_k8s_records_do_not_collide_with_local_ones() -> None:
@@ -141,3 +140,17 @@ def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
     results = harness.Results(tmp_path / "new", grid, "small", resume=True, runtime="k8s")
     assert results.data["k8s"]["code_hash"] == harness.code_hash()
     assert results.data["records"] == []
+
+
+def test_a_run_manifest_carries_the_estimate_it_is_given() -> None:
+    import harness
+    from decor.model import parse_job
+
+    size = bl.make_grid("quick").workloads[0]
+    step_s, cores = harness.profile_estimate(24.0, 1000, 2.0)
+    assert (step_s, cores) == (0.024, 2.0)
+    doc = harness.manifest(size, 1000, 24.0, 0.5, 2.0, None, "decor", (step_s, cores))
+    job = parse_job(doc)
+    assert job.estimate == (0.024, 2.0)
+    assert job.resources.initial_given is False
+    assert "estimate" not in harness.manifest(size, 1000, 24.0, 0.5, 2.0, None, "decor")["spec"]

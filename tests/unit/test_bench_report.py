@@ -72,6 +72,36 @@ def test_unknown_grid_is_refused() -> None:
         bl.make_grid("huge")
 
 
+def test_a_narrowed_grid_runs_only_what_was_named() -> None:
+    grid = bl.narrow_grid(
+        bl.make_grid("quick"),
+        workloads=["vgg", "resnet"],
+        scenarios=["d1.0"],
+        policies=["decor", "static-max"],
+        reps=3,
+    )
+    runs = bl.plan_runs(grid)
+    assert {r.workload for r in runs} == {"resnet", "vgg"}
+    assert {(r.scenario, r.policy) for r in runs} == {("d1.0", "decor"), ("d1.0", "static-max")}
+    assert len(runs) == 2 * 2 * 3
+    kept = bl.narrow_grid(bl.make_grid("quick"))
+    assert kept == bl.make_grid("quick")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"workloads": ["resnet", "bert"]}, "no workload bert"),
+        ({"scenarios": ["d9"]}, "no scenario d9"),
+        ({"policies": ["oracle"]}, "no policy oracle"),
+        ({"reps": 0}, "at least 1"),
+    ],
+)
+def test_narrowing_to_a_name_the_grid_lacks_is_refused(edit: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        bl.narrow_grid(bl.make_grid("quick"), **edit)
+
+
 # --------------------------------------------------------------------------------------
 # Speed curve and oracle
 

@@ -34,6 +34,7 @@ from decor.control import (
     _whole_core_level,
     decide,
     initial_state,
+    start_allocation,
     usable_cores,
 )
 from decor.simulate import Plant, SimResult, run_closed_loop
@@ -477,6 +478,48 @@ def test_decor_starts_by_measuring() -> None:
     settings = cpu_settings(D_DECOR, "decor")
     decision = decide(initial_state(settings, 3.0), observation(1, 8, 3.0, total=1000), settings, 1)
     assert (decision.allocation, decision.condition) == (3.0, STARTING)
+
+
+# A 1000-step job, 100 s at MAX (4 cores) when it speeds up linearly: 0.4 s per step at
+# one core, 0.1 s at four. The spec's default start is one core.
+@pytest.mark.parametrize(
+    ("deadline_s", "given", "estimate", "expected"),
+    [
+        (100.0, False, (0.4, 1.0), 4.0),  # needs all of MAX: start there
+        (111.0, False, (0.4, 1.0), 4.0),  # needs 3.6 cores = 90 % of MAX: still tight
+        (112.0, False, (0.4, 1.0), 1.0),  # needs 3.57 cores: measure from one core first
+        (150.0, False, (0.1, 4.0), 1.0),  # an estimate taken at MAX says the same
+        (100.0, False, (0.1, 4.0), 4.0),
+        (100.0, True, (0.4, 1.0), 1.0),  # an initial the user wrote is kept
+        (100.0, False, None, 1.0),  # no estimate: nothing to call the deadline tight by
+        (50.0, False, (0.4, 1.0), 4.0),  # infeasible by the estimate: MAX
+    ],
+)
+def test_decor_starts_at_max_when_the_estimate_calls_the_deadline_tight(
+    deadline_s: float, given: bool, estimate: tuple[float, float] | None, expected: float
+) -> None:
+    settings = cpu_settings(deadline_s, "decor")
+    assert start_allocation(settings, 1.0, given, TOTAL_STEPS, estimate) == expected
+
+
+def test_start_allocation_without_planned_steps_keeps_the_initial() -> None:
+    settings = cpu_settings(100.0, "decor")
+    assert start_allocation(settings, 1.0, False, 0.0, (0.4, 1.0)) == 1.0
+    assert start_allocation(settings, 9.0, True, TOTAL_STEPS, None) == MAX_CORES  # clamped
+
+
+def test_a_tight_deadline_started_at_max_is_on_time_where_one_core_is_late() -> None:
+    """Closed loop, 1.0x: the period measured at one core is never made up; the start the
+    estimate picks is on time where one core is late."""
+    plant = CPU_PLANTS["linear"]
+    deadline_s = 100.2  # 1.002x the run time at MAX
+    settings = cpu_settings(deadline_s, "decor")
+    start = start_allocation(settings, 1.0, False, TOTAL_STEPS, (0.4, 1.0))
+    assert start == MAX_CORES
+    tight = run_closed_loop(settings, plant, TOTAL_STEPS, initial_allocation=start)
+    slow = run_closed_loop(settings, plant, TOTAL_STEPS, initial_allocation=1.0)
+    assert tight.finished_s is not None and slow.finished_s is not None
+    assert tight.finished_s <= deadline_s < slow.finished_s
 
 
 def test_decor_at_risk_near_max() -> None:

@@ -75,7 +75,8 @@ def test_example_manifest_loads() -> None:
     assert (job.duration_s, job.deadline) == (90.0, None)
     assert (job.epochs, job.steps_per_epoch) == (4, 120)
     assert (job.resources.mode, job.resources.min, job.resources.max) == ("cpu", 0.5, 2.0)
-    assert job.resources.initial == 2.0
+    assert (job.resources.initial, job.resources.initial_given) == (2.0, True)
+    assert job.planned_steps == 480.0
     assert (job.control.policy, job.control.period_s) == ("decor", 1.0)
     assert job.checkpoint.path is None  # local runs checkpoint into their own folder
     assert (job.metrics.port, job.metrics.path) == (9100, "/metrics")
@@ -87,6 +88,8 @@ def test_defaults() -> None:
     job = parse_job(edited(valid_manifest(), spec__resources={"max": "3"}))
     assert job.resources.mode == "cpu"
     assert (job.resources.min, job.resources.max, job.resources.initial) == (1.0, 3.0, 1.0)
+    assert job.resources.initial_given is False
+    assert job.estimate is None
     assert job.control.policy == "decor"
     assert job.control.period_s == 1.0
     assert job.control.safety_margin_s is None
@@ -378,3 +381,12 @@ def test_non_finite_quantities_are_rejected(value: object) -> None:
         parse_cpu_cores(value, "spec.resources.max")
     with pytest.raises(ManifestError, match="finite|duration"):
         parse_duration_s(value, "spec.duration")
+
+
+def test_estimate_and_planned_steps() -> None:
+    job = parse_job(
+        edited(valid_manifest(), spec__estimate={"stepSeconds": 0.12, "allocation": "1500m"})
+    )
+    assert job.estimate == (0.12, 1.5)
+    without_steps = parse_job(edited(valid_manifest(), spec__stepsPerEpoch=DELETE))
+    assert without_steps.planned_steps == 0.0
