@@ -215,14 +215,6 @@ def deadline_patch(duration_s: float) -> str:
     return json.dumps({"spec": {"duration": f"{duration_s:.3f}s"}})
 
 
-def shifted_curve(curve: list[bl.SpeedPoint], steps: int, t_k8s: float) -> list[bl.SpeedPoint]:
-    """The local speed curve with the start-up moved so that it predicts T on the cluster
-    (pod creation and image start add a constant start-up; the steady rates are the same)."""
-    top = max(curve, key=lambda p: p.cores)
-    delta = t_k8s - bl.predicted_time_s(curve, steps, top.cores)
-    return [replace(p, startup_s=max(0.0, p.startup_s + delta)) for p in curve]
-
-
 # ---------------------------------------------------------------------------------------
 # The cluster
 

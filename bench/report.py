@@ -394,7 +394,7 @@ def render_markdown(
         "make bench-smoke     # 2-3 min: exercises the harness, asserts nothing about performance",
         "make bench-quick     # ~2 h: 4 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
         "make bench           # the full grid (T ~ 60 s): several hours",
-        "make bench-k8s       # ~12 min: the cluster subset (test bed up, runs, test bed down)",
+        "make bench-k8s       # ~80 min: the cluster subset (test bed up, 60 runs, test bed down)",
         "python bench/report.py   # this page, from results.json",
         "```",
         "",

@@ -126,13 +126,6 @@ def test_pod_max_cores_leaves_room_for_the_sidecar() -> None:
     assert kb.unschedulable(pod) == "Insufficient cpu"
 
 
-def test_shifted_curve_predicts_the_cluster_t() -> None:
-    curve = [bl.SpeedPoint(1.0, 25.0, 2.0), bl.SpeedPoint(2.0, 50.0, 1.5)]
-    shifted = kb.shifted_curve(curve, 1000, 24.0)
-    assert bl.predicted_time_s(shifted, 1000, 2.0) == pytest.approx(24.0)
-    assert shifted[0].startup_s == pytest.approx(4.5)  # the same +2.5 s start-up
-
-
 def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
     import harness
 
