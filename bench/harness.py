@@ -921,27 +921,54 @@ def run_grid_k8s(args: argparse.Namespace) -> int:
 def profile_k8s(
     cluster: Any, size: bl.WorkloadSize, grid: bl.Grid, max_cores: float
 ) -> dict[str, Any]:
-    """T on the cluster path: a static-MAX probe sizes the job for the grid's T there, then
-    one static-MAX job measures T (pod start-up included).
+    """T on the cluster path: static-MAX jobs there size the job for the grid's T, as the
+    local profile does (a probe long enough to show a rate, then up to SIZING_ATTEMPTS
+    all-cores jobs until one takes T within the grid's tolerance); pod start-up included.
 
     Not the local profile's size: a pod on the test bed's 2-core node gets at most 1.99 cores
     (the sidecar requests 10m), so its trainer runs one thread where the local runtime's runs
     two, and the same steps take longer."""
-    probe = whole_epochs(size.probe_steps)
-    log(f"k8s profile {size.name}: probe at {max_cores:g} cores, {probe} steps")
-    kr = _static_k8s(cluster, size, probe, max_cores, "probe")
-    rate, startup = bl.rate_from_samples(kr.progress, probe)
-    steps = bl.steps_for(grid.all_cores_target_s, rate, startup, EPOCHS)
-    log(f"k8s profile {size.name}: static MAX ({max_cores:g} cores), {steps} steps")
-    kr = _static_k8s(cluster, size, steps, max_cores, "max")
-    assert kr.outcome is not None and kr.outcome.finished_s is not None
-    all_cores_s = kr.outcome.finished_s
+    rate, startup = _probe_k8s(cluster, size, max_cores)
+    target_s = grid.all_cores_target_s
+    for attempt in range(SIZING_ATTEMPTS):
+        steps = bl.steps_for(target_s, rate, startup, EPOCHS)
+        log(
+            f"k8s profile {size.name}: {rate:.2f} steps/s at {max_cores:g} cores, start-up "
+            f"{startup:.1f}s -> {steps} steps"
+        )
+        kr = _static_k8s(cluster, size, steps, max_cores, f"max{attempt}")
+        all_cores_s = kr.outcome.finished_s
+        try:
+            rate, startup = bl.rate_from_samples(kr.progress, whole_epochs(steps))
+        except ValueError:  # keep the probe's rate; the start-up follows from the measured T
+            startup = max(0.0, all_cores_s - steps / rate)
+        if abs(all_cores_s - target_s) <= grid.sizing_tolerance * target_s:
+            break
+        log(f"k8s profile {size.name}: T = {all_cores_s:.1f}s, not ~{target_s:g}s; resizing")
     log(f"k8s profile {size.name}: T = {all_cores_s:.1f}s on the cluster")
     return {
         "workload": size.name, "size": asdict(size), "steps": steps, "steps_source": "cluster probe",
-        "all_cores_s": all_cores_s, "max_cores": max_cores, "probe_steps_per_s": rate,
+        "all_cores_s": all_cores_s, "max_cores": max_cores, "steps_per_s": rate,
         "start_lag_s": kr.notes.get("start_lag_s"), "date": _now(),
     }  # fmt: skip
+
+
+def _probe_k8s(cluster: Any, size: bl.WorkloadSize, max_cores: float) -> tuple[float, float]:
+    """(steps/s, start-up s) at MAX on the cluster, from a job with >= PROBE_MIN_S of steps."""
+    steps = whole_epochs(size.probe_steps)
+    for attempt in range(PROBE_ATTEMPTS):
+        log(f"k8s profile {size.name}: probe at {max_cores:g} cores, {steps} steps")
+        kr = _static_k8s(cluster, size, steps, max_cores, f"probe{attempt}")
+        rate = 0.0
+        try:
+            rate, startup = bl.rate_from_samples(kr.progress, steps)
+            if steps / rate >= PROBE_MIN_S:
+                return rate, startup
+        except ValueError:
+            pass  # too short to see a rate
+        grow = 4.0 if rate <= 0 else max(2.0, 1.5 * PROBE_MIN_S * rate / steps)
+        steps = whole_epochs(int(steps * grow))
+    raise RuntimeError(f"could not measure {size.name} on the cluster")
 
 
 def _static_k8s(cluster: Any, size: bl.WorkloadSize, steps: int, cores: float, hint: str) -> Any:
