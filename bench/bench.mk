@@ -15,7 +15,7 @@ bench-smoke: ## 2-3 min run of the harness into a temp dir (CI; asserts no perfo
 bench-report: ## regenerate docs/benchmarks/README.md and plots from results.json
 	$(PY) bench/report.py
 
-bench-k8s: ## cluster subset (resnet vgg lstm; d1.5 d1.8 d2.5 move-0.8 disturb; decor, decor-nn; x2; ~80 min): cluster up, this checkout's operator, runs added to docs/benchmarks (--resume), cluster down
+bench-k8s: ## cluster subset (resnet vgg lstm; d1.5 d1.8 d2.5 move-0.8 disturb; decor, decor-nn; x2; ~45 min): cluster up, this checkout's operator, runs added to docs/benchmarks (--resume), cluster down
 	@trap 'bash cluster/cluster-down.sh' EXIT; set -e; \
 	bash cluster/cluster-up.sh >/dev/null; bash cluster/build-images.sh; \
 	. cluster/env.sh; \

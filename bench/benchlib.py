@@ -698,6 +698,15 @@ def target_checks(
                 f"{cluster_decor.mean_abs_dev_pct:.2f}% over {cluster_decor.runs} runs",
             )
         )
+        checks.append(
+            TargetCheck(
+                f"no decor cluster run late by more than {LATE_TOLERANCE_PCT:.0f}%",
+                cluster_decor.late_over_tol == 0 and cluster_decor.failed == 0,
+                f"{cluster_decor.late_over_tol} late of {cluster_decor.runs}; worst |deviation| "
+                f"{cluster_decor.max_abs_dev_pct:.2f}%"
+                + (f"; {cluster_decor.failed} failed" if cluster_decor.failed else ""),
+            )
+        )
     if overhead_ratio is None:
         checks.append(TargetCheck("reporter overhead < 1% of step time", None, "not measured"))
     else:

@@ -587,7 +587,13 @@ class Results:
         k8s = self.data.get("k8s") or {}
         if not resume or k8s.get("code_hash") != current:
             k8s = {}
-        self.data["k8s"] = {**k8s, "code_hash": current, "git_head": fresh["git_head"]}
+        # The machine of the cluster runs (the file's own "machine" is the local grid's).
+        self.data["k8s"] = {
+            **k8s,
+            "code_hash": current,
+            "git_head": fresh["git_head"],
+            "machine": fresh["machine"],
+        }
         kept = sum(1 for r in self.data["records"] if r.get("runtime") == "k8s")
         log(f"k8s runs join {self.path}: {kept} kept, {len(dropped)} earlier ones dropped")
 
@@ -1032,8 +1038,8 @@ def execute_k8s(
         "initial_cores": initial,
         "steps": steps,
         "all_cores_s": round(all_cores_s, 3),
-        "machine_cores": results.data["machine"]["cores"],
-        "machine_model": results.data["machine"]["model"],
+        "machine_cores": results.data["k8s"]["machine"]["cores"],
+        "machine_model": results.data["k8s"]["machine"]["model"],
         "limiter": "kubernetes in-place resize (operator out of cluster)",
         "date": _now(),
         "load_1m": load,

@@ -44,7 +44,7 @@ CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
 API_GROUP, API_VERSION, PLURAL = "decor.dev", "v1alpha1", "deadlinetrainingjobs"
 TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
 # The cluster subset of the benchmark: the three reference workloads, the feasible
-# settings, both controllers, two repetitions (60 runs, about an hour on a 2-core machine).
+# settings, both controllers, two repetitions (60 runs, about 45 min on a 2-core machine).
 K8S_WORKLOADS = ("resnet", "vgg", "lstm")
 K8S_SCENARIOS = ("d1.5", "d1.8", "d2.5", "move-0.8", "disturb")
 K8S_POLICIES = ("decor", "decor-nn")

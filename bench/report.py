@@ -52,7 +52,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         "cluster": cluster,
         "checks": bl.target_checks(local, ratio, cluster),
         "per_workload": per_workload,
-        "runs": len(records),
+        "runs": len(bl.of_runtime(records, "local")),
         "failed": sum(1 for r in records if not bl.valid(r)),
         "discarded": len(results.get("discarded", [])),
         "noisy": sum(1 for r in records if r.get("noisy")),
@@ -87,10 +87,17 @@ def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def _cluster_section(cluster: dict[str, Any] | None, code_hash: str | None) -> list[str]:
+def _cluster_section(cluster: dict[str, Any] | None, results: dict[str, Any]) -> list[str]:
     """The cluster path: the same jobs as DeadlineTrainingJobs on the test bed."""
     if cluster is None:
         return []
+    meta = results.get("k8s") or {}
+    code_hash = meta.get("code_hash")
+    dates = sorted(
+        r["date"] for r in bl.of_runtime(results.get("records", []), "k8s") if r.get("date")
+    )
+    profiles = meta.get("profiles") or {}
+    t_text = ", ".join(f"{w} {float(p['all_cores_s']):.1f} s" for w, p in sorted(profiles.items()))
     out = [
         "",
         "## Cluster path",
@@ -98,12 +105,20 @@ def _cluster_section(cluster: dict[str, Any] | None, code_hash: str | None) -> l
         "The same jobs as DeadlineTrainingJobs on the single-node test bed (kube-apiserver, "
         "kubelet and containerd built from source, Kubernetes 1.35): the operator reads progress "
         "from Prometheus and resizes the pod in place. Deadlines are factors of T measured on the "
-        "cluster (one all-cores job there; pod start-up included). Core-seconds integrate the "
-        "pod's CPU limit as the kubelet reports it."
+        "cluster (one all-cores job there; pod start-up included"
+        + (f": {t_text}" if t_text else "")
+        + "). Core-seconds integrate the pod's CPU limit as the kubelet reports it."
         + (
-            f" Code measured: controller, runtime and trainer hash `{code_hash}`."
+            f" Code measured: git `{meta.get('git_head', '?')}`, controller, runtime and trainer "
+            f"hash `{code_hash}`."
             if code_hash
             else ""
+        )
+        + (f" Runs from {dates[0]} to {dates[-1]}" if dates else "")
+        + (
+            f" on {machine['cores']} cores, {machine.get('model', '?')}."
+            if (machine := meta.get("machine"))
+            else "."
         ),
         "",
     ]
@@ -140,7 +155,9 @@ def render_markdown(
     machine = results.get("machine", {})
     local = summary["local"]
     policies, scenarios = local["policies"], local["scenarios"]
-    dates = sorted(r["date"] for r in results.get("records", []) if r.get("date"))
+    dates = sorted(
+        r["date"] for r in bl.of_runtime(results.get("records", []), "local") if r.get("date")
+    )
     out: list[str] = [
         "# DECOR benchmarks",
         "",
@@ -324,7 +341,7 @@ def render_markdown(
             ],
             pw_rows,
         )
-    out += _cluster_section(summary["cluster"], (results.get("k8s") or {}).get("code_hash"))
+    out += _cluster_section(summary["cluster"], results)
     traces = [k for k in images if k.startswith("trace:")]
     if traces:
         out += ["", "## Progress against the set point", "",
@@ -394,7 +411,7 @@ def render_markdown(
         "make bench-smoke     # 2-3 min: exercises the harness, asserts nothing about performance",
         "make bench-quick     # ~2 h: 4 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
         "make bench           # the full grid (T ~ 60 s): several hours",
-        "make bench-k8s       # ~80 min: the cluster subset (test bed up, 60 runs, test bed down)",
+        "make bench-k8s       # ~45 min: the cluster subset (test bed up, 60 runs, test bed down)",
         "python bench/report.py   # this page, from results.json",
         "```",
         "",

@@ -290,6 +290,29 @@ def test_target_checks_are_honest() -> None:
     assert checks["decor at 1.0x no later than static MAX"].met is True  # +0.3% vs +0.4%
 
 
+def test_cluster_targets_check_the_mean_and_the_latest_run() -> None:
+    def k8s(dev: float, rep: int = 0) -> dict[str, Any]:
+        return rec("decor", "d1.8", dev, rep=rep, runtime="k8s", date="2026-11-25T19:00:00+00:00")
+
+    def checks(records: list[dict[str, Any]]) -> dict[str, Any]:
+        cluster = bl.aggregate(records, "k8s")
+        found = bl.target_checks(bl.aggregate(records), None, cluster)
+        return {c.name: c for c in found}
+
+    on_time = checks([k8s(-0.4), k8s(0.3, rep=1)])
+    assert on_time["cluster path mean |deviation| <= 0.8%"].met is True
+    assert on_time["no decor cluster run late by more than 1%"].met is True
+    one_late = checks([k8s(-0.1), k8s(1.2, rep=1)])  # mean 0.65 %, but one run 1.2 % late
+    assert one_late["cluster path mean |deviation| <= 0.8%"].met is True
+    assert one_late["no decor cluster run late by more than 1%"].met is False
+    results = {"records": [k8s(-0.4)], "k8s": {"git_head": "abc1234", "code_hash": "h",
+               "profiles": {"resnet": {"all_cores_s": 19.3}},
+               "machine": {"cores": 2, "model": "cluster cpu"}}}  # fmt: skip
+    text = "\n".join(report._cluster_section(bl.aggregate(results["records"], "k8s"), results))
+    assert "git `abc1234`" in text and "resnet 19.3 s" in text
+    assert "from 2026-11-25T19:00:00+00:00" in text and "on 2 cores, cluster cpu." in text
+
+
 def test_render_markdown_has_tables_targets_and_machine() -> None:
     results = {
         "grid": "quick", "machine": {"cores": 2, "model": "test cpu", "kernel": "6.18"},
