@@ -92,6 +92,12 @@ class Settings:
     # lower one once level_up_periods at the upper one are (sooner: being behind is riskier).
     level_hold_periods: float = 3.0
     level_up_periods: float = 2.0
+    # decor, CPU, a job that has run at MAX only: the lower whole-core level is measured (a
+    # probe) only while the job's lead at MAX covers what this many periods there cost: the
+    # period its resize settles in, the period it is measured in, and one for the trainer's
+    # threads to follow the limit down and back up. Near a tight deadline a probe is a round
+    # trip the lead cannot pay for (at 1.0x, VGG finished up to 3.3 % late after one).
+    probe_periods: float = 3.0
     # decor, GPU: shrink only to a count that still finishes this fraction of the time left
     # early. A smaller count first makes it at the period where it only just makes it, so
     # without a reserve a noisy slow-down right after the shrink costs a restart back (and
@@ -543,7 +549,8 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 # Only MAX measured (the job's start), and no hurry: measure the lower level.
                 probe_lower=fewest is not None
                 and fewest >= top
-                and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation,
+                and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation
+                and settings.target_s - eta_at_max >= _probe_cost_s(lower, top, settings),
                 # The upper level never measured (a job that starts at one core): measure it.
                 probe_upper=most is not None and most < lower + 1,
             )
@@ -594,6 +601,13 @@ def _level_too_new(current: float, state: State, settings: Settings, now: float)
         and state.last_change_s is not None
         and now - state.last_change_s < settings.level_up_periods * settings.period_s
     )
+
+
+def _probe_cost_s(lower: int, top: float, settings: Settings) -> float:
+    """Seconds a probe of the ``lower`` whole-core level puts a job at ``top`` cores behind:
+    ``probe_periods`` periods at the lower speed, under linear speed-up (the whole-core fit
+    has measured MAX only)."""
+    return settings.probe_periods * settings.period_s * (1.0 - lower / top)
 
 
 def planned_time_s(horizon_s: float, settings: Settings) -> float:

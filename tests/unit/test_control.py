@@ -453,6 +453,35 @@ def test_decor_cpu_probes_an_unmeasured_level(
     assert decision.allocation == want, why
 
 
+@pytest.mark.parametrize(
+    ("horizon_s", "want", "why"),
+    [
+        (2.6, 2.0, "a 0.6 s lead at MAX pays for no probe (3 periods at half speed: 1.5 s)"),
+        (4.0, 1.0, "a 2.0 s lead does: probe the lower level"),
+    ],
+)
+def test_decor_cpu_probes_the_lower_level_only_while_the_lead_pays_for_it(
+    horizon_s: float, want: float, why: str
+) -> None:
+    # A job that started at MAX (2 cores, the only level measured: 0.2 s per step), 10 steps
+    # left: 2 s at MAX. Either way it needs well under 90 % of MAX under linear speed-up.
+    settings = cpu_settings(
+        95.0 + horizon_s + 0.1, "decor", max_allocation=2.0, safety_margin_s=0.1
+    )
+    assert settings.target_s == pytest.approx(95.0 + horizon_s)
+    state = State(
+        policy="decor",
+        allocation=2.0,
+        level_fit=SpeedFit().add(0.5, 0.2, 100, 90.0, 20.0),
+        fewest_cores_measured=2.0,
+        most_cores_measured=2.0,
+        decisions=90,
+    )
+    decision = decide(state, observation(95, 990, 2.0, total=1000), settings, 95)
+    assert decision.allocation == want, why
+    assert decision.condition == ON_TRACK
+
+
 def test_decor_cpu_learns_fast_that_a_second_thread_adds_nothing() -> None:
     # One core runs as fast as two (the LSTM reference workload): starting at MAX, a need
     # that looks like 1.5 cores under linear speed-up goes to one core at once and, once one
