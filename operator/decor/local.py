@@ -378,7 +378,7 @@ class _LocalJob:
         resources = self.job.resources
         initial = control.start_allocation(
             self.settings,
-            min(resources.initial, self.max_cores),
+            resources.initial,  # clamped to the machine's cores with the settings' MAX
             resources.initial_given,
             self.job.planned_steps,
             self.job.estimate,
