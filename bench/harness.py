@@ -4,9 +4,10 @@ For each reference workload: profile it (a short all-cores probe sizes the job s
 all-cores run takes the grid's T; one full all-cores run measures T; short runs at fractions
 of MAX give the speed curve), then run every (scenario, policy, repetition) of the grid
 through the local runtime (``decor.local.run_local``, the same controller and cgroup
-actuator as ``decor run --local``). Policies of one setting run back to back in a shuffled
-order. Deadline moves are sent with ``decor.local.request_deadline`` from a thread; the
-disturbance is CPU-bound Python processes in the harness's own cgroup (not the job's).
+actuator as ``decor run --local``). Policies of one setting run back to back, their order
+balanced over the repetitions (``benchlib.plan_runs``). Deadline moves are sent with
+``decor.local.request_deadline`` from a thread; the disturbance is CPU-bound Python
+processes in the harness's own cgroup (not the job's).
 
 Every finished run is appended to ``OUT/results.json`` at once (``--resume`` skips runs
 already there), its compact trace to ``OUT/traces.json``. Then ``bench/report.py`` writes
@@ -1119,7 +1120,7 @@ def main(argv: list[str] | None = None) -> int:
         help="1-minute load under which the machine counts as quiet",
     )
     parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the policy order per setting")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the policy order per setting (balanced over repetitions)")
     parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
     parser.add_argument(
         "--runtime",

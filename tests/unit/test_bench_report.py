@@ -57,6 +57,31 @@ def test_quick_grid_interleaves_policies_per_setting() -> None:
     assert bl.plan_runs(grid, seed=3) == runs
 
 
+@pytest.mark.parametrize("seed", [0, 1, 3, 78])
+def test_policy_order_is_balanced_over_repetitions(seed: int) -> None:
+    """Two policies that run in the same settings run first equally often."""
+    study = bl.narrow_grid(
+        bl.make_grid("quick"), scenarios=["d1.0"], policies=["decor", "static-max"], reps=6
+    )
+    quick = bl.make_grid("quick")
+    for grid, pair in ((study, ("decor", "static-max")), (quick, ("decor", "decor-nn"))):
+        runs = bl.plan_runs(grid, seed=seed)
+        for workload in grid.workloads:
+            for scenario in grid.scenarios:
+                first = []
+                for rep in range(max(grid.reps.values())):
+                    order = [
+                        r.policy
+                        for r in runs
+                        if (r.workload, r.scenario, r.repetition) == (workload.name, scenario, rep)
+                        and r.policy in pair
+                    ]
+                    if len(order) == 2:
+                        first.append(order[0])
+                if first:
+                    assert first.count(pair[0]) == first.count(pair[1]), (workload, scenario)
+
+
 def test_smoke_grid_is_small() -> None:
     grid = bl.make_grid("smoke")
     runs = bl.plan_runs(grid)
