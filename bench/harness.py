@@ -1120,7 +1120,12 @@ def main(argv: list[str] | None = None) -> int:
         help="1-minute load under which the machine counts as quiet",
     )
     parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the policy order per setting (balanced over repetitions)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the policy order per setting (balanced over repetitions)",
+    )
     parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
     parser.add_argument(
         "--runtime",

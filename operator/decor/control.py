@@ -546,6 +546,10 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 0.0 if replan else state.level_credit_s,
                 settings,
                 deadline_move_s=moved_s if replan else 0.0,
+                upper_need_s=_upper_need_s(
+                    fraction * planned_time_s(horizon, settings), lower, current, state, obs, now
+                ),
+                endgame=horizon < endgame_s,
                 # Only MAX measured (the job's start), and no hurry: measure the lower level.
                 probe_lower=fewest is not None
                 and fewest >= top
@@ -575,7 +579,12 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             else quantize(current * (1 - settings.endgame_step_ratio), settings)
         )
         target = min(current, max(target, floor))
-    if target < current and not replan and _level_too_new(current, state, settings, now):
+    if (
+        target < current
+        and not replan
+        and horizon >= endgame_s
+        and _level_too_new(current, state, settings, now)
+    ):
         target = current
     if settled_now and not replan:
         # The interval that ends here ran partly at the old allocation, so it taught the
@@ -603,6 +612,20 @@ def _level_too_new(current: float, state: State, settings: Settings, now: float)
     )
 
 
+def _upper_need_s(
+    planned_s: float, lower: int, current: float, state: State, obs: Observation, now: float
+) -> float:
+    """Seconds the rest of the plan needs at the upper level ``lower + 1``: ``planned_s`` as
+    of the sample, less the time the job has run there since (a scraped sample can be several
+    periods old; at the lower level the need does not change with time)."""
+    if thread_cores(current) != lower + 1:
+        return planned_s
+    since_s = now - obs.time_s
+    if state.last_change_s is not None:
+        since_s = min(since_s, now - state.last_change_s)
+    return planned_s - max(0.0, since_s)
+
+
 def _probe_cost_s(lower: int, top: float, settings: Settings) -> float:
     """Seconds a probe of the ``lower`` whole-core level puts a job at ``top`` cores behind:
     ``probe_periods`` periods at the lower speed, under linear speed-up (the whole-core fit
@@ -626,6 +649,8 @@ def _whole_core_level(
     probe_lower: bool = False,
     probe_upper: bool = False,
     deadline_move_s: float = 0.0,
+    upper_need_s: float = math.inf,
+    endgame: bool = False,
 ) -> tuple[float, float]:
     """The allocation (``lower`` or ``lower + 1`` cores) and the new level credit, for a
     need that takes the upper level a ``fraction`` of the time.
@@ -650,6 +675,14 @@ def _whole_core_level(
     moved deadline starts the pair afresh, owing nothing: at the level in the move's direction
     when the job runs at one of the pair (earlier: the upper level, later: the lower one), so
     that the answer is a resize now wherever one is due; else at the nearer level.
+
+    ``upper_need_s``: the seconds the rest of the plan needs at the upper level (``fraction``
+    of the planned time). No level is held past it: the upper level is left once the rest
+    needs less than half a period there. In the ``endgame`` the credit's hysteresis is
+    dropped: the upper level is taken while the rest needs at least half a period there, the
+    lower one otherwise. The credit piles up the small share of a need just above a level
+    for tens of seconds; spent as a trip of two periods or more in a job's last seconds, it
+    finished the job up to 2.8 % early in simulation (VGG's speed curve at 1.5x).
     """
     at = usable_cores(current, settings)
     if probe_upper:
@@ -661,6 +694,9 @@ def _whole_core_level(
     in_pair = at in (lower, lower + 1)
     if in_pair and deadline_move_s != 0.0:
         return clamp(float(lower + 1 if deadline_move_s < 0 else lower), settings), 0.0
+    half_period_s = 0.5 * settings.period_s
+    if endgame:  # the rest of the upper level's share, to the nearest period, first
+        return clamp(float(lower + 1 if upper_need_s >= half_period_s else lower), settings), 0.0
     if not in_pair:  # a new pair of levels: the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
     upper_now = at == lower + 1
@@ -668,12 +704,13 @@ def _whole_core_level(
     # sign was left by the previous pair of levels.
     credit_s = max(0.0, credit_s) if not upper_now else min(0.0, credit_s)
     credit_s += (fraction - (1.0 if upper_now else 0.0)) * settings.period_s
+    upper_needed = upper_need_s >= half_period_s
     if upper_now:
         down_s = settings.level_hold_periods * settings.period_s
-        level = lower if credit_s < -down_s else lower + 1
+        level = lower if credit_s < -down_s or not upper_needed else lower + 1
     else:
         up_s = settings.level_up_periods * settings.period_s
-        level = lower + 1 if credit_s > up_s else lower
+        level = lower + 1 if credit_s > up_s and upper_needed else lower
     if level != at:
         credit_s = 0.0
     return clamp(float(level), settings), credit_s
