@@ -89,7 +89,9 @@ class Settings:
     reserve_ratio: float = 0.05
     # decor, CPU, above one core: a need between whole-core levels n and n + 1 alternates the
     # two. The upper level is left once this many periods at the lower one are owed, the
-    # lower one once level_up_periods at the upper one are (sooner: being behind is riskier).
+    # lower one once level_up_periods at the upper one are (sooner: being behind is riskier),
+    # and neither is held past what the rest of the plan needs at the upper level; in the end
+    # game that need alone picks the level.
     level_hold_periods: float = 3.0
     level_up_periods: float = 2.0
     # decor, CPU, a job that has run at MAX only: the lower whole-core level is measured (a
@@ -196,22 +198,33 @@ class SpeedFit:
             updated_s=now_s,
         )
 
-    def coefficients(self) -> tuple[float, float] | None:
+    def spread(self) -> bool:
+        """The samples span a wide enough range of allocations to tell a from b (relative
+        variance of x at least FIT_MIN_SPREAD)."""
+        if self.sw <= 0 or self.sxx <= 0:
+            return False
+        mean_x = self.sx / self.sw
+        return self.sxx / self.sw - mean_x * mean_x >= FIT_MIN_SPREAD * self.sxx / self.sw
+
+    def coefficients(self, shape: float | None = None) -> tuple[float, float] | None:
         """(a, b) in seconds per step, or None before any sample.
 
         b (the per-step time no core can speed up) is only estimated once the samples span
-        a wide enough range of allocations (relative variance of x >= FIT_MIN_SPREAD); before
-        that the fit goes through the origin, i.e. assumes linear speed-up. A narrow range
-        cannot tell a fixed cost from a slow rate, and extrapolating a spurious b to MAX
-        would call a feasible deadline infeasible.
+        a wide enough range of allocations (:meth:`spread`); before that the fit keeps
+        ``shape`` = b / a, the ratio an earlier spread of samples measured (None: 0, linear
+        speed-up), and scales it to the samples. A narrow range cannot tell a fixed cost
+        from a slow rate, and extrapolating a spurious b to MAX would call a feasible
+        deadline infeasible.
         """
         if self.sw <= 0 or self.sxx <= 0:
             return None
         mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
         exx, exy = self.sxx / self.sw, self.sxy / self.sw
         var_x = exx - mean_x * mean_x
-        if var_x < FIT_MIN_SPREAD * exx:
-            return exy / exx, 0.0
+        if not self.spread():
+            k = shape or 0.0
+            a = (self.sxy + k * self.sy) / (self.sxx + 2 * k * self.sx + k * k * self.sw)
+            return a, a * k
         a = (exy - mean_x * mean_y) / var_x
         b = mean_y - a * mean_x
         if a <= 0:  # no measurable speed-up: all of the step time is fixed
@@ -237,6 +250,10 @@ class State:
     decisions: int = 0
     level_credit_s: float = 0.0  # decor CPU: seconds owed at the upper whole-core level
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
+    # decor CPU: b / a of the whole-core fit when its samples last spanned two levels. The fit
+    # forgets with time, levels alike: after half a minute at one level the other's samples
+    # fade below the spread a and b need, and the staircase's shape is kept from here.
+    level_shape: float | None = None
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
     deadline_s: float | None = None  # decor: the deadline the last decision planned for
@@ -409,7 +426,7 @@ def _nn_condition(
 
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
-    fit, level_fit = state.fit, state.level_fit
+    fit, level_fit, level_shape = state.fit, state.level_fit, state.level_shape
     fewest, most = state.fewest_cores_measured, state.most_cores_measured
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
@@ -432,6 +449,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
                 fit = fit.add(1.0 / cores, *sample)
             if settings.mode == "cpu" and cores >= 1.0:
                 level_fit = level_fit.add(1.0 / cores, *sample)
+                level_shape = _shape_of(level_fit, level_shape)
                 fewest = min(cores, fewest if fewest is not None else math.inf)
                 most = max(cores, most if most is not None else 0.0)
     # CPU: a resize that was seen pending has taken effect by this sample.
@@ -459,6 +477,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         state,
         fit=fit,
         level_fit=level_fit,
+        level_shape=level_shape,
         fewest_cores_measured=fewest,
         most_cores_measured=most,
         last_time_s=obs.time_s,
@@ -489,7 +508,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             "the deadline was already past when the job started; running at MAX",
             None,
         )
-    step_time = _step_time_model(fit, level_fit, settings)
+    step_time = _step_time_model(fit, level_fit, settings, level_shape)
     if step_time is None:
         return Decision(
             allocation=state.allocation, state=base, condition=STARTING, message="measuring speed"
@@ -604,7 +623,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
 def _level_too_new(current: float, state: State, settings: Settings, now: float) -> bool:
     """A whole-core level above one core is held ``level_up_periods`` at least, even when the
     need leaves its pair: going up for one period and straight back down is a resize each way
-    for the work of one period."""
+    for the work of one period. (Not in the end game: the caller asks only before it.)"""
     return (
         current >= 2.0
         and state.last_change_s is not None
@@ -716,16 +735,29 @@ def _whole_core_level(
     return clamp(float(level), settings), credit_s
 
 
+def _shape_of(level_fit: SpeedFit, shape: float | None) -> float | None:
+    """b / a of the whole-core fit while its samples span levels (else ``shape`` as it was)."""
+    if not level_fit.spread():
+        return shape
+    coeffs = level_fit.coefficients()
+    assert coeffs is not None
+    a, b = coeffs
+    return b / a if a > 0 else shape
+
+
 def _step_time_model(
-    fit: SpeedFit, level_fit: SpeedFit, settings: Settings
+    fit: SpeedFit, level_fit: SpeedFit, settings: Settings, level_shape: float | None = None
 ) -> Callable[[float], float] | None:
     """Seconds per step at an allocation, from what was measured; None before any sample.
 
     GPU: one fit, a/g + b. CPU: below one core the sub-core fit (one thread, throttled:
     proportional to the quota when only the whole-core fit exists), at whole cores the
-    whole-core fit (proportional to cores from one core when only the sub-core fit exists).
+    whole-core fit (proportional to cores from one core when only the sub-core fit exists),
+    with the ``level_shape`` last measured once its samples no longer span two levels.
+    Without that, half a minute at one core made VGG's second core look 1.6x as useful as
+    measured (78 steps/s at two cores, against 61.5), and the job stayed at one core.
     """
-    sub, whole = fit.coefficients(), level_fit.coefficients()
+    sub, whole = fit.coefficients(), level_fit.coefficients(level_shape)
     if settings.mode != "cpu":
         if sub is None:
             return None
@@ -889,7 +921,7 @@ def _hold_or_change(
 def step_time_curve(state: State, settings: Settings) -> Callable[[float], float] | None:
     """The job's fitted speed curve: seconds per step at an allocation (decreasing in it);
     None before anything was measured. The planner predicts finishes with it."""
-    return _step_time_model(state.fit, state.level_fit, settings)
+    return _step_time_model(state.fit, state.level_fit, settings, state.level_shape)
 
 
 def follow_grant(

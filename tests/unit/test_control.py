@@ -671,7 +671,9 @@ VGG_LIKE = Plant(a=0.01936, b=0.00706, noise=0.08, whole_threads=True)
 def test_a_need_just_above_one_core_is_not_paid_for_in_the_last_seconds() -> None:
     """At 1.5x the VGG-like job needs one core and a tenth of the time at two. The credit
     used to pile up that tenth over the run and spend it as a trip of two periods or more in
-    the job's last seconds, finishing up to 2.8 % early (mean -0.68 %, 20 seeds)."""
+    the job's last seconds, finishing up to 2.8 % early (mean -0.68 %, 20 seeds). It also
+    relies on the upper level's own measured speed: the whole-core fit, having forgotten the
+    two-core intervals, took two cores for twice one core's speed."""
     steps = 1374  # about 23 s at two cores
     deadline_s = 1.5 * steps * VGG_LIKE.mean_step_time_s(2.0, 0.0)
     devs = []
@@ -682,8 +684,9 @@ def test_a_need_just_above_one_core_is_not_paid_for_in_the_last_seconds() -> Non
         result = run_closed_loop(settings, VGG_LIKE, steps, seed=seed, initial_allocation=1.0)
         assert result.finished_s is not None
         devs.append(result.deviation_pct)
-    assert min(devs) > -0.5, devs
+    assert min(devs) > -1.0, devs
     assert max(devs) < 1.0, devs
+    assert abs(sum(devs) / len(devs)) < 0.3, devs
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -294,3 +298,73 @@ def test_sidecar_registry_exposes_the_file(tmp_path: Path) -> None:
     assert value(registry, "decor_steps_completed_total") == 120
     assert value(registry, "decor_step_duration_seconds") == 0.081
     assert value(registry, "decor_last_step_timestamp_seconds") == 1.5e9
+
+
+HELPER_LOOP = """
+import sys
+from decor_trainer import progress
+for _ in range(int(sys.argv[1])):
+    progress.step(samples=2)
+print("done", flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(("steps", "lingers"), [(3, True), (2, False)])
+def test_a_loop_that_finished_its_plan_keeps_serving_its_final_step_at_exit(
+    steps: int, lingers: bool
+) -> None:
+    """The two-line helper lingers like the reference trainer (``DECOR_METRICS_LINGER_S``)
+    once every planned step is done, so the controller stamps the finish with the last step's
+    time; a loop that stops short of its plan exits at once."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DECOR_EPOCHS": "1",
+        "DECOR_STEPS_PER_EPOCH": "3",
+        "DECOR_METRICS_PORT": str(port),
+        "DECOR_METRICS_ADDRESS": "127.0.0.1",
+        "DECOR_METRICS_LINGER_S": "30",
+    }
+    env.pop("DECOR_PROGRESS_FILE", None)
+    with subprocess.Popen(
+        [sys.executable, "-c", HELPER_LOOP, str(steps)], env=env, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            if not lingers:
+                assert child.wait(timeout=10) == 0
+                return
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+            values = {
+                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            }
+            assert values["decor_steps_completed_total"] == 3 == values["decor_steps_planned"]
+            assert child.poll() is None, "exited before its final step could be scraped"
+            child.terminate()  # what the local runtime does once it has seen the final step
+            assert child.wait(timeout=10) != 0
+        finally:
+            child.kill()
+
+
+def test_linger_returns_at_once_before_the_plan_is_done() -> None:
+    with ProgressReporter(
+        steps_planned=3, epochs_planned=1, port=0, address="127.0.0.1"
+    ) as reporter:
+        reporter.step_done()
+        started = time.monotonic()
+        reporter.linger(30.0)
+        assert time.monotonic() - started < 1.0
+        reporter.step_done()
+        reporter.step_done()
+        assert reporter.finished
+        calls = []
+        reporter.linger(30.0, stop=lambda: len(calls) > 2 or calls.append(1) is not None)
+        assert time.monotonic() - started < 5.0 and len(calls) == 3

@@ -11,15 +11,23 @@ Optionally call ``progress.epoch()`` after every epoch. The first call creates a
 trainer (``DECOR_EPOCHS``, ``DECOR_STEPS_PER_EPOCH``, and ``DECOR_PROGRESS_FILE`` for the
 sidecar or ``DECOR_METRICS_PORT`` for the in-process endpoint). Call :func:`init` first to
 set the plan or the resume point yourself. None of these functions ever raises.
+
+When the process exits after the last planned step, the endpoint stays up
+``DECOR_METRICS_LINGER_S`` seconds (the local runtime sets it; it stops the trainer as
+soon as it has seen the final step), so the finish is stamped with the last step's own
+time, not with the end of the interpreter's shutdown.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
-from .reporter import ProgressReporter
+from .reporter import ENV_METRICS_LINGER_S, ProgressReporter
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,8 @@ def init(**kwargs: Any) -> ProgressReporter | None:
     """
     global _reporter, _initialized
     with _lock:
+        if not _initialized:
+            atexit.register(_linger_at_exit)
         _initialized = True
         try:
             if _reporter is not None:
@@ -72,3 +82,21 @@ def close() -> None:
         if _reporter is not None:
             _reporter.close()
         _reporter, _initialized = None, False
+
+
+def linger_seconds(environ: Mapping[str, str] = os.environ) -> float:
+    """``DECOR_METRICS_LINGER_S`` as seconds (0 when unset or malformed, which is logged)."""
+    raw = environ.get(ENV_METRICS_LINGER_S, "").strip()
+    try:
+        return max(0.0, float(raw)) if raw else 0.0
+    except ValueError:
+        log.warning(
+            "$%s must be a number of seconds, got %r; not lingering", ENV_METRICS_LINGER_S, raw
+        )
+        return 0.0
+
+
+def _linger_at_exit() -> None:
+    reporter = _reporter
+    if reporter is not None:
+        reporter.linger(linger_seconds())

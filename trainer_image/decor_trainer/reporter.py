@@ -373,6 +373,23 @@ class ProgressReporter:
         except Exception as exc:  # noqa: BLE001
             self._errors.report(f"epoch:{type(exc).__name__}", f"epoch_done failed: {exc!r}")
 
+    @property
+    def finished(self) -> bool:
+        """Every planned step is done (False while the plan is unknown)."""
+        return 0 < self._steps_planned <= self._steps
+
+    def linger(self, seconds: float, stop: Callable[[], bool] = lambda: False) -> None:
+        """After the last planned step, keep serving ``/metrics`` up to ``seconds`` (or until
+        ``stop()``), so that a controller scraping every period sees the final step and its
+        time stamp before the process is gone: without it, a loop that exits between two
+        scrapes is stamped with the time the controller noticed the exit. Returns at once
+        without an endpoint or before the plan is done."""
+        if seconds <= 0 or self._server is None or not self.finished:
+            return
+        until = time.monotonic() + seconds
+        while not stop() and time.monotonic() < until:
+            time.sleep(0.02)
+
     def close(self) -> None:
         """Stop the endpoint (if any). The progress file stays, with the final progress."""
         try:

@@ -723,17 +723,10 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
                     epoch_started, epoch_loss, epoch_steps = now, 0.0, 0
                 if main_rank and saver.due() and save("periodic"):
                     saver.saved()
-            if (
-                not stopping
-                and reporter is not None
-                and reporter.port is not None
-                and args.metrics_linger_s > 0
-            ):
+            if not stopping and reporter is not None:
                 # Keep /metrics up a moment (or until SIGTERM) so that a controller sees the
                 # final step and its time stamp before the process is gone.
-                linger_until = time.monotonic() + args.metrics_linger_s
-                while not stop.requested and time.monotonic() < linger_until:
-                    time.sleep(0.02)
+                reporter.linger(args.metrics_linger_s, lambda: stop.requested)
             if stopping:
                 log.info(
                     "signal %s: stopping at step %d/%d",
