@@ -566,6 +566,23 @@ class Results:
                     log(
                         "--resume: the previous results are of another grid or code; starting afresh"
                     )
+                self._keep_cluster_runs(old)
+
+    def _keep_cluster_runs(self, old: dict[str, Any]) -> None:
+        """A fresh local grid keeps the file's cluster runs (``make bench-k8s``): they carry
+        their own commit, machine and code hash, and the report names them apart."""
+        cluster = [r for r in old.get("records") or [] if r.get("runtime") == "k8s"]
+        if not cluster or not old.get("k8s"):
+            return
+        self.data["records"] = cluster
+        self.data["k8s"] = old["k8s"]
+        self.data["wall_s"] = {
+            k: v for k, v in (old.get("wall_s") or {}).items() if k.startswith("k8s")
+        }
+        if self.traces_path.exists():
+            traces = json.loads(self.traces_path.read_text())
+            self.traces = {k: v for k, v in traces.items() if k.startswith("k8s:")}
+        log(f"kept the {len(cluster)} cluster runs of git {old['k8s'].get('git_head')}")
 
     def _open_k8s(self, fresh: dict[str, Any], resume: bool) -> None:
         """Cluster runs join the results file as they find it (the local grid's records,

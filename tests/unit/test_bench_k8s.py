@@ -135,6 +135,29 @@ def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
     assert results.data["records"] == []
 
 
+def test_a_fresh_local_grid_keeps_the_cluster_runs(tmp_path: Path) -> None:
+    import harness
+
+    base = {"workload": "resnet", "scenario": "d1.5", "policy": "decor", "repetition": 0}
+    old = {
+        "grid": "quick",
+        "code_hash": "an-older-law",
+        "records": [{**base, "runtime": "local"}, {**base, "runtime": "k8s"}],
+        "k8s": {"git_head": "17d4489", "code_hash": "an-older-law"},
+        "wall_s": {"runs": 10.0, "k8s_this_invocation": 20.0},
+    }
+    (tmp_path / "results.json").write_text(json.dumps(old))
+    traces = {"local:resnet/d1.5/decor/r0": [1], "k8s:resnet/d1.5/decor/r0": [2]}
+    (tmp_path / "traces.json").write_text(json.dumps(traces))
+    results = harness.Results(tmp_path, bl.make_grid("quick"), "small", resume=False)
+    assert [r["runtime"] for r in results.data["records"]] == ["k8s"]
+    assert results.data["k8s"]["git_head"] == "17d4489"
+    assert results.data["code_hash"] == harness.code_hash()
+    assert results.data["wall_s"] == {"k8s_this_invocation": 20.0}
+    assert results.traces == {"k8s:resnet/d1.5/decor/r0": [2]}
+    assert json.loads((tmp_path / "results.prev.json").read_text()) == old
+
+
 def test_a_run_manifest_carries_the_estimate_it_is_given() -> None:
     import harness
     from decor.model import parse_job
