@@ -349,7 +349,7 @@ def test_a_loop_that_finished_its_plan_keeps_serving_its_final_step_at_exit(
             assert values["decor_steps_completed_total"] == 3 == values["decor_steps_planned"]
             assert child.poll() is None, "exited before its final step could be scraped"
             child.terminate()  # what the local runtime does once it has seen the final step
-            assert child.wait(timeout=10) != 0
+            assert child.wait(timeout=10) == 0, "SIGTERM ends the linger, not the process"
         finally:
             child.kill()
 

@@ -13,9 +13,10 @@ sidecar or ``DECOR_METRICS_PORT`` for the in-process endpoint). Call :func:`init
 set the plan or the resume point yourself. None of these functions ever raises.
 
 When the process exits after the last planned step, the endpoint stays up
-``DECOR_METRICS_LINGER_S`` seconds (the local runtime sets it; it stops the trainer as
-soon as it has seen the final step), so the finish is stamped with the last step's own
-time, not with the end of the interpreter's shutdown.
+``DECOR_METRICS_LINGER_S`` seconds or until SIGTERM (the local runtime sets it, and stops
+the trainer as soon as it has seen the final step; the process then exits with the status
+it had), so the finish is stamped with the last step's own time, not with the end of the
+interpreter's shutdown.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -97,6 +99,15 @@ def linger_seconds(environ: Mapping[str, str] = os.environ) -> float:
 
 
 def _linger_at_exit() -> None:
+    """At exit after the last planned step, linger; SIGTERM (the controller has seen the
+    final step) ends it with the exit status the loop had, not a kill by signal."""
     reporter = _reporter
-    if reporter is not None:
-        reporter.linger(linger_seconds())
+    seconds = linger_seconds()
+    if reporter is None or seconds <= 0 or not reporter.finished:
+        return
+    stopped = threading.Event()
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    except ValueError:  # not the main thread: a SIGTERM kills as before
+        pass
+    reporter.linger(seconds, stopped.is_set)
