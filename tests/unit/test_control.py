@@ -35,6 +35,7 @@ from decor.control import (
     decide,
     initial_state,
     start_allocation,
+    step_time_curve,
     usable_cores,
 )
 from decor.simulate import Plant, SimResult, run_closed_loop
@@ -323,6 +324,38 @@ def test_speed_fit_assumes_linear_speed_up_with_one_allocation() -> None:
     got_a, got_b = coefficients
     assert got_b == pytest.approx(0.0, abs=1e-9)
     assert got_a == pytest.approx(0.46, rel=1e-6)  # 4 cores would take 0.115 s per step
+
+
+def test_speed_fit_keeps_a_measured_shape_and_follows_the_scale() -> None:
+    """One allocation and a shape b/a measured before: the fit scales that shape to the
+    samples (a uniform slow-down), instead of assuming linear speed-up."""
+    fit = SpeedFit()
+    for i in range(5):
+        fit = fit.add(1.0, 0.030, 10, float(i), 20.0)  # 0.030 s per step at 1 core
+    coefficients = fit.coefficients(shape=0.5)  # b = a / 2: 2 cores take 2/3 of 1 core's time
+    assert coefficients is not None
+    got_a, got_b = coefficients
+    assert got_a + got_b == pytest.approx(0.030, rel=1e-9)  # through the samples
+    assert got_b == pytest.approx(0.5 * got_a, rel=1e-9)
+    assert got_a / 2 + got_b == pytest.approx(0.020, rel=1e-9)
+    assert fit.coefficients() == fit.coefficients(shape=None)
+
+
+def test_the_upper_whole_core_level_keeps_its_measured_speed_after_a_long_stay_below() -> None:
+    """Two cores measured for 3 periods, then 40 at one core: the model's two-core step time
+    stays what was measured (1.6x one core's speed), not twice one core's speed."""
+    settings = cpu_settings(400.0, "decor", min_allocation=0.25, max_allocation=2.0)
+    one_s, two_s = 1 / 37.85, 1 / 59.74  # VGG's speeds on the benchmark VM (steps/s)
+    state, t, steps = initial_state(settings, 2.0), 0.0, 0.0
+    for cores, periods in ((2.0, 4), (1.0, 41)):
+        for _ in range(periods):
+            state = decide(state, observation(t, steps, cores, total=20000), settings, t).state
+            t, steps = t + 1.0, steps + 1.0 / (two_s if cores == 2.0 else one_s)
+    assert not state.level_fit.spread()  # the two-core samples have faded
+    model = step_time_curve(state, settings)
+    assert model is not None
+    assert model(1.0) == pytest.approx(one_s, rel=0.02)
+    assert model(2.0) == pytest.approx(two_s, rel=0.02)
 
 
 def test_speed_fit_is_empty_before_any_sample() -> None:
