@@ -635,13 +635,16 @@ def _upper_need_s(
     planned_s: float, lower: int, current: float, state: State, obs: Observation, now: float
 ) -> float:
     """Seconds the rest of the plan needs at the upper level ``lower + 1``: ``planned_s`` as
-    of the sample, less the time the job has run there since (a scraped sample can be several
-    periods old; at the lower level the need does not change with time)."""
-    if thread_cores(current) != lower + 1:
-        return planned_s
-    since_s = now - obs.time_s
-    if state.last_change_s is not None:
-        since_s = min(since_s, now - state.last_change_s)
+    of the sample, less the time the job has run there since. A scraped sample can be several
+    periods old: the job may be there since the sample or since it went up, or it may have
+    come down from there after the sample (at the lower level the need does not change)."""
+    changed_s = state.last_change_s
+    if thread_cores(current) == lower + 1:  # there since the sample, or since the change
+        since_s = now - max(obs.time_s, changed_s if changed_s is not None else obs.time_s)
+    elif changed_s is not None and changed_s > obs.time_s:
+        since_s = changed_s - obs.time_s  # came down from it after the sample
+    else:
+        since_s = 0.0
     return planned_s - max(0.0, since_s)
 
 

@@ -31,6 +31,7 @@ from decor.control import (
     Settings,
     SpeedFit,
     State,
+    _upper_need_s,
     _whole_core_level,
     decide,
     initial_state,
@@ -695,6 +696,25 @@ def test_no_whole_core_level_is_held_past_the_rest_of_the_plans_need(
         1, 0.1, current, credit_s, settings, upper_need_s=upper_need_s, endgame=endgame
     )
     assert level == want, why
+
+
+@pytest.mark.parametrize(
+    ("current", "sample_s", "last_change_s", "want_s", "why"),
+    [
+        (2.0, 99.9, 90.0, 3.9, "at the upper level: less the time since a fresh sample"),
+        (2.0, 95.0, 97.0, 1.0, "went up after a stale sample: less the time since going up"),
+        (1.0, 95.0, 98.0, 1.0, "came down after a stale sample: less the 3 s it ran up there"),
+        (1.0, 99.9, 90.0, 4.0, "at the lower level since before the sample: unchanged"),
+    ],
+)
+def test_the_upper_levels_need_counts_the_time_there_since_the_sample(
+    current: float, sample_s: float, last_change_s: float, want_s: float, why: str
+) -> None:
+    state = replace(
+        initial_state(cpu_settings(D_DECOR, "decor"), current), last_change_s=last_change_s
+    )
+    obs = observation(sample_s, 10, current)
+    assert _upper_need_s(4.0, 1, current, state, obs, 100.0) == pytest.approx(want_s), why
 
 
 # VGG's speed curve on the benchmark VM: one core 63 % as fast as two, one thread per core.
