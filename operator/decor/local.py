@@ -45,9 +45,12 @@ from decor.trace import TraceRow, plot_trace, write_trace
 
 METRICS_HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
-# The trainer keeps /metrics up this long after its last step (ended early by our SIGTERM),
-# so that the finish time is the last step's own time stamp, not the process's exit.
+# The trainer keeps /metrics up after its last step until it has served it once (at most this
+# long), so that the finish time is the last step's own time stamp, not the process's exit.
 METRICS_LINGER_S = 10.0
+# After its last planned step a trainer may still save its model: it gets this long to exit
+# by itself before it is stopped.
+AFTER_LAST_STEP_GRACE_S = 120.0
 DEADLINE_REQUEST = "deadline-request.json"
 RUN_RECORD = "run.json"
 LOCAL_NODE = "local"  # the planner's name for this machine
@@ -341,6 +344,7 @@ class _LocalJob:
         self.last_progress: Any = None
         self.metrics_warned = False
         self.exit_code: int | None = None
+        self.last_step_seen_s: float | None = None  # when progress first showed every step
         self.error: str | None = None
         self.verdict: str | None = None
         self.grant: planner.Grant | None = None
@@ -542,10 +546,21 @@ class _LocalJob:
             self.display(self.line, False)
         self._maybe_write_trace()
         if self.obs is not None and self.obs.complete:
-            assert self.child is not None
-            os.killpg(self.child.pid, signal.SIGTERM)  # ends the trainer's metrics linger
-            self.exit_code = self.child.wait(timeout=60)
-            self.finish()
+            self._end_after_last_step(now)
+
+    def _end_after_last_step(self, now: float) -> None:
+        """Every planned step is done. What the trainer does after its last step (save its
+        model, serve its final progress once) runs to its end: the job ends when the trainer
+        exits, or it is stopped after ``AFTER_LAST_STEP_GRACE_S``. (Stopping it at once
+        killed a user's loop in the middle of saving its model.)"""
+        assert self.child is not None
+        if self.last_step_seen_s is None:
+            self.last_step_seen_s = now
+        self.exit_code = self.child.poll()
+        if self.exit_code is None and now - self.last_step_seen_s < AFTER_LAST_STEP_GRACE_S:
+            self.line = f"all steps done; waiting for the trainer to exit ({self.line})"
+            return
+        self.finish()
 
     def enforce(self, grant: planner.Grant | None, now: float) -> None:
         """Between its own periods, a running job gives back at once what the planner moved

@@ -316,12 +316,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize(("steps", "lingers"), [(3, True), (2, False)])
-def test_a_loop_that_finished_its_plan_keeps_serving_its_final_step_at_exit(
+def test_a_loop_that_finished_its_plan_serves_its_final_step_once_at_exit(
     steps: int, lingers: bool
 ) -> None:
     """The two-line helper lingers like the reference trainer (``DECOR_METRICS_LINGER_S``)
-    once every planned step is done, so the controller stamps the finish with the last step's
-    time; a loop that stops short of its plan exits at once."""
+    once every planned step is done, until one scrape has shown the final step, so the
+    controller stamps the finish with the last step's time; then it exits by itself. A loop
+    that stops short of its plan exits at once."""
     port = _free_port()
     env = {
         **os.environ,
@@ -340,6 +341,8 @@ def test_a_loop_that_finished_its_plan_keeps_serving_its_final_step_at_exit(
             if not lingers:
                 assert child.wait(timeout=10) == 0
                 return
+            time.sleep(0.5)
+            assert child.poll() is None, "exited before its final step could be scraped"
             url = f"http://127.0.0.1:{port}/metrics"
             with urllib.request.urlopen(url, timeout=5) as response:
                 text = response.read().decode()
@@ -347,24 +350,51 @@ def test_a_loop_that_finished_its_plan_keeps_serving_its_final_step_at_exit(
                 s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
             }
             assert values["decor_steps_completed_total"] == 3 == values["decor_steps_planned"]
-            assert child.poll() is None, "exited before its final step could be scraped"
-            child.terminate()  # what the local runtime does once it has seen the final step
-            assert child.wait(timeout=10) == 0, "SIGTERM ends the linger, not the process"
+            assert child.wait(timeout=10) == 0, "the scrape ends the linger"
         finally:
             child.kill()
 
 
-def test_linger_returns_at_once_before_the_plan_is_done() -> None:
+def test_sigterm_ends_the_helpers_linger_with_the_loops_exit_status() -> None:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DECOR_EPOCHS": "1",
+        "DECOR_STEPS_PER_EPOCH": "1",
+        "DECOR_METRICS_PORT": str(port),
+        "DECOR_METRICS_ADDRESS": "127.0.0.1",
+        "DECOR_METRICS_LINGER_S": "30",
+    }
+    with subprocess.Popen(
+        [sys.executable, "-c", HELPER_LOOP, "1"], env=env, stdout=subprocess.PIPE, text=True
+    ) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            time.sleep(0.5)
+            assert child.poll() is None
+            child.terminate()
+            assert child.wait(timeout=10) == 0
+        finally:
+            child.kill()
+
+
+def test_linger_waits_for_one_scrape_after_the_last_step() -> None:
     with ProgressReporter(
         steps_planned=3, epochs_planned=1, port=0, address="127.0.0.1"
     ) as reporter:
         reporter.step_done()
         started = time.monotonic()
-        reporter.linger(30.0)
+        reporter.linger(30.0)  # the plan is not done: no linger
         assert time.monotonic() - started < 1.0
         reporter.step_done()
         reporter.step_done()
         assert reporter.finished
-        calls = []
+        calls: list[int] = []
         reporter.linger(30.0, stop=lambda: len(calls) > 2 or calls.append(1) is not None)
-        assert time.monotonic() - started < 5.0 and len(calls) == 3
+        assert time.monotonic() - started < 5.0 and len(calls) == 3  # until stop()
+        url = f"http://127.0.0.1:{reporter.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            response.read()
+        time.sleep(0.2)  # the server counts the scrape once its body is out
+        reporter.linger(30.0)  # a scrape after the last step: no linger
+        assert time.monotonic() - started < 5.0

@@ -121,15 +121,40 @@ class MetricsServer:
         class _Server(_ThreadingWSGIServer):
             address_family = family
 
+        self.served = 0  # responses sent in full (a scrape counts once its body is out)
         self._server = make_server(
-            address, port, make_wsgi_app(registry), _Server, handler_class=_SilentHandler
-        )
+            address, port, self._counted(make_wsgi_app(registry)), _Server,
+            handler_class=_SilentHandler,
+        )  # fmt: skip
         self.address = address
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"decor-metrics-{self.port}", daemon=True
         )
         self._thread.start()
+
+    def _counted(self, app: Callable[..., Any]) -> Callable[..., Any]:
+        """``app``, counting in ``served`` every response once the server has written it
+        (WSGI closes the body after the last byte)."""
+        server = self
+
+        class _Body:
+            def __init__(self, body: Any) -> None:
+                self._body = body
+
+            def __iter__(self) -> Iterator[bytes]:
+                return iter(self._body)
+
+            def close(self) -> None:
+                close = getattr(self._body, "close", None)
+                if close is not None:
+                    close()
+                server.served += 1
+
+        def counted(environ: Any, start_response: Any) -> _Body:
+            return _Body(app(environ, start_response))
+
+        return counted
 
     def close(self) -> None:
         """Stop serving and release the port; waits for the serving thread to end."""

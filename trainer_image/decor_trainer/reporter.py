@@ -237,6 +237,7 @@ class ProgressReporter:
         self._samples = max(0, int(start_samples))
         self._epochs = max(0, int(start_epoch))
         self._steps_planned = max(0, int(steps_planned))
+        self._served_at_last_step = 0  # scrapes the endpoint had served at the last step
         self._epochs_planned = max(0, int(epochs_planned))
         self._step_s = 0.0
         self._epoch_s = 0.0
@@ -356,6 +357,8 @@ class ProgressReporter:
             self._samples += int(samples)
             self._steps += 1
             self._t = self._wall_clock()
+            if self._steps == self._steps_planned and self._server is not None:
+                self._served_at_last_step = self._server.served
             if self._file is not None:
                 self._write_file()
         except Exception as exc:  # noqa: BLE001
@@ -379,15 +382,17 @@ class ProgressReporter:
         return 0 < self._steps_planned <= self._steps
 
     def linger(self, seconds: float, stop: Callable[[], bool] = lambda: False) -> None:
-        """After the last planned step, keep serving ``/metrics`` up to ``seconds`` (or until
-        ``stop()``), so that a controller scraping every period sees the final step and its
-        time stamp before the process is gone: without it, a loop that exits between two
-        scrapes is stamped with the time the controller noticed the exit. Returns at once
-        without an endpoint or before the plan is done."""
+        """After the last planned step, keep serving ``/metrics`` until a scrape has shown
+        it (at most ``seconds``, or until ``stop()``), so that a controller scraping every
+        period sees the final step and its time stamp before the process is gone: without
+        it, a loop that exits between two scrapes is stamped with the time the controller
+        noticed the exit. Returns at once without an endpoint or before the plan is done."""
         if seconds <= 0 or self._server is None or not self.finished:
             return
         until = time.monotonic() + seconds
         while not stop() and time.monotonic() < until:
+            if self._server.served > self._served_at_last_step:
+                return
             time.sleep(0.02)
 
     def close(self) -> None:
