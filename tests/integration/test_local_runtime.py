@@ -248,6 +248,36 @@ def test_missing_metrics_hold_the_allocation_with_a_warning(tmp_path: Path) -> N
     assert result.error is not None and "never published progress" in result.error
 
 
+SAVING_LOOP = """
+import pathlib, sys, time
+from decor_trainer import progress
+for _ in range(40):
+    time.sleep(0.05)
+    progress.step(samples=1)
+time.sleep(3.0)  # saving the model after the last step
+pathlib.Path(sys.argv[1]).write_text("saved")
+"""
+
+
+def test_a_loop_that_saves_after_its_last_step_is_not_stopped(tmp_path: Path) -> None:
+    """A user's own loop (the two-line helper) saves its model after its last step: the run
+    waits for it to exit by itself, the save is there, and the finish is the last step's."""
+    doc = manifest("saver", epochs=1, duration_s=30, initial="1")
+    doc["spec"]["stepsPerEpoch"] = 40
+    saved = tmp_path / "model.txt"
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["command"] = ["python3", "-c", SAVING_LOOP, str(saved)]
+    container["args"] = []
+    started = time.monotonic()
+    result = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "saver"))
+    assert result.error is None, result.error
+    assert saved.read_text() == "saved"
+    assert result.finished_s is not None
+    assert time.monotonic() - started >= result.finished_s + 2.5, "the save was waited for"
+    summary, _ = read_trace(tmp_path / "saver" / "trace.json")
+    assert summary["exit_code"] == 0
+
+
 # --- several jobs on one machine under the planner ---------------------------------------
 
 
