@@ -218,14 +218,13 @@ class SpeedFit:
         """
         if self.sw <= 0 or self.sxx <= 0:
             return None
-        mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
-        exx, exy = self.sxx / self.sw, self.sxy / self.sw
-        var_x = exx - mean_x * mean_x
         if not self.spread():
             k = shape or 0.0
             a = (self.sxy + k * self.sy) / (self.sxx + 2 * k * self.sx + k * k * self.sw)
             return a, a * k
-        a = (exy - mean_x * mean_y) / var_x
+        mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
+        var_x = self.sxx / self.sw - mean_x * mean_x
+        a = (self.sxy / self.sw - mean_x * mean_y) / var_x
         b = mean_y - a * mean_x
         if a <= 0:  # no measurable speed-up: all of the step time is fixed
             return 0.0, max(mean_y, 1e-9)
