@@ -776,11 +776,15 @@ class _Runtime:
                 job.next_tick_s += job.job.control.period_s
         if not due:
             return
+        # Nothing ran when this period began (a trainer that exits in it, after its last
+        # step, ran: the queue may move next period).
+        idle = not any(
+            j.child is not None and not j.paused for j in self.jobs if j.arrived and not j.done
+        )
         for job in due:
             job.prepare(now)
         grants: dict[str, planner.Grant] = {}
         live = [j for j in self.jobs if j.arrived and not j.done and j.demand is not None]
-        idle = not any(j.child is not None and not j.paused for j in live)
         if plan_fn is not None and live:
             demands = [_current_demand(j) for j in live]
             grants = dict(plan_fn(demands, [self.node], now, settings).grants)
