@@ -309,6 +309,20 @@ print("done", flush=True)
 """
 
 
+def _helper_env(port: int, steps_planned: int) -> dict[str, str]:
+    """The environment the local runtime gives a trainer: the plan, the endpoint, the linger."""
+    env = {
+        **os.environ,
+        "DECOR_EPOCHS": "1",
+        "DECOR_STEPS_PER_EPOCH": str(steps_planned),
+        "DECOR_METRICS_PORT": str(port),
+        "DECOR_METRICS_ADDRESS": "127.0.0.1",
+        "DECOR_METRICS_LINGER_S": "30",
+    }
+    env.pop("DECOR_PROGRESS_FILE", None)
+    return env
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -324,15 +338,7 @@ def test_a_loop_that_finished_its_plan_serves_its_final_step_once_at_exit(
     controller stamps the finish with the last step's time; then it exits by itself. A loop
     that stops short of its plan exits at once."""
     port = _free_port()
-    env = {
-        **os.environ,
-        "DECOR_EPOCHS": "1",
-        "DECOR_STEPS_PER_EPOCH": "3",
-        "DECOR_METRICS_PORT": str(port),
-        "DECOR_METRICS_ADDRESS": "127.0.0.1",
-        "DECOR_METRICS_LINGER_S": "30",
-    }
-    env.pop("DECOR_PROGRESS_FILE", None)
+    env = _helper_env(port, steps_planned=3)
     with subprocess.Popen(
         [sys.executable, "-c", HELPER_LOOP, str(steps)], env=env, stdout=subprocess.PIPE, text=True
     ) as child:
@@ -341,7 +347,6 @@ def test_a_loop_that_finished_its_plan_serves_its_final_step_once_at_exit(
             if not lingers:
                 assert child.wait(timeout=10) == 0
                 return
-            time.sleep(0.5)
             assert child.poll() is None, "exited before its final step could be scraped"
             url = f"http://127.0.0.1:{port}/metrics"
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -357,19 +362,14 @@ def test_a_loop_that_finished_its_plan_serves_its_final_step_once_at_exit(
 
 def test_sigterm_ends_the_helpers_linger_with_the_loops_exit_status() -> None:
     port = _free_port()
-    env = {
-        **os.environ,
-        "DECOR_EPOCHS": "1",
-        "DECOR_STEPS_PER_EPOCH": "1",
-        "DECOR_METRICS_PORT": str(port),
-        "DECOR_METRICS_ADDRESS": "127.0.0.1",
-        "DECOR_METRICS_LINGER_S": "30",
-    }
+    env = _helper_env(port, steps_planned=1)
     with subprocess.Popen(
         [sys.executable, "-c", HELPER_LOOP, "1"], env=env, stdout=subprocess.PIPE, text=True
     ) as child:
         try:
             assert child.stdout is not None and child.stdout.readline().strip() == "done"
+            # No outside sign tells when the exit handler has taken SIGTERM over; the
+            # interpreter reaches it within milliseconds of printing "done".
             time.sleep(0.5)
             assert child.poll() is None
             child.terminate()
@@ -395,6 +395,9 @@ def test_linger_waits_for_one_scrape_after_the_last_step() -> None:
         url = f"http://127.0.0.1:{reporter.port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
             response.read()
-        time.sleep(0.2)  # the server counts the scrape once its body is out
+        counted_by = time.monotonic() + 5.0  # the server counts a scrape once its body is out
+        while reporter._server is not None and reporter._server.served == 0:
+            assert time.monotonic() < counted_by, "the scrape was never counted"
+            time.sleep(0.01)
         reporter.linger(30.0)  # a scrape after the last step: no linger
         assert time.monotonic() - started < 5.0
