@@ -144,6 +144,39 @@ def _cluster_section(cluster: dict[str, Any] | None, results: dict[str, Any]) ->
     return out
 
 
+def _tight_section(tight: bl.TightComparison) -> list[str]:
+    """1.0x: each decor run beside the static MAX run of its workload and repetition."""
+    if not tight.pairs:
+        return []
+    se = tight.standard_error_pct
+    out = [
+        "",
+        "## At 1.0x, pair by pair",
+        "",
+        "A deadline only MAX can meet: `decor` against static MAX on the same workload in the "
+        "same repetition (signed deviation, %). The share is `decor`'s mean allocation from "
+        "its start to its last step, as a fraction of MAX (static MAX: 1).",
+        "",
+    ]
+    out += _table(
+        ["workload", "repetition", "decor", "static MAX", "difference", "decor's share of MAX"],
+        [
+            [p.workload, str(p.repetition), _pct(p.decor_dev_pct, signed=True),
+             _pct(p.max_dev_pct, signed=True), _pct(p.difference_pct, signed=True),
+             "–" if p.decor_share_of_max is None else f"{p.decor_share_of_max:.3f}"]
+            for p in tight.pairs
+        ],
+    )  # fmt: skip
+    out += [
+        "",
+        f"Mean over {len(tight.pairs)} pairs: `decor` {_pct(tight.mean_decor_pct, signed=True)}"
+        f"%, static MAX {_pct(tight.mean_max_pct, signed=True)}%, difference "
+        f"{_pct(tight.mean_difference_pct, signed=True)}%"
+        + ("." if se is None else f" +- {_pct(se)}% (one standard error of the mean)."),
+    ]
+    return out
+
+
 def _minutes(seconds: float | None) -> str:
     return "–" if seconds is None else f"{seconds / 60:.0f} min"
 
@@ -290,6 +323,7 @@ def render_markdown(
     )  # fmt: skip
     if "deviation" in images:
         out += ["", f"![deviation per policy and scenario]({images['deviation']})"]
+    out += _tight_section(local["tight"])
     out += [
         "",
         "## Core-seconds against the static oracle",

@@ -39,7 +39,7 @@ def test_quick_grid_interleaves_policies_per_setting() -> None:
     assert counts == {
         "decor": 2 * scenarios * workloads,
         "decor-nn": 2 * scenarios * workloads,
-        "static-max": 2 * workloads,  # 1.0x and the disturbance
+        "static-max": 2 * 2 * workloads,  # 1.0x and the disturbance, paired with decor
         "static-oracle": (scenarios - 1) * workloads,  # at 1.0x the oracle is static MAX
     }
     assert len({r.run_id for r in runs}) == len(runs)
@@ -313,6 +313,44 @@ def test_target_checks_are_honest() -> None:
     assert checks["decor mean |deviation| <= 0.5%"].met is True  # 0.15%
     assert checks["decor mean signed deviation within +-0.2%"].met is True  # +0.05%
     assert checks["decor at 1.0x no later than static MAX"].met is True  # +0.3% vs +0.4%
+
+
+def test_1x_compares_runs_of_the_same_workload_and_repetition() -> None:
+    records = [
+        rec("decor", "d1.0", 2.0, cs=80.0, cores_max=2.0),  # finished at 40.8 s: 0.98 of MAX
+        rec("static-max", "d1.0", 1.0),
+        rec("decor", "d1.0", -1.0, rep=1),
+        rec("static-max", "d1.0", -0.5, rep=1),
+        rec("decor", "d1.0", 9.0, rep=2),  # no static MAX run in repetition 2: left out
+        rec("static-max", "d1.0", -3.0, rep=3),  # nor decor in repetition 3
+        rec("decor-nn", "d1.0", 0.0),  # not a policy of the comparison
+    ]
+    tight = bl.tight_comparison(records)
+    assert [(p.workload, p.repetition) for p in tight.pairs] == [("resnet", 0), ("resnet", 1)]
+    assert [p.difference_pct for p in tight.pairs] == pytest.approx([1.0, -0.5])
+    assert tight.pairs[0].decor_share_of_max == pytest.approx(80.0 / 40.8 / 2.0)
+    assert tight.pairs[1].decor_share_of_max is None  # no MAX in the record
+    assert tight.mean_decor_pct == pytest.approx(0.5) and tight.mean_max_pct == pytest.approx(0.25)
+    assert tight.mean_difference_pct == pytest.approx(0.25)
+    assert tight.standard_error_pct == pytest.approx(0.75)  # stdev(1.0, -0.5) / sqrt(2)
+    check = next(c for c in bl.target_checks(bl.aggregate(records), None) if "1.0x" in c.name)
+    assert check.met is False and "over 2 pairs" in check.detail and "+- 0.75%" in check.detail
+    # unpaired means would have said decor (+3.33 %) was far later than static MAX (-0.83 %)
+    one = bl.tight_comparison(records[:2])
+    assert one.standard_error_pct is None
+    unpaired = bl.target_checks(bl.aggregate([records[2], records[5]]), None)
+    assert next(c for c in unpaired if "1.0x" in c.name).met is None
+
+
+def test_report_shows_the_1x_pairs() -> None:
+    records = [rec("decor", "d1.0", 0.6, rep=r) for r in (0, 1)] + [
+        rec("static-max", "d1.0", 0.2, rep=r) for r in (0, 1)
+    ]
+    results = {"records": records, "profiles": {}, "grid": "quick"}
+    text = report.render_markdown(results, report.summarize(results), {})
+    section = text[text.index("## At 1.0x, pair by pair") :]
+    assert "| resnet | 1 | +0.60 | +0.20 | +0.40 |" in section
+    assert "difference +0.40% +- 0.00%" in section
 
 
 def test_cluster_targets_check_the_mean_and_the_latest_run() -> None:
