@@ -602,6 +602,11 @@ class TightComparison:
         return fmean(p.difference_pct for p in self.pairs)
 
     @property
+    def mean_share_of_max(self) -> float | None:
+        shares = [p.decor_share_of_max for p in self.pairs if p.decor_share_of_max is not None]
+        return fmean(shares) if shares else None
+
+    @property
     def standard_error_pct(self) -> float | None:
         """Of the mean difference (None under two pairs)."""
         if len(self.pairs) < 2:
@@ -756,7 +761,12 @@ def target_checks(
                 tight.mean_difference_pct <= 0.0,
                 f"decor {tight.mean_decor_pct:+.2f}% vs static MAX {tight.mean_max_pct:+.2f}% "
                 f"over {len(tight.pairs)} pairs: difference {tight.mean_difference_pct:+.2f}%"
-                + ("" if se is None else f" +- {se:.2f}% (one standard error)"),
+                + ("" if se is None else f" +- {se:.2f}% (one standard error)")
+                + (
+                    ""
+                    if (share := tight.mean_share_of_max) is None
+                    else f"; decor's mean allocation {share:.3f} of MAX"
+                ),
             )
         )
     cs = summary["undisturbed_feasible"].get("decor")

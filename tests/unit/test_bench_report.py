@@ -335,6 +335,7 @@ def test_1x_compares_runs_of_the_same_workload_and_repetition() -> None:
     assert tight.standard_error_pct == pytest.approx(0.75)  # stdev(1.0, -0.5) / sqrt(2)
     check = next(c for c in bl.target_checks(bl.aggregate(records), None) if "1.0x" in c.name)
     assert check.met is False and "over 2 pairs" in check.detail and "+- 0.75%" in check.detail
+    assert f"allocation {80.0 / 40.8 / 2.0:.3f} of MAX" in check.detail  # the pairs that know MAX
     # unpaired means would have said decor (+3.33 %) was far later than static MAX (-0.83 %)
     one = bl.tight_comparison(records[:2])
     assert one.standard_error_pct is None
