@@ -675,26 +675,40 @@ def test_a_moved_deadline_starts_the_level_pair_in_its_direction(
         assert credit_s == 0.0, "a moved deadline owes nothing"
 
 
+INF = math.inf
+
+
 @pytest.mark.parametrize(
-    ("current", "credit_s", "upper_need_s", "endgame", "want", "why"),
+    ("current", "credit_s", "upper_need_s", "endgame", "planned_s", "want", "why"),
     [
-        (1.0, 2.5, 0.3, False, 1.0, "2 periods owed, but the rest needs 0.3 s up there: stays"),
-        (1.0, 2.5, 0.7, False, 2.0, "2 periods owed and the rest needs 0.7 s up there: up"),
-        (2.0, -0.5, 0.3, False, 1.0, "the rest needs under half a period up there: down"),
-        (2.0, -0.5, 3.0, False, 2.0, "the rest needs 3 s up there, 3 periods not owed: stays"),
-        (1.0, 1.0, 0.7, True, 2.0, "end game: the rest needs 0.7 s up there: up now"),
-        (1.0, 1.9, 0.3, True, 1.0, "end game: the rest needs 0.3 s up there: stays"),
-        (2.0, -0.5, 0.3, True, 1.0, "end game: the upper share is spent: down"),
-        (2.0, -3.5, 1.5, True, 2.0, "end game: 1.5 s still needed up there: stays"),
+        (1.0, 2.5, 0.3, False, INF, 1.0, "2 periods owed, the rest needs 0.3 s up there: stays"),
+        (1.0, 2.5, 0.7, False, INF, 2.0, "2 periods owed and the rest needs 0.7 s up there: up"),
+        (2.0, -0.5, 0.3, False, INF, 1.0, "the rest needs under half a period up there: down"),
+        (2.0, -0.5, 3.0, False, INF, 2.0, "the rest needs 3 s up there, 3 periods not owed: stays"),
+        (1.0, 1.0, 0.7, True, INF, 2.0, "end game: the rest needs 0.7 s up there: up now"),
+        (1.0, 1.9, 0.3, True, INF, 1.0, "end game: the rest needs 0.3 s up there: stays"),
+        (2.0, -0.5, 0.3, True, INF, 1.0, "end game: the upper share is spent: down"),
+        (2.0, -3.5, 1.5, True, INF, 2.0, "end game: 1.5 s still needed up there: stays"),
+        # a plan shorter than a period: all of it up there, or none
+        (2.0, 0.0, 0.37, True, 0.39, 2.0, "0.37 s of the last 0.39 s needed up there: stays"),
+        (2.0, 0.0, 0.15, True, 0.39, 1.0, "0.15 s of the last 0.39 s needed up there: down"),
+        (1.0, 0.0, 0.25, True, 0.4, 2.0, "0.25 s of the last 0.4 s needed up there: up"),
     ],
 )
 def test_no_whole_core_level_is_held_past_the_rest_of_the_plans_need(
-    current: float, credit_s: float, upper_need_s: float, endgame: bool, want: float, why: str
+    current: float,
+    credit_s: float,
+    upper_need_s: float,
+    endgame: bool,
+    planned_s: float,
+    want: float,
+    why: str,
 ) -> None:
     settings = replace(cpu_settings(D_DECOR, "decor"), max_allocation=4.0)
     level, _ = _whole_core_level(
-        1, 0.1, current, credit_s, settings, upper_need_s=upper_need_s, endgame=endgame
-    )
+        1, 0.1, current, credit_s, settings, upper_need_s=upper_need_s, endgame=endgame,
+        planned_s=planned_s,
+    )  # fmt: skip
     assert level == want, why
 
 
