@@ -627,20 +627,17 @@ def tight_comparison(records: Iterable[dict[str, Any]]) -> TightComparison:
     for r in records:
         if r["scenario"] == "d1.0" and r["policy"] in ("decor", "static-max") and valid(r):
             runs[(r["workload"], int(r["repetition"]), r["policy"])] = r
-    pairs = []
-    for (workload, rep, policy), decor in sorted(runs.items()):
-        top = runs.get((workload, rep, "static-max"))
-        if policy != "decor" or top is None:
-            continue
-        pairs.append(
-            TightPair(
-                workload,
-                rep,
-                float(decor["deviation_pct"]),
-                float(top["deviation_pct"]),
-                _mean_share_of_max(decor),
-            )
+    pairs = [
+        TightPair(
+            workload,
+            rep,
+            float(decor["deviation_pct"]),
+            float(top["deviation_pct"]),
+            _mean_share_of_max(decor),
         )
+        for (workload, rep, policy), decor in sorted(runs.items())
+        if policy == "decor" and (top := runs.get((workload, rep, "static-max"))) is not None
+    ]
     return TightComparison(tuple(pairs))
 
 
