@@ -602,6 +602,25 @@ class TightComparison:
         return fmean(p.difference_pct for p in self.pairs)
 
     @property
+    def late_decor(self) -> int:
+        return sum(p.decor_dev_pct > 0 for p in self.pairs)
+
+    @property
+    def late_max(self) -> int:
+        return sum(p.max_dev_pct > 0 for p in self.pairs)
+
+    @property
+    def mean_lateness_decor_pct(self) -> float:
+        """Mean of the positive part of decor's deviations: how late, early runs counting 0.
+        The signed comparison also counts a run that spends a lead MAX would have finished
+        early with; this one counts only what a deadline loses."""
+        return fmean(max(0.0, p.decor_dev_pct) for p in self.pairs)
+
+    @property
+    def mean_lateness_max_pct(self) -> float:
+        return fmean(max(0.0, p.max_dev_pct) for p in self.pairs)
+
+    @property
     def mean_share_of_max(self) -> float | None:
         shares = [p.decor_share_of_max for p in self.pairs if p.decor_share_of_max is not None]
         return fmean(shares) if shares else None

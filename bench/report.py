@@ -173,6 +173,10 @@ def _tight_section(tight: bl.TightComparison) -> list[str]:
         f"%, static MAX {_pct(tight.mean_max_pct, signed=True)}%, difference "
         f"{_pct(tight.mean_difference_pct, signed=True)}%"
         + ("." if se is None else f" +- {_pct(se)}% (one standard error of the mean)."),
+        "",
+        f"Late runs: `decor` {tight.late_decor} of {len(tight.pairs)}, static MAX "
+        f"{tight.late_max}; mean lateness (a run's deviation where positive, else 0): `decor` "
+        f"{_pct(tight.mean_lateness_decor_pct)}%, static MAX {_pct(tight.mean_lateness_max_pct)}%.",
     ]
     return out
 

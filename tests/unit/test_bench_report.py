@@ -333,6 +333,10 @@ def test_1x_compares_runs_of_the_same_workload_and_repetition() -> None:
     assert tight.mean_decor_pct == pytest.approx(0.5) and tight.mean_max_pct == pytest.approx(0.25)
     assert tight.mean_difference_pct == pytest.approx(0.25)
     assert tight.standard_error_pct == pytest.approx(0.75)  # stdev(1.0, -0.5) / sqrt(2)
+    # late: decor +2.0 (rep 0); MAX +1.0 (rep 0). Lateness: early runs count 0.
+    assert (tight.late_decor, tight.late_max) == (1, 1)
+    assert tight.mean_lateness_decor_pct == pytest.approx(1.0)
+    assert tight.mean_lateness_max_pct == pytest.approx(0.5)
     check = next(c for c in bl.target_checks(bl.aggregate(records), None) if "1.0x" in c.name)
     assert check.met is False and "over 2 pairs" in check.detail and "+- 0.75%" in check.detail
     assert f"allocation {80.0 / 40.8 / 2.0:.3f} of MAX" in check.detail  # the pairs that know MAX
@@ -352,6 +356,8 @@ def test_report_shows_the_1x_pairs() -> None:
     section = text[text.index("## At 1.0x, pair by pair") :]
     assert "| resnet | 1 | +0.60 | +0.20 | +0.40 |" in section
     assert "difference +0.40% +- 0.00%" in section
+    assert "Late runs: `decor` 2 of 2, static MAX 2; mean lateness" in section
+    assert "`decor` 0.60%, static MAX 0.20%." in section
 
 
 def test_cluster_targets_check_the_mean_and_the_latest_run() -> None:
