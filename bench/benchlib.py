@@ -640,6 +640,63 @@ def _mean_share_of_max(record: dict[str, Any]) -> float | None:
     return _cs(record) / float(finished) / float(top)
 
 
+def finish_at_max_s(
+    t_s: Sequence[float], progress: Sequence[float | None], cores: Sequence[float], top: float
+) -> float | None:
+    """When a run that left MAX would have finished had it stayed there: from its last sample
+    at MAX, the rest of the work at the speed it had at MAX until then (None: it never left
+    MAX, or it left before two intervals at MAX were sampled after its first).
+
+    At a fixed allocation a run on this VM trains at one rate from start to end, and that rate
+    differs between runs by up to 10 %; the static MAX run beside it says little of what MAX
+    would have done in this one, its own rate does."""
+    at_max = [c >= top - 1e-6 for c in cores]
+    left = next((i for i, here in enumerate(at_max) if not here), None)
+    if left is None or left < 3 or not all(at_max[:left]):
+        return None
+    k = left - 1  # the last sample at MAX: the change came after it
+    first, last = progress[1], progress[k]
+    if first is None or last is None or t_s[k] <= t_s[1]:
+        return None
+    rate = (last - first) / (t_s[k] - t_s[1])
+    return t_s[k] + (1.0 - last) / rate if rate > 0 else None
+
+
+@dataclass(frozen=True)
+class LeftMax:
+    """A 1.0x run of ``decor`` that left MAX, beside MAX at that run's own speed."""
+
+    workload: str
+    repetition: int
+    decor_dev_pct: float
+    at_max_dev_pct: float  # MAX in the same run (finish_at_max_s), signed % of the deadline
+
+
+def left_max_runs(records: Iterable[dict[str, Any]], traces: dict[str, Any]) -> list[LeftMax]:
+    """The valid 1.0x ``decor`` runs whose trace shows they left MAX (the machine's cores)."""
+    found = []
+    for r in records:
+        if r["scenario"] != "d1.0" or r["policy"] != "decor" or not valid(r):
+            continue
+        trace = traces.get(record_key(r))
+        if not trace:
+            continue
+        top = float(r["machine_cores"])
+        finish = finish_at_max_s(trace["t_s"], trace["progress"], trace["cores"], top)
+        if finish is None:
+            continue
+        deadline = float(r["deadline_s"])
+        found.append(
+            LeftMax(
+                r["workload"],
+                int(r["repetition"]),
+                float(r["deviation_pct"]),
+                (finish - deadline) / deadline * 100.0,
+            )
+        )
+    return sorted(found, key=lambda x: (x.workload, x.repetition))
+
+
 def tight_comparison(records: Iterable[dict[str, Any]]) -> TightComparison:
     """Pair the valid 1.0x runs of ``decor`` and static MAX by (workload, repetition)."""
     runs: dict[tuple[str, int, str], dict[str, Any]] = {}

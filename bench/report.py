@@ -144,8 +144,9 @@ def _cluster_section(cluster: dict[str, Any] | None, results: dict[str, Any]) ->
     return out
 
 
-def _tight_section(tight: bl.TightComparison) -> list[str]:
-    """1.0x: each decor run beside the static MAX run of its workload and repetition."""
+def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax]) -> list[str]:
+    """1.0x: each decor run beside the static MAX run of its workload and repetition, and the
+    runs that left MAX beside MAX at their own speed."""
     if not tight.pairs:
         return []
     se = tight.standard_error_pct
@@ -178,6 +179,41 @@ def _tight_section(tight: bl.TightComparison) -> list[str]:
         f"{tight.late_max}; mean lateness (a run's deviation where positive, else 0): `decor` "
         f"{_pct(tight.mean_lateness_decor_pct)}%, static MAX {_pct(tight.mean_lateness_max_pct)}%.",
     ]
+    if not left:
+        return out + ["", "No `decor` run left MAX."]
+    late = [x for x in left if x.decor_dev_pct > 0]
+    out += [
+        "",
+        "### The runs that left MAX",
+        "",
+        "A pair's two runs differ by the speed of the run as much as by the policy: at one "
+        "allocation a run trains at one rate throughout, and that rate differs between runs by "
+        "up to 10 %. So each `decor` run that left MAX is also set beside MAX at its own speed: "
+        "its last sample at MAX, plus the rest of the work at the rate it had at MAX until "
+        "then (`benchlib.finish_at_max_s`; signed deviation, %).",
+        "",
+    ]
+    out += _table(
+        ["workload", "repetition", "decor", "MAX at that run's speed", "decor later by"],
+        [
+            [x.workload, str(x.repetition), _pct(x.decor_dev_pct, signed=True),
+             _pct(x.at_max_dev_pct, signed=True),
+             _pct(x.decor_dev_pct - x.at_max_dev_pct, signed=True)]
+            for x in left
+        ],
+    )  # fmt: skip
+    lost = [x for x in late if x.at_max_dev_pct <= 0]
+    out += [
+        "",
+        f"`decor` left MAX in {len(left)} of its {len(tight.pairs)} paired runs and finished "
+        f"late in {len(late)} of them"
+        + (
+            ""
+            if not late
+            else f" (latest {_pct(max(x.decor_dev_pct for x in late), signed=True)}%)"
+        )
+        + f"; late where MAX at that run's speed would have been on time: {len(lost)}.",
+    ]
     return out
 
 
@@ -186,9 +222,13 @@ def _minutes(seconds: float | None) -> str:
 
 
 def render_markdown(
-    results: dict[str, Any], summary: dict[str, Any], images: dict[str, str]
+    results: dict[str, Any],
+    summary: dict[str, Any],
+    images: dict[str, str],
+    traces: dict[str, Any] | None = None,
 ) -> str:
-    """The README of the benchmark (Markdown). ``images`` maps plot names to file names."""
+    """The README of the benchmark (Markdown). ``images`` maps plot names to file names;
+    ``traces`` (``traces.json``) sets the 1.0x runs that left MAX beside MAX at their speed."""
     machine = results.get("machine", {})
     local = summary["local"]
     policies, scenarios = local["policies"], local["scenarios"]
@@ -327,7 +367,10 @@ def render_markdown(
     )  # fmt: skip
     if "deviation" in images:
         out += ["", f"![deviation per policy and scenario]({images['deviation']})"]
-    out += _tight_section(local["tight"])
+    out += _tight_section(
+        local["tight"],
+        bl.left_max_runs(bl.of_runtime(results.get("records", []), "local"), traces or {}),
+    )
     out += [
         "",
         "## Core-seconds against the static oracle",
@@ -615,7 +658,7 @@ def write_report(out: Path) -> Path:
         plot_speed(results["profiles"], out / "speed.png")
         images["speed"] = "speed.png"
     readme = out / "README.md"
-    readme.write_text(render_markdown(results, summary, images))
+    readme.write_text(render_markdown(results, summary, images, traces))
     return readme
 
 

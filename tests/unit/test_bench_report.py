@@ -360,6 +360,61 @@ def test_report_shows_the_1x_pairs() -> None:
     assert "`decor` 0.60%, static MAX 0.20%." in section
 
 
+@pytest.mark.parametrize(
+    ("cores", "expected"),
+    [
+        # 10 % of the work a second at MAX from t=1; left after the sample at t=6 (60 %):
+        # the remaining 40 % at that rate finish at t=10
+        ([2.0] * 7 + [1.0, 2.0], 10.0),
+        ([2.0] * 9, None),  # never left MAX
+        ([2.0, 2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0], None),  # left before a rate was seen
+        ([1.0] + [2.0] * 8, None),  # started below MAX
+    ],
+)
+def test_finish_at_max_extrapolates_the_runs_own_rate_at_max(
+    cores: list[float], expected: float | None
+) -> None:
+    t_s = [float(t) for t in range(9)]
+    progress: list[float | None] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.65, 0.8]
+    found = bl.finish_at_max_s(t_s, progress, cores, 2.0)
+    assert found == (None if expected is None else pytest.approx(expected))
+
+
+def test_report_sets_the_1x_runs_that_left_max_beside_max_at_their_own_speed() -> None:
+    # decor r0 left MAX at t=6 with 60 % done at 10 %/s: MAX at its speed finishes at 10 s,
+    # 0 % of a 10 s deadline; decor finished +1 %: late where MAX would have been on time.
+    # decor r1 never left MAX: no row.
+    records = [
+        rec("decor", "d1.0", 1.0, deadline_s=10.0),
+        rec("static-max", "d1.0", -3.0),
+        rec("decor", "d1.0", 2.0, rep=1),
+        rec("static-max", "d1.0", 2.5, rep=1),
+    ]
+    traces = {
+        "local:resnet/d1.0/decor/r0": {
+            "t_s": [float(t) for t in range(9)],
+            "progress": [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.65, 0.8],
+            "cores": [2.0] * 7 + [1.0, 2.0],
+        },
+        "local:resnet/d1.0/decor/r1": {
+            "t_s": [0.0, 1.0],
+            "progress": [0.0, 1.0],
+            "cores": [2.0, 2.0],
+        },
+    }
+    left = bl.left_max_runs(records, traces)
+    assert [(x.repetition, x.decor_dev_pct) for x in left] == [(0, 1.0)]
+    assert left[0].at_max_dev_pct == pytest.approx(0.0)
+    results = {"records": records, "profiles": {}, "grid": "quick"}
+    text = report.render_markdown(results, report.summarize(results), {}, traces)
+    section = text[text.index("### The runs that left MAX") :]
+    assert "| resnet | 0 | +1.00 | +0.00 | +1.00 |" in section
+    assert "left MAX in 1 of its 2 paired runs and finished late in 1 of them" in section
+    assert "would have been on time: 1." in section
+    without = report.render_markdown(results, report.summarize(results), {})
+    assert "No `decor` run left MAX." in without
+
+
 def test_cluster_targets_check_the_mean_and_the_latest_run() -> None:
     def k8s(dev: float, rep: int = 0) -> dict[str, Any]:
         return rec("decor", "d1.8", dev, rep=rep, runtime="k8s", date="2026-11-25T19:00:00+00:00")
