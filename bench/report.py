@@ -187,8 +187,8 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax]) -> list[st
         "### The runs that left MAX",
         "",
         "A pair's two runs differ by the speed of the run as much as by the policy: at one "
-        "allocation a run trains at one rate throughout, and that rate differs between runs by "
-        "up to 10 %. So each `decor` run that left MAX is also set beside MAX at its own speed: "
+        "allocation a run trains at one rate throughout, and that rate differs between runs. "
+        "So each `decor` run that left MAX is also set beside MAX at its own speed: "
         "its last sample at MAX, plus the rest of the work at the rate it had at MAX until "
         "then (`benchlib.finish_at_max_s`; signed deviation, %).",
         "",
