@@ -246,7 +246,7 @@ def rec(
         "deadline_factor": bl.SCENARIOS[scenario].final_factor, "repetition": rep,
         "deadline_s": 40.0, "finished_s": 40.0 * (1 + dev / 100), "deviation_pct": dev,
         "late": dev > 0, "core_seconds": cs + 1, "core_seconds_to_finish": cs,
-        "oracle_core_seconds": 100.0, "actuations": 5, "machine_cores": 2,
+        "oracle_core_seconds": 100.0, "oracle_cores": 0.8, "actuations": 5, "machine_cores": 2,
         "machine_model": "test cpu", "date": "2026-11-22T10:00:00+00:00", "load_1m": 0.3,
         "others_cores": 0.02, "limiter": "cgroup-v1", **extra,
     }  # fmt: skip
@@ -313,6 +313,29 @@ def test_target_checks_are_honest() -> None:
     assert checks["decor mean |deviation| <= 0.5%"].met is True  # 0.15%
     assert checks["decor mean signed deviation within +-0.2%"].met is True  # +0.05%
     assert checks["decor at 1.0x no later than static MAX"].met is True  # +0.3% vs +0.4%
+
+
+def test_core_seconds_target_is_judged_where_the_oracle_is_the_least_cost() -> None:
+    records = [
+        rec("static-oracle", "d1.5", 0.0, 100.0),  # 0.8 core: cores x time is the work
+        rec("static-oracle", "d1.8", -9.0, 130.0, oracle_cores=1.383),  # one thread, paid 1.383
+        rec("decor", "d1.5", 0.0, 101.0),
+        rec("decor", "d1.8", 0.0, 100.0, oracle_cores=1.383),  # alternated 1 and 2 cores
+    ]
+    summary = bl.aggregate(records)
+    assert summary["undisturbed_feasible"]["decor"].mean_cs_over_oracle_pct == pytest.approx(
+        (1.0 + 100 * (100 / 130 - 1)) / 2
+    )
+    assert summary["oracle_least"]["decor"].mean_cs_over_oracle_pct == pytest.approx(1.0)
+    above = summary["oracle_above_one_core"]["decor"]
+    assert above.runs == 1 and above.mean_cs_over_oracle_pct == pytest.approx(-23.08, abs=0.01)
+    check = next(c for c in bl.target_checks(summary, None) if "core-seconds" in c.name)
+    assert check.met is True  # +1.00 % where the oracle is the least a run can use
+    assert check.detail == (
+        "+1.00% over 1 runs; where the oracle runs above one core -23.08% over 1 runs "
+        "(not a least cost there)"
+    )
+    assert not bl.oracle_is_least({"oracle_cores": 2.0}) and not bl.oracle_is_least({})
 
 
 def test_1x_compares_runs_of_the_same_workload_and_repetition() -> None:
@@ -406,13 +429,48 @@ def test_report_sets_the_1x_runs_that_left_max_beside_max_at_their_own_speed() -
     assert [(x.repetition, x.decor_dev_pct) for x in left] == [(0, 1.0)]
     assert left[0].at_max_dev_pct == pytest.approx(0.0)
     results = {"records": records, "profiles": {}, "grid": "quick"}
-    text = report.render_markdown(results, report.summarize(results), {}, traces)
+    summary = report.summarize(results, traces)
+    text = report.render_markdown(results, summary, {})
     section = text[text.index("### The runs that left MAX") :]
     assert "| resnet | 0 | +1.00 | +0.00 | +1.00 |" in section
     assert "left MAX in 1 of its 2 paired runs and finished late in 1 of them" in section
     assert "would have been on time: 1." in section
+    # the run-by-run check: +1 % beyond MAX at its speed is within the 1 % tolerance
+    check = next(c for c in summary["checks"] if "own speed" in c.name)
+    assert check.met is True
+    assert "left MAX in 1 of 2 runs; later than MAX at their speed in 1, the worst by +1.00%" in (
+        check.detail
+    )
+    assert "mean over all +0.500%" in check.detail
     without = report.render_markdown(results, report.summarize(results), {})
-    assert "No `decor` run left MAX." in without
+    assert "the runs that left MAX are not known" in without
+    unknown = next(c for c in report.summarize(results)["checks"] if "own speed" in c.name)
+    assert unknown.met is None
+    no_trace_left = report.summarize(results, {})
+    assert "No `decor` run left MAX." in report.render_markdown(results, no_trace_left, {})
+
+
+@pytest.mark.parametrize(
+    ("decor_dev", "at_max_dev", "excess", "met"),
+    [
+        (1.5, -2.0, 1.5, False),  # MAX at its speed on time: all of decor's lateness counts
+        (1.5, 0.8, 0.7, True),  # MAX late too: only the part beyond it
+        (-0.3, -2.0, 0.0, True),  # early: no lateness
+        (0.9, -0.1, 0.9, True),  # within the feasible settings' 1 % tolerance
+    ],
+)
+def test_1x_run_by_run_check_counts_lateness_beyond_max_at_the_runs_speed(
+    decor_dev: float, at_max_dev: float, excess: float, met: bool
+) -> None:
+    left = [bl.LeftMax("resnet", 0, decor_dev, at_max_dev)]
+    assert left[0].excess_lateness_pct == pytest.approx(excess)
+    records = [rec("decor", "d1.0", decor_dev), rec("static-max", "d1.0", 0.0)]
+    check = next(
+        c
+        for c in bl.target_checks(bl.aggregate(records), None, None, left)
+        if "own speed" in c.name
+    )
+    assert check.met is met
 
 
 def test_cluster_targets_check_the_mean_and_the_latest_run() -> None:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from decor_trainer.threads import (
+    CpuLimitReader,
     ThreadFollower,
     cpu_cgroup_dirs,
     parse_cfs,
     parse_cpu_max,
-    read_cpu_limit,
     threads_for,
 )
 
@@ -92,12 +92,29 @@ def _fake_proc(tmp_path: Path, cgroup: str, quota: str | None) -> Path:
 
 
 def test_read_cpu_limit_from_files(tmp_path: Path) -> None:
-    assert read_cpu_limit(_fake_proc(tmp_path, "0::/\n", "75000 100000\n")) == pytest.approx(0.75)
+    assert CpuLimitReader(_fake_proc(tmp_path, "0::/\n", "75000 100000\n"))() == pytest.approx(0.75)
 
 
 def test_unreadable_limit_is_no_limit(tmp_path: Path) -> None:
-    assert read_cpu_limit(_fake_proc(tmp_path, "0::/\n", None)) is None
-    assert read_cpu_limit(tmp_path / "no-such-proc") is None
+    assert CpuLimitReader(_fake_proc(tmp_path, "0::/\n", None))() is None
+    assert CpuLimitReader(tmp_path / "no-such-proc")() is None
+
+
+def test_reader_rereads_the_quota_and_locates_the_group_again_only_after_a_move(
+    tmp_path: Path,
+) -> None:
+    proc = _fake_proc(tmp_path, "0::/\n", "75000 100000\n")
+    read = CpuLimitReader(proc)
+    assert read() == pytest.approx(0.75)
+    (tmp_path / "fs" / "cpu.max").write_text("150000 100000\n")
+    (proc / "mountinfo").write_text("not parsed again while the cgroup is the same\n")
+    assert read() == pytest.approx(1.5)
+    moved = tmp_path / "fs" / "job"
+    moved.mkdir()
+    (moved / "cpu.max").write_text("50000 100000\n")
+    (proc / "mountinfo").write_text(f"800 790 0:27 / {tmp_path / 'fs'} rw - cgroup2 cgroup2 rw\n")
+    (proc / "cgroup").write_text("0::/job\n")
+    assert read() == pytest.approx(0.5)
 
 
 def test_follower_rereads_the_limit_once_a_period_and_sets_only_changes() -> None:

@@ -18,6 +18,9 @@ as at one core, against 55 after. A re-read costs about 0.1 ms. ``--threads N`` 
 The limit comes from the process's own cgroup: ``cpu.max`` (v2) or
 ``cpu.cfs_quota_us``/``cpu.cfs_period_us`` (v1), located through ``/proc/self/cgroup``
 and ``/proc/self/mountinfo`` so that it works on a host and inside a container.
+:class:`CpuLimitReader` locates the folder again only when ``/proc/self/cgroup`` changes
+(the process moved to another group), so a re-read costs two small file reads, not a parse
+of every mount.
 """
 
 from __future__ import annotations
@@ -99,12 +102,8 @@ def _join(mount_point: str, root: str, path: str) -> Path:
     return Path(mount_point) / path.lstrip("/")
 
 
-def read_cpu_limit(proc: Path = Path("/proc/self")) -> float | None:
-    """Cores this process may use by its cgroup's CFS quota; None without a limit."""
-    try:
-        dirs = cpu_cgroup_dirs((proc / "cgroup").read_text(), (proc / "mountinfo").read_text())
-    except OSError:
-        return None
+def _limit_in(dirs: list[tuple[str, Path]]) -> float | None:
+    """The quota of the first of ``dirs`` whose files read; None without a limit."""
     for version, folder in dirs:
         try:
             if version == "v2":
@@ -116,6 +115,30 @@ def read_cpu_limit(proc: Path = Path("/proc/self")) -> float | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
+
+
+class CpuLimitReader:
+    """Cores the process at ``proc`` may use by its cgroup's CFS quota; None without a limit.
+
+    Each call reads ``cgroup``; only when it differs from the last call's are the mounts
+    parsed again to locate the quota files.
+    """
+
+    def __init__(self, proc: Path = Path("/proc/self")) -> None:
+        self._proc = proc
+        self._cgroup_text: str | None = None
+        self._dirs: list[tuple[str, Path]] = []
+
+    def __call__(self) -> float | None:
+        try:
+            cgroup_text = (self._proc / "cgroup").read_text()
+            if cgroup_text != self._cgroup_text:
+                mounts = (self._proc / "mountinfo").read_text()
+                self._dirs = cpu_cgroup_dirs(cgroup_text, mounts)
+                self._cgroup_text = cgroup_text
+        except OSError:
+            return None
+        return _limit_in(self._dirs)
 
 
 def usable_cpus() -> int:
@@ -136,12 +159,13 @@ class ThreadFollower:
     def __init__(
         self,
         set_threads: Callable[[int], None],
-        read_limit: Callable[[], float | None] = read_cpu_limit,
+        read_limit: Callable[[], float | None] | None = None,
         read_cpus: Callable[[], int] = usable_cpus,
         clock: Callable[[], float] = time.monotonic,
         recheck_s: float = RECHECK_S,
     ) -> None:
-        self._set, self._read_limit, self._read_cpus = set_threads, read_limit, read_cpus
+        self._set, self._read_cpus = set_threads, read_cpus
+        self._read_limit = read_limit if read_limit is not None else CpuLimitReader()
         self._clock, self._recheck_s = clock, recheck_s
         self._next_s = float("-inf")
         self.threads: int | None = None

@@ -73,7 +73,7 @@ from .reporter import (
     ENV_STEPS_PER_EPOCH,
     ProgressReporter,
 )
-from .threads import ThreadFollower, read_cpu_limit, usable_cpus
+from .threads import CpuLimitReader, ThreadFollower, usable_cpus
 from .workloads import WORKLOADS, WorkloadConfig, build_workload
 
 log = logging.getLogger("decor_trainer.train")
@@ -459,10 +459,10 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     else:
-        shares = world.local_world_size
+        shares, read_limit = world.local_world_size, CpuLimitReader()
         follower = ThreadFollower(
             torch.set_num_threads,
-            read_limit=lambda: _per_worker(read_cpu_limit(), shares),
+            read_limit=lambda: _per_worker(read_limit(), shares),
             read_cpus=lambda: max(1, usable_cpus() // shares),
         )
         follower.poll()
