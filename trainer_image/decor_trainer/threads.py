@@ -12,7 +12,7 @@ mask) and re-reads the limit every tenth of a second: ``torch.set_num_threads`` 
 effect at the next parallel region (OpenMP backend). Re-read once a second, a change ran up
 to a whole second at the old count, in phase with a controller that also decides once a
 second: VGG stepped up from one core to two trained 33 steps in its first second there,
-as at one core, against 55 after. A re-read costs about 0.1 ms. ``--threads N`` pins the count instead
+as at one core, against 55 after. A re-read costs about 26 µs here. ``--threads N`` pins the count instead
 (bitwise-reproducible CPU runs need a fixed count).
 
 The limit comes from the process's own cgroup: ``cpu.max`` (v2) or
