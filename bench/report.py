@@ -651,7 +651,8 @@ def write_report(out: Path) -> Path:
     """Regenerate ``out/README.md`` and its plots from ``out/results.json``."""
     results = json.loads((out / "results.json").read_text())
     traces_path = out / "traces.json"
-    traces = json.loads(traces_path.read_text()) if traces_path.exists() else {}
+    # No traces.json (a results.json copied alone): the runs that left MAX are unknown.
+    traces = json.loads(traces_path.read_text()) if traces_path.exists() else None
     summary = summarize(results, traces)
     records = results.get("records", [])
     images: dict[str, str] = {}
@@ -662,7 +663,7 @@ def write_report(out: Path) -> Path:
         images["core_seconds"] = "core_seconds.png"
     by_key = {bl.record_key(r): r for r in records}
     for policy in bl.POLICIES:
-        key = pick_trace(records, traces, policy)
+        key = None if traces is None else pick_trace(records, traces, policy)
         if key is not None:
             name = f"trace-{policy}.png"
             plot_trace(traces[key], by_key[key], out / name)

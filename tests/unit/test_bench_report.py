@@ -543,6 +543,21 @@ def test_report_writes_readme_and_plots(tmp_path: Path) -> None:
         assert (tmp_path / name).stat().st_size > 1000
 
 
+def test_report_without_traces_leaves_the_1x_run_by_run_check_unmeasured(tmp_path: Path) -> None:
+    import json
+
+    records = [rec("decor", "d1.0", 1.0), rec("static-max", "d1.0", -2.0)]
+    results = {"grid": "smoke", "machine": {"cores": 2, "model": "m"}, "records": records,
+               "profiles": {}, "overhead": None}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(results))  # copied without traces.json
+    text = report.write_report(tmp_path).read_text()
+    assert "the runs that left MAX are not known" in text
+    assert "No `decor` run left MAX" not in text
+    row = next(line for line in text.splitlines() if "own speed" in line)
+    assert "needs the runs' traces" in row and "not measured" in row
+    assert not (tmp_path / "trace-decor.png").exists()
+
+
 def test_record_key_identifies_a_run() -> None:
     assert bl.record_key(rec("decor", "d1.5", 0.0, rep=1)) == "local:resnet/d1.5/decor/r1"
     planned = bl.PlannedRun("resnet", "d1.5", "decor", 1)
