@@ -176,7 +176,12 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
         f"Mean over {len(tight.pairs)} pairs: `decor` {_pct(tight.mean_decor_pct, signed=True)}"
         f"%, static MAX {_pct(tight.mean_max_pct, signed=True)}%, difference "
         f"{_pct(tight.mean_difference_pct, signed=True)}%"
-        + ("." if se is None else f" +- {_pct(se)}% (one standard error of the mean)."),
+        + ("" if se is None else f" +- {_pct(se)}% (one standard error of the mean)")
+        + (
+            "."
+            if (share := tight.mean_share_of_max) is None
+            else f"; `decor`'s mean allocation {share:.3f} of MAX."
+        ),
         "",
         f"Late runs: `decor` {tight.late_decor} of {len(tight.pairs)}, static MAX "
         f"{tight.late_max}; mean lateness (a run's deviation where positive, else 0): `decor` "
@@ -184,8 +189,9 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
     ]
     if left is None:
         return out + ["", "Without the runs' traces the runs that left MAX are not known."]
+    out += ["", _held_and_left(tight, left)]
     if not left:
-        return out + ["", "No `decor` run left MAX."]
+        return out
     late = [x for x in left if x.decor_dev_pct > 0]
     out += [
         "",
@@ -202,12 +208,14 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
         ["workload", "repetition", "decor", "MAX at that run's speed", "decor later by"],
         [
             [x.workload, str(x.repetition), _pct(x.decor_dev_pct, signed=True),
-             _pct(x.at_max_dev_pct, signed=True),
-             _pct(x.decor_dev_pct - x.at_max_dev_pct, signed=True)]
+             "–" if x.at_max_dev_pct is None else _pct(x.at_max_dev_pct, signed=True),
+             "–" if x.at_max_dev_pct is None
+             else _pct(x.decor_dev_pct - x.at_max_dev_pct, signed=True)]
             for x in left
         ],
     )  # fmt: skip
-    lost = [x for x in late if x.at_max_dev_pct <= 0]
+    # unmeasured (it left MAX too soon): MAX counts as on time
+    lost = [x for x in late if x.at_max_dev_pct is None or x.at_max_dev_pct <= 0]
     out += [
         "",
         f"`decor` left MAX in {len(left)} of its {len(tight.pairs)} paired runs and finished "
@@ -220,6 +228,24 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
         + f"; late where MAX at that run's speed would have been on time: {len(lost)}.",
     ]
     return out
+
+
+def _held_and_left(tight: bl.TightComparison, left: list[bl.LeftMax]) -> str:
+    """The paired difference split by whether ``decor`` left MAX: where it held MAX the two
+    runs ran one allocation, and what they differ by is the spread between runs."""
+    left_keys = {(x.workload, x.repetition) for x in left}
+    held = [p for p in tight.pairs if (p.workload, p.repetition) not in left_keys]
+    moved = [p for p in tight.pairs if (p.workload, p.repetition) in left_keys]
+
+    def part(pairs: list[bl.TightPair]) -> str:
+        return _pct(sum(p.difference_pct for p in pairs) / len(tight.pairs), signed=True)
+
+    return (
+        "Split by whether `decor` left MAX (each part: its pairs' differences summed, over all "
+        f"{len(tight.pairs)} pairs): the {len(held)} pairs where it held MAX throughout, both "
+        f"runs at one allocation, {part(held)}%; the {len(moved)} where it left MAX, "
+        f"{part(moved)}%." + ("" if left else " No `decor` run left MAX.")
+    )
 
 
 def _minutes(seconds: float | None) -> str:
