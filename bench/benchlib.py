@@ -922,7 +922,7 @@ def _own_speed_check(summary: dict[str, Any], left_max: Sequence[LeftMax] | None
     4 % (SD) on this VM, so 24 pairs of identical policies differ by +-0.8 % (one standard
     error) and a check of <= 0 fails half of the time for them; and a signed mean counts the
     lead of a fast run spent, where MAX finishes early, as lost, though spending it is what
-    the controller is for (``docs/control-law.md``, "What a paired signed mean measures")."""
+    the controller is for (``docs/control-law.md``, "How 1.0x is judged")."""
     name = (
         f"decor at 1.0x no later than static MAX: each run late by at most "
         f"{LATE_TOLERANCE_PCT:.0f}% beyond MAX at the run's own speed"

@@ -302,8 +302,6 @@ def test_two_jobs_share_the_machine_and_both_meet_their_deadlines(
     cores and steps down as its law measures), and from then on each holds its own need, the
     two within the machine, and both meet their deadlines."""
     arrival_s = float(round(0.2 * all_cores_s))  # whole periods: both tick together
-    # The loose job starts holding both cores (initial = max): only once the planner hands the
-    # tight one its need does the loose one keep no more than its own.
     loose = manifest("loose", epochs=EPOCHS, duration_s=1.8 * all_cores_s, initial="2")
     tight = manifest("tight", epochs=EPOCHS // 2, duration_s=1.0 * all_cores_s)
     lines: list[str] = []
