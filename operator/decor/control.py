@@ -427,6 +427,60 @@ def _nn_condition(
 
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
+    """One period of ``decor``: learn from the sample, answer a moved deadline, and plan the
+    remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`)."""
+    learned = _learn(state, obs, settings, now)
+    base = learned.state
+    moved_s = _deadline_moved_s(state, settings, learned.changing)
+    replan = abs(moved_s) > 1e-6
+    step_time = _step_time_model(base.fit, base.level_fit, settings, base.level_shape)
+    unplanned = _unplanned(state, base, obs, settings, now, step_time)
+    if unplanned is not None:
+        return unplanned
+    assert step_time is not None
+    remaining = obs.steps_total - obs.steps_done
+    if settings.mode == "gpu":
+        return _decide_gpu(
+            base, settings, obs, now, remaining, step_time, learned.restart_cost_s, replan
+        )
+    period = _Period(
+        state=state,
+        learned=base,
+        obs=obs,
+        settings=settings,
+        now=now,
+        step_time=step_time,
+        current=obs.allocation if not obs.pending else state.allocation,
+        moved_s=moved_s,
+    )
+    plan = _cpu_plan(period)
+    target = _damped(period, plan, learned.settled_now)
+    condition = (
+        AT_RISK if plan.wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
+    )
+    eta = obs.time_s + remaining * step_time(target)
+    message = (
+        f"needs {plan.wanted:.2f} cores; step time {step_time(1.0):.4f} s at 1 core, "
+        f"{step_time(settings.max_allocation):.4f} s at MAX"
+    )
+    base = replace(base, level_credit_s=plan.credit_s)
+    return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
+
+
+@dataclass(frozen=True)
+class _Learned:
+    """What one sample taught the law (:func:`_learn`)."""
+
+    state: State  # the state with the sample learned, before this period's decision
+    restart_cost_s: float  # GPU: what one change of count costs, learned or configured
+    changing: bool  # a change is still being carried out
+    settled_now: bool  # CPU: a resize seen pending has taken effect by this sample
+
+
+def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _Learned:
+    """Learn from the interval since the last sample: the speed fits (intervals that span a
+    change teach nothing), a GPU restart's cost once progress resumes, and whether a change
+    is still pending."""
     fit, level_fit, level_shape = state.fit, state.level_fit, state.level_shape
     fewest, most = state.fewest_cores_measured, state.most_cores_measured
     restart_cost = (
@@ -436,7 +490,6 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     pending_since = state.change_pending_since_s
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
-    # 1. Learn from the interval since the last sample (skip intervals spanning a change).
     if state.last_time_s is not None and state.last_steps is not None and obs.allocation > 0:
         dt = obs.time_s - state.last_time_s
         dsteps = obs.steps_done - state.last_steps
@@ -457,15 +510,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
         if obs.steps_done > state.last_steps and settings.mode == "gpu":
-            # First progress after a restart: what it cost, as the trainer measured it (save
-            # to first step), else the gap in progress less the steps done in it.
-            if obs.restart_s is not None and obs.restart_s > 0:
-                seen = obs.restart_s
-            else:
-                coeffs = fit.coefficients()
-                step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
-                gap_s = obs.time_s - pending_since
-                seen = max(0.0, gap_s - (obs.steps_done - state.last_steps) * step_s)
+            seen = _restart_seen_s(obs, fit, pending_since, state.last_steps)
             # The first measurement replaces the configured guess; later ones are averaged in.
             if learned_restart_s is not None:
                 seen = 0.5 * (learned_restart_s + seen)
@@ -474,7 +519,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         elif settings.mode == "cpu":
             pending_since = None
     changing = obs.pending or (settings.mode == "gpu" and pending_since is not None)
-    base = replace(
+    learned = replace(
         state,
         fit=fit,
         level_fit=level_fit,
@@ -489,15 +534,41 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         # A move seen while a change is still being applied is answered once it has been.
         deadline_s=state.deadline_s if changing else settings.deadline_s,
     )
-    # The deadline moved since the last decision: answer it now, without the hysteresis that
-    # spreads changes out while the need only drifts.
-    moved_s = (
-        settings.deadline_s - state.deadline_s
-        if not changing and state.deadline_s is not None
-        else 0.0
-    )
-    replan = abs(moved_s) > 1e-6
-    remaining = obs.steps_total - obs.steps_done
+    return _Learned(learned, restart_cost, changing, settled_now)
+
+
+def _restart_seen_s(
+    obs: Observation, fit: SpeedFit, pending_since: float, last_steps: float
+) -> float:
+    """What a GPU restart cost, at the first progress after it: as the trainer measured it
+    (save to first step), else the gap in progress less the steps done in it."""
+    if obs.restart_s is not None and obs.restart_s > 0:
+        return obs.restart_s
+    coeffs = fit.coefficients()
+    step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
+    gap_s = obs.time_s - pending_since
+    return max(0.0, gap_s - (obs.steps_done - last_steps) * step_s)
+
+
+def _deadline_moved_s(state: State, settings: Settings, changing: bool) -> float:
+    """How far the deadline moved since the last decision (0 while a change is carried out:
+    it is answered once the change is done). A move is answered at once, without the
+    hysteresis that spreads changes out while the need only drifts."""
+    if changing or state.deadline_s is None:
+        return 0.0
+    return settings.deadline_s - state.deadline_s
+
+
+def _unplanned(
+    state: State,
+    base: State,
+    obs: Observation,
+    settings: Settings,
+    now: float,
+    step_time: Callable[[float], float] | None,
+) -> Decision | None:
+    """The decision when there is nothing to plan (None when there is): a deadline already
+    past at the start or now, no speed measured yet, or one that even MAX cannot meet."""
     if settings.deadline_s <= settings.start_s:
         return _hold_or_change(
             base,
@@ -509,93 +580,133 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
             "the deadline was already past when the job started; running at MAX",
             None,
         )
-    step_time = _step_time_model(fit, level_fit, settings, level_shape)
     if step_time is None:
         return Decision(
             allocation=state.allocation, state=base, condition=STARTING, message="measuring speed"
         )
-
+    remaining = obs.steps_total - obs.steps_done
     eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
     if now >= settings.deadline_s:
+        message = f"deadline passed at {obs.progress:.1%}; running at MAX"
         return _hold_or_change(
-            base,
-            settings,
-            settings.max_allocation,
-            now,
-            obs,
-            DEADLINE_MISSED,
-            f"deadline passed at {obs.progress:.1%}; running at MAX",
-            eta_at_max,
+            base, settings, settings.max_allocation, now, obs, DEADLINE_MISSED, message, eta_at_max
         )
-    infeasible = eta_at_max > settings.deadline_s
-    if infeasible:
+    if eta_at_max > settings.deadline_s:
         late_by = eta_at_max - settings.deadline_s
+        message = f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX"
         return _hold_or_change(
-            base,
-            settings,
-            settings.max_allocation,
-            now,
-            obs,
-            INFEASIBLE,
-            f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX",
-            eta_at_max,
+            base, settings, settings.max_allocation, now, obs, INFEASIBLE, message, eta_at_max
         )
-    # Remaining time measured from the sample; work done since the sample is unknown.
-    horizon = settings.target_s - obs.time_s
-    endgame_s = settings.endgame_ratio * settings.duration_s
-    needed_step_s = planned_time_s(horizon, settings) / remaining if remaining > 0 else math.inf
-    if settings.mode == "gpu":
-        return _decide_gpu(base, settings, obs, now, remaining, step_time, restart_cost, replan)
-    current = obs.allocation if not obs.pending else state.allocation
-    credit_s = 0.0
-    # Seconds the rest of the plan needs at the current whole-core level (0 below a pair).
-    current_need_s = 0.0
+    return None
+
+
+@dataclass(frozen=True)
+class _Period:
+    """What a CPU plan is made from, one period."""
+
+    state: State  # as the last decision left it
+    learned: State  # with this sample learned (:func:`_learn`)
+    obs: Observation
+    settings: Settings
+    now: float
+    step_time: Callable[[float], float]  # the speed model: seconds per step at an allocation
+    current: float  # the allocation in effect (the last one decided while a resize is pending)
+    moved_s: float  # how far the deadline moved since the last decision
+
+    @property
+    def horizon_s(self) -> float:
+        """The time left to the target, measured from the sample (work done since is unknown)."""
+        return self.settings.target_s - self.obs.time_s
+
+    @property
+    def endgame(self) -> bool:
+        return self.horizon_s < self.settings.endgame_ratio * self.settings.duration_s
+
+    @property
+    def replan(self) -> bool:
+        """The deadline moved: answer it now, without the holds that spread changes out."""
+        return abs(self.moved_s) > 1e-6
+
+    @property
+    def remaining(self) -> float:
+        return self.obs.steps_total - self.obs.steps_done
+
+
+@dataclass(frozen=True)
+class _CpuPlan:
+    """What the remaining steps need of a CPU job (:func:`_cpu_plan`)."""
+
+    wanted: float  # the cores the need comes to (a fraction between whole-core levels)
+    target: float  # the allocation that serves it now
+    credit_s: float = 0.0  # the new level credit (seconds owed at the upper level)
+    current_need_s: float = 0.0  # seconds the plan needs at the current level (0 below a pair)
+
+
+def _cpu_plan(p: _Period) -> _CpuPlan:
+    """The cores the remaining steps need over the horizon, and the allocation that serves
+    that need: the two whole-core levels around it in turn above one core, the quota itself
+    up to one."""
+    settings, step_time, current = p.settings, p.step_time, p.current
+    planned_s = planned_time_s(p.horizon_s, settings)
+    needed_step_s = planned_s / p.remaining if p.remaining > 0 else math.inf
+    if step_time(1.0) > needed_step_s and usable_cores(settings.max_allocation, settings) >= 2.0:
+        return _between_levels(p, needed_step_s)
+    # Up to one core, speed is proportional to the quota: the model's cores for the needed
+    # step time. Keep the allocation inside a relative dead-band, else move to the nearest
+    # quantum. Re-planning every period absorbs the dead-band's error, and as the horizon
+    # shrinks that error (a fraction of the time left) shrinks with it.
+    wanted = _cores_for(needed_step_s, step_time, min(1.0, settings.max_allocation), settings)
+    target = quantize(wanted, settings)
+    if (
+        abs(wanted - current) <= settings.deadband_ratio * current
+        and settings.min_allocation <= current <= settings.max_allocation
+    ):
+        target = current
+    return _CpuPlan(wanted, target)
+
+
+def _between_levels(p: _Period, needed_step_s: float) -> _CpuPlan:
+    """More than one core: alternate the two whole-core levels around the need."""
+    settings, step_time, current = p.settings, p.step_time, p.current
     top = usable_cores(settings.max_allocation, settings)
-    if step_time(1.0) > needed_step_s and top >= 2.0:
-        # More than one core: alternate the two whole-core levels around the need.
-        lower = max(n for n in range(1, int(top) + 1) if step_time(n) > needed_step_s)
-        if lower >= top:
-            wanted, target = settings.max_allocation, settings.max_allocation
-        else:
-            v_lower, v_upper = 1.0 / step_time(lower), 1.0 / step_time(lower + 1)
-            fraction = (1.0 / needed_step_s - v_lower) / (v_upper - v_lower)
-            fraction = min(1.0, max(0.0, fraction))
-            wanted = lower + fraction
-            planned_s = planned_time_s(horizon, settings)
-            upper_need_s = _upper_need_s(fraction * planned_s, lower, current, state, obs, now)
-            if thread_cores(current) == lower + 1:
-                current_need_s = upper_need_s
-            target, credit_s = _whole_core_level(
-                lower,
-                fraction,
-                current,
-                0.0 if replan else state.level_credit_s,
-                settings,
-                deadline_move_s=moved_s if replan else 0.0,
-                upper_need_s=upper_need_s,
-                endgame=horizon < endgame_s,
-                planned_s=planned_s,
-                # Only MAX measured (the job's start), and no hurry: measure the lower level.
-                probe_lower=fewest is not None
-                and fewest >= top
-                and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation
-                and settings.target_s - eta_at_max >= _probe_cost_s(lower, top, settings),
-                # The upper level never measured (a job that starts at one core): measure it.
-                probe_upper=most is not None and most < lower + 1,
-            )
-    else:
-        # Up to one core, speed is proportional to the quota: the model's cores for the
-        # needed step time. Keep the allocation inside a relative dead-band, else move to
-        # the nearest quantum. Re-planning every period absorbs the dead-band's error, and as
-        # the horizon shrinks that error (a fraction of the time left) shrinks with it.
-        wanted = _cores_for(needed_step_s, step_time, min(1.0, settings.max_allocation), settings)
-        target = quantize(wanted, settings)
-        if (
-            abs(wanted - current) <= settings.deadband_ratio * current
-            and settings.min_allocation <= current <= settings.max_allocation
-        ):
-            target = current
-    if target < current and horizon < endgame_s:
+    lower = max(n for n in range(1, int(top) + 1) if step_time(n) > needed_step_s)
+    if lower >= top:
+        return _CpuPlan(settings.max_allocation, settings.max_allocation)
+    v_lower, v_upper = 1.0 / step_time(lower), 1.0 / step_time(lower + 1)
+    fraction = min(1.0, max(0.0, (1.0 / needed_step_s - v_lower) / (v_upper - v_lower)))
+    planned_s = planned_time_s(p.horizon_s, settings)
+    upper_need_s = _upper_need_s(fraction * planned_s, lower, current, p.state, p.obs, p.now)
+    eta_at_max = p.obs.time_s + p.remaining * step_time(settings.max_allocation)
+    fewest, most = p.learned.fewest_cores_measured, p.learned.most_cores_measured
+    wanted = lower + fraction
+    target, credit_s = _whole_core_level(
+        lower,
+        fraction,
+        current,
+        0.0 if p.replan else p.state.level_credit_s,
+        settings,
+        deadline_move_s=p.moved_s if p.replan else 0.0,
+        upper_need_s=upper_need_s,
+        endgame=p.endgame,
+        planned_s=planned_s,
+        # Only MAX measured (the job's start), and no hurry: measure the lower level.
+        probe_lower=fewest is not None
+        and fewest >= top
+        and wanted <= AT_RISK_FRACTION_OF_MAX * settings.max_allocation
+        and settings.target_s - eta_at_max >= _probe_cost_s(lower, top, settings),
+        # The upper level never measured (a job that starts at one core): measure it.
+        probe_upper=most is not None and most < lower + 1,
+    )
+    current_need_s = upper_need_s if thread_cores(current) == lower + 1 else 0.0
+    return _CpuPlan(wanted, target, credit_s, current_need_s)
+
+
+def _damped(p: _Period, plan: _CpuPlan, settled_now: bool) -> float:
+    """The plan's target, held back where a change now would cost more than it serves: small
+    steps down in the end game, a whole-core level just reached (:func:`_level_held`), and
+    the period after a resize settled (a moved deadline is answered regardless)."""
+    settings, current, target = p.settings, p.current, plan.target
+    if target < current and p.endgame:
         # End game: below one core, step down by at most endgame_step_ratio (a step down
         # between whole-core levels is taken: both were measured).
         floor = (
@@ -606,23 +717,16 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         target = min(current, max(target, floor))
     if (
         target < current
-        and not replan
-        and _level_held(current, current_need_s, horizon, state, settings, now)
+        and not p.replan
+        and _level_held(current, plan.current_need_s, p.horizon_s, p.state, settings, p.now)
     ):
         target = current
-    if settled_now and not replan:
+    if settled_now and not p.replan:
         # The interval that ends here ran partly at the old allocation, so it taught the
         # model nothing; hold one period to measure the new one. Without this, a model that
         # is off asks for a change each time the previous one settles and never learns.
         target = current
-    condition = AT_RISK if wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
-    eta = obs.time_s + remaining * step_time(target)
-    message = (
-        f"needs {wanted:.2f} cores; step time {step_time(1.0):.4f} s at 1 core, "
-        f"{step_time(settings.max_allocation):.4f} s at MAX"
-    )
-    base = replace(base, level_credit_s=credit_s)
-    return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
+    return target
 
 
 def _level_held(
