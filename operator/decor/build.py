@@ -391,10 +391,74 @@ def build_trainer_pod(
     pod_spec: dict[str, Any] = dict(template.get("spec") or {})
     containers = [dict(c) for c in pod_spec["containers"]]
     trainer = containers[0]
-    job_meta = job["metadata"]
-    namespace = job_meta.get("namespace") or spec.namespace
+    if spec.resources.mode == "cpu":  # resized in place
+        policies = [p for p in trainer.get("resizePolicy") or [] if p.get("resourceName") != "cpu"]
+        trainer["resizePolicy"] = [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+            *policies,
+        ]
+    trainer["resources"] = _trainer_resources(trainer, spec, allocation)
+    trainer["env"] = _trainer_env(trainer, spec, allocation)
+    storage = checkpoint_storage or CheckpointStorage(host_root=checkpoint_host_root)
+    volumes, trainer["volumeMounts"], host_path_checkpoint = _volumes(
+        job, spec, pod_spec, trainer, storage
+    )
 
-    # Resources of the trainer container.
+    image = sidecar_image or trainer.get("image")
+    pull_policy = trainer.get("imagePullPolicy", "IfNotPresent")
+    pod_security = _restricted_pod_context(pod_spec.get("securityContext") or {})
+    init_containers = [
+        _restricted_container(c)
+        for c in pod_spec.get("initContainers") or []
+        if c.get("name") not in (SIDECAR_NAME, CHECKPOINT_OWNER_NAME)
+    ]
+    if host_path_checkpoint is not None:
+        owner = _checkpoint_owner(host_path_checkpoint, trainer, pod_security, image, pull_policy)
+        init_containers.insert(0, owner)
+    init_containers.append(_metrics_sidecar(spec, image, pull_policy))
+
+    restart_policy = pod_spec.get("restartPolicy") or DEFAULT_RESTART_POLICY
+    if restart_policy == "Always":  # a pod that always restarts could never complete
+        restart_policy = DEFAULT_RESTART_POLICY
+    pod_spec.update(
+        containers=[_restricted_container(c) for c in containers],
+        initContainers=init_containers,
+        volumes=volumes,
+        restartPolicy=restart_policy,
+        securityContext=pod_security,
+    )
+    job_meta = job["metadata"]
+    labels = {
+        **(template_meta.get("labels") or {}),
+        LABEL_JOB: job_meta["name"],
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+    annotations = {
+        **(template_meta.get("annotations") or {}),
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(spec.metrics.port),
+        "prometheus.io/path": spec.metrics.path,
+        ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job_meta.get("namespace") or spec.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _trainer_resources(
+    trainer: Mapping[str, Any], spec: JobSpec, allocation: float
+) -> dict[str, Any]:
+    """The trainer's resources: the template's, with the allocation as requests = limits
+    (CPU cores, or ``nvidia.com/gpu``)."""
     resources = {
         k: dict(v) for k, v in (trainer.get("resources") or {}).items() if isinstance(v, dict)
     }
@@ -402,16 +466,16 @@ def build_trainer_pod(
     limits = resources.setdefault("limits", {})
     if spec.resources.mode == "cpu":
         requests["cpu"] = limits["cpu"] = format_cpu(allocation)
-        policies = [p for p in trainer.get("resizePolicy") or [] if p.get("resourceName") != "cpu"]
-        trainer["resizePolicy"] = [
-            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-            *policies,
-        ]
     else:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = format_allocation("gpu", allocation)
-    trainer["resources"] = resources
+    return resources
 
-    # Environment (docs/contract.md); ours replace same-named entries of the template.
+
+def _trainer_env(
+    trainer: Mapping[str, Any], spec: JobSpec, allocation: float
+) -> list[dict[str, Any]]:
+    """The trainer's environment (docs/contract.md); ours replace same-named entries of the
+    template."""
     env = [dict(e) for e in trainer.get("env") or []]
     env = upsert_env(env, ENV_EPOCHS, str(spec.epochs))
     if spec.steps_per_epoch is not None:
@@ -425,9 +489,19 @@ def build_trainer_pod(
         if spec.resources.batch_policy is not None:
             policy = BATCH_POLICY_NAMES[spec.resources.batch_policy]
             env = upsert_env(env, ENV_BATCH_POLICY, policy)
-    trainer["env"] = env
+    return env
 
-    # Volumes: the progress file, and the checkpoint unless the template provides one.
+
+def _volumes(
+    job: Mapping[str, Any],
+    spec: JobSpec,
+    pod_spec: Mapping[str, Any],
+    trainer: Mapping[str, Any],
+    storage: CheckpointStorage,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """The pod's volumes and the trainer's mounts: the progress file, and the checkpoint
+    unless the template provides one; and the checkpoint path when it is a hostPath (its
+    directory is handed to the trainer's user), else None."""
     volumes = [dict(v) for v in pod_spec.get("volumes") or []]
     mounts = [dict(m) for m in trainer.get("volumeMounts") or []]
     volume_names = {v.get("name") for v in volumes}
@@ -442,12 +516,11 @@ def build_trainer_pod(
         )
     if not _mount_covers(mounts, PROGRESS_DIR):
         mounts.append({"name": PROGRESS_VOLUME, "mountPath": PROGRESS_DIR})
-    storage = checkpoint_storage or CheckpointStorage(host_root=checkpoint_host_root)
     host_path_checkpoint: str | None = None
     if spec.checkpoint.path and not _mount_covers(mounts, spec.checkpoint.path):
         if CHECKPOINT_VOLUME not in volume_names:
             if spec.checkpoint.claim_name or storage.volume == VOLUME_CLAIM:
-                claim = spec.checkpoint.claim_name or checkpoint_claim_name(job_meta["name"])
+                claim = spec.checkpoint.claim_name or checkpoint_claim_name(job["metadata"]["name"])
                 volumes.append(
                     {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
                 )
@@ -463,15 +536,16 @@ def build_trainer_pod(
                     }
                 )
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path})
-    trainer["volumeMounts"] = mounts
-    containers[0] = trainer
+    return volumes, mounts, host_path_checkpoint
 
-    # The metrics sidecar: a native sidecar serving /metrics from the progress file.
-    image = sidecar_image or trainer.get("image")
-    sidecar = {
+
+def _metrics_sidecar(spec: JobSpec, image: str | None, pull_policy: str) -> dict[str, Any]:
+    """The metrics sidecar: a native sidecar (an init container that always restarts)
+    serving /metrics from the progress file, read-only, as no one in particular."""
+    return {
         "name": SIDECAR_NAME,
         "image": image,
-        "imagePullPolicy": trainer.get("imagePullPolicy", "IfNotPresent"),
+        "imagePullPolicy": pull_policy,
         "restartPolicy": "Always",
         "command": [
             "python3",
@@ -492,69 +566,33 @@ def build_trainer_pod(
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    pod_security = _restricted_pod_context(pod_spec.get("securityContext") or {})
-    init_containers = [
-        _restricted_container(c)
-        for c in pod_spec.get("initContainers") or []
-        if c.get("name") not in (SIDECAR_NAME, CHECKPOINT_OWNER_NAME)
-    ]
-    if host_path_checkpoint is not None:
-        # The kubelet makes a hostPath directory as root: hand it to the trainer's user.
-        trainer_context = trainer.get("securityContext") or {}
-        uid = trainer_context.get("runAsUser", pod_security["runAsUser"])
-        gid = trainer_context.get("runAsGroup", pod_security.get("runAsGroup", uid))
-        owner = {
-            "name": CHECKPOINT_OWNER_NAME,
-            "image": image,
-            "imagePullPolicy": sidecar["imagePullPolicy"],
-            "command": ["chown", "-R", f"{uid}:{gid}", host_path_checkpoint],
-            "resources": copy.deepcopy(SIDECAR_RESOURCES),
-            "volumeMounts": [{"name": CHECKPOINT_VOLUME, "mountPath": host_path_checkpoint}],
-            "securityContext": {
-                "runAsUser": ROOT_UID,
-                "runAsNonRoot": False,
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_READ_SEARCH"]},
-            },
-        }
-        init_containers.insert(0, owner)
-    init_containers.append(sidecar)
-    containers = [_restricted_container(c) for c in containers]
 
-    restart_policy = pod_spec.get("restartPolicy") or DEFAULT_RESTART_POLICY
-    if restart_policy == "Always":  # a pod that always restarts could never complete
-        restart_policy = DEFAULT_RESTART_POLICY
 
-    pod_spec.update(
-        containers=containers,
-        initContainers=init_containers,
-        volumes=volumes,
-        restartPolicy=restart_policy,
-        securityContext=pod_security,
-    )
-    labels = {
-        **(template_meta.get("labels") or {}),
-        LABEL_JOB: job_meta["name"],
-        LABEL_MANAGED_BY: MANAGED_BY,
-    }
-    annotations = {
-        **(template_meta.get("annotations") or {}),
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": str(spec.metrics.port),
-        "prometheus.io/path": spec.metrics.path,
-        ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
-    }
+def _checkpoint_owner(
+    path: str,
+    trainer: Mapping[str, Any],
+    pod_security: Mapping[str, Any],
+    image: str | None,
+    pull_policy: str,
+) -> dict[str, Any]:
+    """The init container that hands a hostPath checkpoint directory (the kubelet makes it
+    as root) to the trainer's user: root with CHOWN and DAC_READ_SEARCH only."""
+    trainer_context = trainer.get("securityContext") or {}
+    uid = trainer_context.get("runAsUser", pod_security["runAsUser"])
+    gid = trainer_context.get("runAsGroup", pod_security.get("runAsGroup", uid))
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(job)],
+        "name": CHECKPOINT_OWNER_NAME,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": ["chown", "-R", f"{uid}:{gid}", path],
+        "resources": copy.deepcopy(SIDECAR_RESOURCES),
+        "volumeMounts": [{"name": CHECKPOINT_VOLUME, "mountPath": path}],
+        "securityContext": {
+            "runAsUser": ROOT_UID,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_READ_SEARCH"]},
         },
-        "spec": pod_spec,
     }
 
 
