@@ -431,18 +431,11 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`)."""
     learned = _learn(state, obs, settings, now)
     base = learned.state
-    moved_s = _deadline_moved_s(state, settings, learned.changing)
-    replan = abs(moved_s) > 1e-6
     step_time = _step_time_model(base.fit, base.level_fit, settings, base.level_shape)
     unplanned = _unplanned(state, base, obs, settings, now, step_time)
     if unplanned is not None:
         return unplanned
     assert step_time is not None
-    remaining = obs.steps_total - obs.steps_done
-    if settings.mode == "gpu":
-        return _decide_gpu(
-            base, settings, obs, now, remaining, step_time, learned.restart_cost_s, replan
-        )
     period = _Period(
         state=state,
         learned=base,
@@ -451,14 +444,25 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         now=now,
         step_time=step_time,
         current=obs.allocation if not obs.pending else state.allocation,
-        moved_s=moved_s,
+        moved_s=_deadline_moved_s(state, settings, learned.changing),
     )
+    if settings.mode == "gpu":
+        return _decide_gpu(
+            base,
+            settings,
+            obs,
+            now,
+            period.remaining,
+            step_time,
+            learned.restart_cost_s,
+            period.replan,
+        )
     plan = _cpu_plan(period)
     target = _damped(period, plan, learned.settled_now)
     condition = (
         AT_RISK if plan.wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
     )
-    eta = obs.time_s + remaining * step_time(target)
+    eta = obs.time_s + period.remaining * step_time(target)
     message = (
         f"needs {plan.wanted:.2f} cores; step time {step_time(1.0):.4f} s at 1 core, "
         f"{step_time(settings.max_allocation):.4f} s at MAX"
@@ -602,7 +606,7 @@ def _unplanned(
 
 @dataclass(frozen=True)
 class _Period:
-    """What a CPU plan is made from, one period."""
+    """What a plan is made from, one period."""
 
     state: State  # as the last decision left it
     learned: State  # with this sample learned (:func:`_learn`)
@@ -631,6 +635,16 @@ class _Period:
     def remaining(self) -> float:
         return self.obs.steps_total - self.obs.steps_done
 
+    @property
+    def planned_s(self) -> float:
+        """The time the plan gives the remaining steps (:func:`planned_time_s`)."""
+        return planned_time_s(self.horizon_s, self.settings)
+
+    @property
+    def needed_step_s(self) -> float:
+        """The step time that finishes the remaining steps in :attr:`planned_s`."""
+        return self.planned_s / self.remaining if self.remaining > 0 else math.inf
+
 
 @dataclass(frozen=True)
 class _CpuPlan:
@@ -647,10 +661,9 @@ def _cpu_plan(p: _Period) -> _CpuPlan:
     that need: the two whole-core levels around it in turn above one core, the quota itself
     up to one."""
     settings, step_time, current = p.settings, p.step_time, p.current
-    planned_s = planned_time_s(p.horizon_s, settings)
-    needed_step_s = planned_s / p.remaining if p.remaining > 0 else math.inf
+    needed_step_s = p.needed_step_s
     if step_time(1.0) > needed_step_s and usable_cores(settings.max_allocation, settings) >= 2.0:
-        return _between_levels(p, needed_step_s)
+        return _between_levels(p)
     # Up to one core, speed is proportional to the quota: the model's cores for the needed
     # step time. Keep the allocation inside a relative dead-band, else move to the nearest
     # quantum. Re-planning every period absorbs the dead-band's error, and as the horizon
@@ -665,16 +678,16 @@ def _cpu_plan(p: _Period) -> _CpuPlan:
     return _CpuPlan(wanted, target)
 
 
-def _between_levels(p: _Period, needed_step_s: float) -> _CpuPlan:
+def _between_levels(p: _Period) -> _CpuPlan:
     """More than one core: alternate the two whole-core levels around the need."""
     settings, step_time, current = p.settings, p.step_time, p.current
+    needed_step_s, planned_s = p.needed_step_s, p.planned_s
     top = usable_cores(settings.max_allocation, settings)
     lower = max(n for n in range(1, int(top) + 1) if step_time(n) > needed_step_s)
     if lower >= top:
         return _CpuPlan(settings.max_allocation, settings.max_allocation)
     v_lower, v_upper = 1.0 / step_time(lower), 1.0 / step_time(lower + 1)
     fraction = min(1.0, max(0.0, (1.0 / needed_step_s - v_lower) / (v_upper - v_lower)))
-    planned_s = planned_time_s(p.horizon_s, settings)
     upper_need_s = _upper_need_s(fraction * planned_s, lower, current, p.state, p.obs, p.now)
     eta_at_max = p.obs.time_s + p.remaining * step_time(settings.max_allocation)
     fewest, most = p.learned.fewest_cores_measured, p.learned.most_cores_measured
