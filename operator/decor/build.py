@@ -413,7 +413,7 @@ def build_trainer_pod(
         if c.get("name") not in (SIDECAR_NAME, CHECKPOINT_OWNER_NAME)
     ]
     if host_path_checkpoint is not None:
-        owner = _checkpoint_owner(host_path_checkpoint, trainer, pod_security, image, pull_policy)
+        owner = _checkpoint_owner(host_path_checkpoint, trainer, pod_security, storage.owner_image)
         init_containers.insert(0, owner)
     init_containers.append(_metrics_sidecar(spec, image, pull_policy))
 
@@ -569,29 +569,29 @@ def _metrics_sidecar(spec: JobSpec, image: str | None, pull_policy: str) -> dict
 
 
 def _checkpoint_owner(
-    path: str,
-    trainer: Mapping[str, Any],
-    pod_security: Mapping[str, Any],
-    image: str | None,
-    pull_policy: str,
+    path: str, trainer: Mapping[str, Any], pod_security: Mapping[str, Any], image: str
 ) -> dict[str, Any]:
     """The init container that hands a hostPath checkpoint directory (the kubelet makes it
-    as root) to the trainer's user: root with CHOWN and DAC_READ_SEARCH only."""
+    as root) to the trainer's user: the operator's own ``image``, never the user's (it runs
+    as root on a host directory), with CHOWN alone, changing the owner of that one directory
+    (not recursively: what is below it was written by the trainer's user, and a tree the
+    user wrote is not walked as root)."""
     trainer_context = trainer.get("securityContext") or {}
     uid = trainer_context.get("runAsUser", pod_security["runAsUser"])
     gid = trainer_context.get("runAsGroup", pod_security.get("runAsGroup", uid))
     return {
         "name": CHECKPOINT_OWNER_NAME,
         "image": image,
-        "imagePullPolicy": pull_policy,
-        "command": ["chown", "-R", f"{uid}:{gid}", path],
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["chown", f"{uid}:{gid}", path],
         "resources": copy.deepcopy(SIDECAR_RESOURCES),
         "volumeMounts": [{"name": CHECKPOINT_VOLUME, "mountPath": path}],
         "securityContext": {
             "runAsUser": ROOT_UID,
             "runAsNonRoot": False,
             "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_READ_SEARCH"]},
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+            "seccompProfile": dict(SECCOMP_PROFILE),
         },
     }
 

@@ -65,12 +65,18 @@ ENV_CHECKPOINT_SIZE = "DECOR_CHECKPOINT_SIZE"
 """Requested size of per-job claims (a Kubernetes quantity, e.g. ``1Gi``)."""
 ENV_CHECKPOINT_HOST_ROOT = "DECOR_CHECKPOINT_HOST_ROOT"
 """hostPath root of checkpoint directories (``ROOT/NAMESPACE/NAME/UID``)."""
+ENV_OPERATOR_IMAGE = "DECOR_OPERATOR_IMAGE"
+"""The operator's own image (the chart sets it to the image it runs): the only image DECOR
+runs as root, to hand a hostPath checkpoint directory to the trainer's user. Never the
+user's image: a user's image run as root on a host directory would be root on the host."""
 
 VOLUME_CLAIM = "claim"
 VOLUME_HOST_PATH = "hostPath"
 CHECKPOINT_VOLUMES: tuple[str, ...] = (VOLUME_CLAIM, VOLUME_HOST_PATH)
 DEFAULT_CHECKPOINT_SIZE = "1Gi"
 DEFAULT_CHECKPOINT_HOST_ROOT = "/var/lib/decor/checkpoints"
+DEFAULT_OPERATOR_IMAGE = "localhost/decor/operator:0.1.0"
+"""What ``make images`` builds and imports (an operator started by hand on the test bed)."""
 
 
 @dataclass(frozen=True)
@@ -310,7 +316,9 @@ class CheckpointStorage:
     of ``storage_class`` (None: the cluster's default class) and ``size``, owned by the job so
     that deleting the job deletes it unless ``spec.checkpoint.keep``; passes Pod Security
     Admission ``restricted``. ``hostPath`` — ``host_root/NAMESPACE/NAME/UID`` on the node
-    (single node only; not allowed by ``restricted`` or ``baseline``; never cleaned up).
+    (single node only; not allowed by ``restricted`` or ``baseline``; never cleaned up); the
+    kubelet makes that directory as root, and an init container of ``owner_image`` (the
+    operator's own image, never the user's) hands it to the trainer's user.
     A job naming its own claim (``spec.checkpoint.claimName``) overrides both.
     """
 
@@ -318,6 +326,7 @@ class CheckpointStorage:
     storage_class: str | None = None
     size: str = DEFAULT_CHECKPOINT_SIZE
     host_root: str = DEFAULT_CHECKPOINT_HOST_ROOT
+    owner_image: str = DEFAULT_OPERATOR_IMAGE
 
     def __post_init__(self) -> None:
         if self.volume not in CHECKPOINT_VOLUMES:
@@ -335,4 +344,5 @@ class CheckpointStorage:
             storage_class=(env.get(ENV_CHECKPOINT_STORAGE_CLASS) or "").strip() or None,
             size=(env.get(ENV_CHECKPOINT_SIZE) or DEFAULT_CHECKPOINT_SIZE).strip(),
             host_root=(env.get(ENV_CHECKPOINT_HOST_ROOT) or DEFAULT_CHECKPOINT_HOST_ROOT).strip(),
+            owner_image=(env.get(ENV_OPERATOR_IMAGE) or DEFAULT_OPERATOR_IMAGE).strip(),
         )

@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, control
+from decor import build, control, policy
 from decor.model import parse_job
 from decor.policy import CheckpointStorage
 
@@ -167,7 +167,11 @@ def test_sidecar_image_can_be_overridden() -> None:
     body = job_body()
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "resnet-0", sidecar_image="sidecar:2")
     images = {c["name"]: c["image"] for c in pod["spec"]["initContainers"]}
-    assert images == {build.SIDECAR_NAME: "sidecar:2", build.CHECKPOINT_OWNER_NAME: "sidecar:2"}
+    # the container that runs as root is the operator's own image, never a configured one
+    assert images == {
+        build.SIDECAR_NAME: "sidecar:2",
+        build.CHECKPOINT_OWNER_NAME: policy.DEFAULT_OPERATOR_IMAGE,
+    }
 
 
 def test_a_mount_elsewhere_does_not_count_as_the_checkpoint_volume() -> None:
@@ -319,19 +323,26 @@ def test_a_claim_named_in_the_spec_is_mounted_whatever_the_storage(
 def test_host_path_checkpoints_are_handed_to_the_trainers_user() -> None:
     body = job_body()
     body["spec"]["template"]["spec"]["securityContext"] = {"runAsUser": 4242}
-    storage = CheckpointStorage(volume="hostPath", host_root="/data/ck")
+    storage = CheckpointStorage(volume="hostPath", host_root="/data/ck", owner_image="op:7")
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p", checkpoint_storage=storage)
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == build.CHECKPOINT_VOLUME)
     assert volume["hostPath"]["path"] == f"/data/ck/ml/resnet/{JOB_UID}"
     owner = pod["spec"]["initContainers"][0]
     assert owner["name"] == build.CHECKPOINT_OWNER_NAME
-    assert owner["command"] == ["chown", "-R", f"4242:{build.TRAINER_GID}", "/ckpt"]
+    # root on a host directory: the operator's image, not the user's; one directory, CHOWN only
+    assert owner["image"] == "op:7"
+    assert owner["image"] != pod["spec"]["containers"][0]["image"]
+    assert owner["command"] == ["chown", f"4242:{build.TRAINER_GID}", "/ckpt"]
     assert owner["volumeMounts"] == [{"name": build.CHECKPOINT_VOLUME, "mountPath": "/ckpt"}]
     assert owner["securityContext"]["runAsUser"] == 0
-    assert owner["securityContext"]["capabilities"] == {
-        "drop": ["ALL"],
-        "add": ["CHOWN", "DAC_READ_SEARCH"],
-    }
+    assert owner["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert owner["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_the_owner_image_is_the_operators_own_from_the_environment() -> None:
+    storage = CheckpointStorage.from_env({policy.ENV_OPERATOR_IMAGE: "registry/decor/operator:1"})
+    assert storage.owner_image == "registry/decor/operator:1"
+    assert CheckpointStorage.from_env({}).owner_image == policy.DEFAULT_OPERATOR_IMAGE
 
 
 def test_checkpoint_claim_is_owned_by_the_job_unless_kept() -> None:

@@ -168,6 +168,8 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     assert env["DECOR_PROMETHEUS_URL"] == ""
     assert env["DECOR_METRICS_PORT"] == "8080"
     assert env["DECOR_LOG_LEVEL"] == "INFO"
+    # the one image DECOR runs as root (hostPath checkpoints) is the operator's own
+    assert env["DECOR_OPERATOR_IMAGE"] == container["image"]
     assert pod["serviceAccountName"] == "decor"
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"]["type"] == "Recreate"
