@@ -31,8 +31,10 @@ ROLE_LEADER = "leader"
 ROLE_WORKER = "worker"
 LABEL_LEADER = "decor.dev/leader"
 """Label on a worker pod: the name of its group's leader pod."""
-ANNOTATION_GROUP_PODS = "decor.dev/group-pods"
-"""Annotation on a leader pod: how many pods its group has (itself included)."""
+ENV_GROUP_PODS = "DECOR_GROUP_PODS"
+"""On every trainer pod's trainer container: how many pods its group has (itself included).
+Read back by :func:`group_size` from the pod's spec, which DECOR writes and nobody can
+change after creation; never from metadata, which anyone who may patch pods can write."""
 
 ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
 """Workers across all of the job's pods (the trainer's WORLD_SIZE)."""
@@ -91,7 +93,10 @@ def build_trainer_group(
         "checkpoint_storage": checkpoint_storage,
     }
     if len(counts) <= 1:
-        return [build.build_trainer_pod(job, spec, allocation, leader, **options)]
+        pod = build.build_trainer_pod(job, spec, allocation, leader, **options)
+        trainer = pod["spec"]["containers"][0]
+        trainer["env"] = build.upsert_env(trainer["env"], ENV_GROUP_PODS, "1")
+        return [pod]
     if not rendezvous_ip:
         raise ValueError("a job of several pods needs its rendezvous Service's address")
     world = sum(counts)
@@ -107,6 +112,7 @@ def build_trainer_group(
             (ENV_RANK_OFFSET, str(offset)),
             (ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
             (ENV_MASTER_PORT, str(RENDEZVOUS_PORT)),
+            (ENV_GROUP_PODS, str(len(counts))),
         ):
             env = build.upsert_env(env, key, value)
         trainer["env"] = env
@@ -116,7 +122,6 @@ def build_trainer_group(
             trainer.setdefault("ports", []).append(
                 {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
             )
-            meta["annotations"][ANNOTATION_GROUP_PODS] = str(len(counts))
         else:
             meta["labels"][LABEL_LEADER] = leader
             meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
@@ -172,9 +177,12 @@ def leader_of(pod: Mapping[str, Any]) -> str | None:
 
 
 def group_size(leader: Mapping[str, Any]) -> int:
-    """How many pods the group led by ``leader`` was created with (1: a one-pod trainer)."""
-    raw = ((leader.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GROUP_PODS)
-    try:
-        return max(1, int(raw)) if raw is not None else 1
-    except (TypeError, ValueError):
-        return 1
+    """How many pods the group led by ``leader`` was created with (1: a one-pod trainer),
+    from the :data:`ENV_GROUP_PODS` DECOR wrote into its first container (a pod's spec is
+    immutable); 1 when there is none or it is not a count."""
+    containers = (leader.get("spec") or {}).get("containers") or [{}]
+    for item in containers[0].get("env") or []:
+        if item.get("name") == ENV_GROUP_PODS:
+            value = str(item.get("value") or "")
+            return max(1, int(value)) if value.isdigit() else 1
+    return 1

@@ -45,6 +45,15 @@ ENV_ALLOWED_SERVICE_ACCOUNTS = "DECOR_ALLOWED_SERVICE_ACCOUNTS"
 ENV_ALLOWED_TOLERATION_KEYS = "DECOR_ALLOWED_TOLERATION_KEYS"
 """Comma-separated taint keys a template may tolerate (e.g. ``nvidia.com/gpu``); ``*``: any."""
 
+ENV_DENIED_METADATA_PREFIXES = "DECOR_DENIED_METADATA_PREFIXES"
+"""Comma-separated label/annotation key prefixes a template may not set, besides DECOR's own
+(e.g. ``sidecar.istio.io/,app.kubernetes.io/``)."""
+
+RESERVED_METADATA_PREFIX = "decor.dev/"
+"""Labels and annotations under this prefix are DECOR's alone: a template may set none."""
+SELECTOR_LABELS = frozenset({"app.kubernetes.io/managed-by"})
+"""Labels outside ``decor.dev/`` that DECOR sets and selects its pods on."""
+
 ANY = "*"
 """In an allowance list: everything."""
 DEFAULT_SERVICE_ACCOUNT = "default"
@@ -122,6 +131,7 @@ class TemplatePolicy:
     allowed_priority_classes: frozenset[str] = field(default_factory=frozenset)
     allowed_service_accounts: frozenset[str] = field(default_factory=frozenset)
     allowed_toleration_keys: frozenset[str] = field(default_factory=frozenset)
+    denied_metadata_prefixes: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TemplatePolicy:
@@ -137,6 +147,7 @@ class TemplatePolicy:
             allowed_priority_classes=_names(env.get(ENV_ALLOWED_PRIORITY_CLASSES)),
             allowed_service_accounts=_names(env.get(ENV_ALLOWED_SERVICE_ACCOUNTS)),
             allowed_toleration_keys=_names(env.get(ENV_ALLOWED_TOLERATION_KEYS)),
+            denied_metadata_prefixes=_names(env.get(ENV_DENIED_METADATA_PREFIXES)),
         )
 
 
@@ -204,10 +215,31 @@ def _ask(env: str) -> str:
     return f"the cluster admin can allow it (operator variable {env}, docs/security.md)"
 
 
+def _check_metadata(metadata: Mapping[str, Any], policy: TemplatePolicy) -> list[Violation]:
+    """Labels and annotations that are DECOR's (``decor.dev/``, the labels it selects its pods
+    on) or under a prefix the admin denies: refused, never silently overwritten."""
+    denied = (RESERVED_METADATA_PREFIX, *sorted(policy.denied_metadata_prefixes))
+    found: list[Violation] = []
+    for kind in ("labels", "annotations"):
+        for key in _mapping(metadata.get(kind)):
+            name = str(key)
+            prefix = next((p for p in denied if name.startswith(p)), None)
+            if prefix is None and not (kind == "labels" and name in SELECTOR_LABELS):
+                continue
+            why = (
+                "is DECOR's own"
+                if prefix in (None, RESERVED_METADATA_PREFIX)
+                else f"is under {prefix!r}, denied by the cluster admin "
+                f"({ENV_DENIED_METADATA_PREFIXES})"
+            )
+            found.append(Violation(f"{TEMPLATE}.metadata.{kind}[{name}]", f"this key {why}"))
+    return found
+
+
 def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[Violation]:
     """Everything in ``template`` (a job's ``spec.template``) that ``policy`` refuses.
 
-    Checked: host namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), host ports,
+    Checked: labels and annotations that are DECOR's or under a denied prefix; host namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), host ports,
     privileged containers and hostPath volumes (``allow_host_access``); ``nodeName``
     (``allow_node_name``); root users and privilege escalation (``allow_run_as_root``); added
     capabilities, ``priorityClassName``, ``serviceAccountName`` other than ``default``, and
@@ -216,7 +248,7 @@ def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[
     """
     spec = _mapping(template.get("spec"))
     where = f"{TEMPLATE}.spec"
-    found: list[Violation] = []
+    found: list[Violation] = _check_metadata(_mapping(template.get("metadata")), policy)
     if not policy.allow_host_access:
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(key) is True:

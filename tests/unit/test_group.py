@@ -78,9 +78,29 @@ def test_roles_are_labelled_and_only_the_leader_is_scraped() -> None:
 def test_one_pod_is_todays_trainer_pod() -> None:
     body = job_body({"mode": "gpu", "min": 1, "max": 4, "initial": 1})
     (pod,) = group.build_trainer_group(body, parse_job(body), 4.0, "lm-0", rendezvous_ip=None)
-    assert pod == build.build_trainer_pod(body, parse_job(body), 4.0, "lm-0")
+    alone = build.build_trainer_pod(body, parse_job(body), 4.0, "lm-0")
+    alone["spec"]["containers"][0]["env"].append({"name": group.ENV_GROUP_PODS, "value": "1"})
+    assert pod == alone
     assert group.group_size(pod) == 1 and not group.is_worker(pod)
     assert group.ENV_WORLD_SIZE not in env(pod)
+
+
+@pytest.mark.parametrize("allocation", [4.0, 1.0])
+def test_the_group_size_is_what_decor_wrote_not_what_the_template_or_a_patch_says(
+    allocation: float,
+) -> None:
+    """A template (or anyone who may patch pods) cannot make the operator think a trainer
+    leads millions of pods: the size comes from the pod's spec as DECOR built it."""
+    body = job_body(SPREAD)
+    template = body["spec"]["template"]
+    template.setdefault("metadata", {})["annotations"] = {"decor.dev/group-pods": "3000000"}
+    template["spec"]["containers"][0]["env"] = [{"name": group.ENV_GROUP_PODS, "value": "3000000"}]
+    pods = group.build_trainer_group(
+        body, parse_job(body), allocation, "lm-0", rendezvous_ip="10.0.0.7"
+    )
+    pods[0]["metadata"]["annotations"]["decor.dev/group-pods"] = "3000000"  # a later patch
+    assert group.group_size(pods[0]) == len(pods) == (2 if allocation == 4.0 else 1)
+    assert [env(p)[group.ENV_GROUP_PODS] for p in pods] == [str(len(pods))] * len(pods)
 
 
 def test_several_pods_need_the_rendezvous_address() -> None:

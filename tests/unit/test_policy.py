@@ -280,7 +280,8 @@ def test_pods_with_claim_storage_pass_restricted_and_the_policy(checkpoint: dict
         body, parse_job(body), 1.0, "resnet-0", checkpoint_storage=storage
     )
     assert restricted_problems(pod) == []
-    assert check_template({"metadata": pod["metadata"], "spec": pod["spec"]}, RESTRICTED) == []
+    # the pod's spec passes the template checks (its metadata is DECOR's own: refused in a template)
+    assert check_template({"spec": pod["spec"]}, RESTRICTED) == []
 
 
 def test_a_template_with_its_own_restricted_settings_keeps_them() -> None:
@@ -308,3 +309,46 @@ def test_an_admin_allowed_root_template_is_not_made_non_root() -> None:
     assert check_template(tpl, TemplatePolicy(allow_run_as_root=True)) == []
     pod = build.build_trainer_pod(body, parse_job(body), 1.0, "p")
     assert "runAsNonRoot" not in pod["spec"]["securityContext"]  # it would refuse to start
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"),
+    [
+        ("annotations", "decor.dev/group-pods"),
+        ("annotations", "decor.dev/allocation"),
+        ("labels", "decor.dev/role"),
+        ("labels", "decor.dev/job"),
+        ("labels", "app.kubernetes.io/managed-by"),
+    ],
+)
+def test_metadata_that_is_decors_own_is_refused(kind: str, key: str) -> None:
+    tpl = template()
+    tpl["metadata"].setdefault(kind, {})[key] = "3000000"
+    found = check_template(tpl, RESTRICTED)
+    assert fields(found) == [f"spec.template.metadata.{kind}[{key}]"]
+    assert "DECOR's own" in found[0].message
+    # no allowance admits it
+    assert fields(check_template(tpl, TemplatePolicy(allow_host_access=True))) == fields(found)
+
+
+def test_the_reserved_keys_cover_every_label_and_annotation_decor_sets() -> None:
+    from decor import group
+
+    body = job()
+    pod = build.build_trainer_pod(body, parse_job(body), 1.0, "resnet-0")
+    keys = [*pod["metadata"]["labels"], group.LABEL_ROLE, group.LABEL_LEADER]
+    keys += [k for k in pod["metadata"]["annotations"] if not k.startswith("prometheus.io/")]
+    for key in keys:
+        if key == "team":  # the template's own
+            continue
+        assert key.startswith(policy.RESERVED_METADATA_PREFIX) or key in policy.SELECTOR_LABELS
+
+
+def test_the_admin_can_deny_further_metadata_prefixes() -> None:
+    tpl = template()
+    tpl["metadata"]["annotations"] = {"sidecar.istio.io/inject": "true", "note": "x"}
+    assert check_template(tpl, RESTRICTED) == []
+    denied = TemplatePolicy.from_env({policy.ENV_DENIED_METADATA_PREFIXES: "sidecar.istio.io/"})
+    found = check_template(tpl, denied)
+    assert fields(found) == ["spec.template.metadata.annotations[sidecar.istio.io/inject]"]
+    assert policy.ENV_DENIED_METADATA_PREFIXES in found[0].message
