@@ -373,9 +373,21 @@ def _non_negative(value: Any, where: str) -> float:
     return float(value)
 
 
+def without_nulls(value: Any) -> Any:
+    """``value`` with every null mapping entry and list item removed, at any depth. A null in
+    a template means "unset": removed here, it cannot defeat a default (``setdefault`` keeps
+    an explicit None) or a check (``runAsUser: null`` is not 0), and never reaches a pod."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value if v is not None]
+    return value
+
+
 def parse_template(raw: Any) -> dict[str, Any]:
+    """``spec.template`` checked for what the operator needs, its nulls removed."""
     where = "spec.template"
-    template = _mapping(raw, where)
+    template = without_nulls(_mapping(raw, where))
     spec = _mapping(template.get("spec"), f"{where}.spec")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:

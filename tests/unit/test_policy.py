@@ -352,3 +352,38 @@ def test_the_admin_can_deny_further_metadata_prefixes() -> None:
     found = check_template(tpl, denied)
     assert fields(found) == ["spec.template.metadata.annotations[sidecar.istio.io/inject]"]
     assert policy.ENV_DENIED_METADATA_PREFIXES in found[0].message
+
+
+def test_explicit_nulls_are_unset_and_the_restricted_defaults_apply() -> None:
+    """``runAsUser: null`` and friends once passed the checks and survived ``setdefault``:
+    the pod had no runAsNonRoot, seccomp profile or allowPrivilegeEscalation at all."""
+    nulls = {
+        "runAsUser": None,
+        "runAsNonRoot": None,
+        "seccompProfile": None,
+        "allowPrivilegeEscalation": None,
+        "capabilities": None,
+    }
+    body = job({"securityContext": dict(nulls), "volumes": [None]})
+    body["spec"]["template"]["spec"]["containers"][0]["securityContext"] = dict(nulls)
+    body["spec"]["template"]["spec"]["containers"][0]["env"] = [None, {"name": "A", "value": None}]
+    spec = parse_job(body)
+    pod = build.build_trainer_pod(
+        body, spec, 1.0, "resnet-0", checkpoint_storage=CheckpointStorage(volume="claim")
+    )
+    assert restricted_problems(pod) == []
+
+    def nulls_in(value: Any) -> int:
+        if isinstance(value, dict):
+            return sum(v is None or nulls_in(v) for v in value.values())
+        if isinstance(value, list):
+            return sum(v is None or nulls_in(v) for v in value)
+        return 0
+
+    assert nulls_in(pod) == 0
+    context = pod["spec"]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == build.TRAINER_UID
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    trainer = pod["spec"]["containers"][0]["securityContext"]
+    assert trainer["allowPrivilegeEscalation"] is False
+    assert trainer["capabilities"] == {"drop": ["ALL"]}
