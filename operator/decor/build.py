@@ -29,7 +29,7 @@ from decor.model import (
     parse_cpu_cores,
     parse_time,
 )
-from decor.policy import VOLUME_CLAIM, CheckpointStorage
+from decor.policy import VOLUME_CLAIM, CheckpointStorage, TemplatePolicy
 
 # --- names shared with the cluster ---------------------------------------------------------
 
@@ -1120,6 +1120,18 @@ def unschedulable_since_s(pod: Mapping[str, Any]) -> float | None:
 
 def is_terminating(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+DEFAULT_GRACE_PERIOD_S = 30
+"""Kubernetes' own default ``terminationGracePeriodSeconds``."""
+
+
+def grace_period_s(pod: Mapping[str, Any], template_policy: TemplatePolicy) -> int:
+    """The seconds to give ``pod`` to stop: its own grace period, at most the admin's cap."""
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    if isinstance(own, bool) or not isinstance(own, int) or own < 0:
+        own = DEFAULT_GRACE_PERIOD_S
+    return min(own, template_policy.max_grace_period_s)
 
 
 def pod_phase(pod: Mapping[str, Any]) -> str:

@@ -978,7 +978,11 @@ class JobController:
 
     def _delete_trainer(self, leader: Mapping[str, Any], grace_period_s: int | None = None) -> None:
         """Delete the trainer: its pod, and the other pods of its group (all get SIGTERM at
-        once, so the workers agree on the last step and rank 0 checkpoints it)."""
+        once, so the workers agree on the last step and rank 0 checkpoints it), with the
+        pod's grace period but never more than the admin's cap (a pod made before the cap
+        was set, or by an older operator, gives its resources back in bounded time too)."""
+        if grace_period_s is None:
+            grace_period_s = build.grace_period_s(leader, self.config.template_policy)
         name = leader["metadata"]["name"]
         self.kube.delete_pod(self.namespace, name, grace_period_s=grace_period_s)
         for index in range(1, group.group_size(leader)):

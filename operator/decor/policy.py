@@ -45,6 +45,12 @@ ENV_ALLOWED_SERVICE_ACCOUNTS = "DECOR_ALLOWED_SERVICE_ACCOUNTS"
 ENV_ALLOWED_TOLERATION_KEYS = "DECOR_ALLOWED_TOLERATION_KEYS"
 """Comma-separated taint keys a template may tolerate (e.g. ``nvidia.com/gpu``); ``*``: any."""
 
+ENV_MAX_GRACE_PERIOD = "DECOR_MAX_GRACE_PERIOD_SECONDS"
+"""The longest ``terminationGracePeriodSeconds`` a template may ask for (default
+:data:`DEFAULT_MAX_GRACE_PERIOD_S`); the operator also deletes trainers with at most this."""
+DEFAULT_MAX_GRACE_PERIOD_S = 60
+"""A checkpoint takes seconds; a longer grace period keeps capacity the planner has already
+given to another job (a trainer that ignores SIGTERM holds it until SIGKILL)."""
 ENV_DENIED_METADATA_PREFIXES = "DECOR_DENIED_METADATA_PREFIXES"
 """Comma-separated label/annotation key prefixes a template may not set, besides DECOR's own
 (e.g. ``sidecar.istio.io/,app.kubernetes.io/``)."""
@@ -116,6 +122,18 @@ def _flag(text: str | None) -> bool:
     return (text or "").strip().lower() in _TRUE
 
 
+def _seconds(text: str | None, default: int) -> int:
+    text = (text or "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"{ENV_MAX_GRACE_PERIOD} must be a whole number of seconds, got {text!r}"
+        ) from None
+
+
 def _allowed(name: str, allowed: frozenset[str]) -> bool:
     return ANY in allowed or name in allowed
 
@@ -132,6 +150,11 @@ class TemplatePolicy:
     allowed_service_accounts: frozenset[str] = field(default_factory=frozenset)
     allowed_toleration_keys: frozenset[str] = field(default_factory=frozenset)
     denied_metadata_prefixes: frozenset[str] = field(default_factory=frozenset)
+    max_grace_period_s: int = DEFAULT_MAX_GRACE_PERIOD_S
+
+    def __post_init__(self) -> None:
+        if self.max_grace_period_s < 0:
+            raise ValueError(f"{ENV_MAX_GRACE_PERIOD} must be >= 0, got {self.max_grace_period_s}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TemplatePolicy:
@@ -148,6 +171,7 @@ class TemplatePolicy:
             allowed_service_accounts=_names(env.get(ENV_ALLOWED_SERVICE_ACCOUNTS)),
             allowed_toleration_keys=_names(env.get(ENV_ALLOWED_TOLERATION_KEYS)),
             denied_metadata_prefixes=_names(env.get(ENV_DENIED_METADATA_PREFIXES)),
+            max_grace_period_s=_seconds(env.get(ENV_MAX_GRACE_PERIOD), DEFAULT_MAX_GRACE_PERIOD_S),
         )
 
 
@@ -242,7 +266,8 @@ def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[
     Checked: labels and annotations that are DECOR's or under a denied prefix; host namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), host ports,
     privileged containers and hostPath volumes (``allow_host_access``); ``nodeName``
     (``allow_node_name``); root users and privilege escalation (``allow_run_as_root``); added
-    capabilities, ``priorityClassName``, ``serviceAccountName`` other than ``default``, and
+    capabilities, ``terminationGracePeriodSeconds`` (at most ``max_grace_period_s``),
+    ``priorityClassName``, ``serviceAccountName`` other than ``default``, and
     tolerations, each against its allowance list. Containers, init containers and
     ephemeral containers are all checked. Returns [] when the template may run.
     """
@@ -298,6 +323,17 @@ def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[
                             f"host ports are refused; {_ask(ENV_ALLOW_HOST_ACCESS)}",
                         )
                     )
+    grace = spec.get("terminationGracePeriodSeconds")
+    if grace is not None and (
+        isinstance(grace, bool) or not isinstance(grace, int) or grace > policy.max_grace_period_s
+    ):
+        found.append(
+            Violation(
+                f"{where}.terminationGracePeriodSeconds",
+                f"{grace!r} is more than the {policy.max_grace_period_s} s a trainer may keep "
+                f"its resources after being asked to stop; {_ask(ENV_MAX_GRACE_PERIOD)}",
+            )
+        )
     priority_class = spec.get("priorityClassName")
     if priority_class and not _allowed(str(priority_class), policy.allowed_priority_classes):
         found.append(

@@ -387,3 +387,31 @@ def test_explicit_nulls_are_unset_and_the_restricted_defaults_apply() -> None:
     trainer = pod["spec"]["containers"][0]["securityContext"]
     assert trainer["allowPrivilegeEscalation"] is False
     assert trainer["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize(
+    ("grace", "refused"), [(None, False), (0, False), (60, False), (61, True), (31536000, True),
+                           ("60", True), (True, True)],
+)  # fmt: skip
+def test_a_grace_period_beyond_the_cap_is_refused(grace: Any, refused: bool) -> None:
+    tpl = template() if grace is None else template(terminationGracePeriodSeconds=grace)
+    found = check_template(tpl, RESTRICTED)
+    assert fields(found) == (
+        ["spec.template.spec.terminationGracePeriodSeconds"] if refused else []
+    )
+    if refused:
+        assert policy.ENV_MAX_GRACE_PERIOD in found[0].message
+    raised = TemplatePolicy.from_env({policy.ENV_MAX_GRACE_PERIOD: "31536000"})
+    assert check_template(tpl, raised) == [] or not isinstance(grace, int) or grace is True
+
+
+def test_trainers_are_deleted_within_the_cap_whatever_their_own_grace_period() -> None:
+    def pod(grace: Any) -> dict[str, Any]:
+        return {"spec": {} if grace is None else {"terminationGracePeriodSeconds": grace}}
+
+    assert build.grace_period_s(pod(None), RESTRICTED) == build.DEFAULT_GRACE_PERIOD_S == 30
+    assert build.grace_period_s(pod(10), RESTRICTED) == 10
+    assert build.grace_period_s(pod(31536000), RESTRICTED) == policy.DEFAULT_MAX_GRACE_PERIOD_S
+    assert build.grace_period_s(pod(31536000), TemplatePolicy(max_grace_period_s=5)) == 5
+    with pytest.raises(ValueError, match=policy.ENV_MAX_GRACE_PERIOD):
+        TemplatePolicy.from_env({policy.ENV_MAX_GRACE_PERIOD: "a year"})
