@@ -144,6 +144,7 @@ REASON_FINISHED_LATE = "FinishedLate"  # DeadlineMissed at completion: finished 
 REASON_FINISHED_ON_TIME = "FinishedOnTime"  # DeadlineMissed cleared at completion
 REASON_RUNNING = "Running"  # Complete is False while steps remain
 REASON_INVALID_SPEC = "InvalidSpec"  # the spec passed the API server but not the model
+REASON_CREATE_REFUSED = "CreateRefused"  # the API refused a trainer pod (admission, quota, 422)
 REASON_TRAINER_FAILED = "TrainerFailed"  # the trainer pod failed more than the retry budget
 REASON_EXITED_EARLY = "ExitedEarly"  # the trainer exited 0 before its planned steps
 REASON_CRASH_LOOP = "CrashLoop"  # the trainer crashed (restarted in place) past the budget

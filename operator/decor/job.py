@@ -37,6 +37,9 @@ CPU_EPSILON_CORES = 0.0005
 """CPU allocations closer than half a millicore are the same (pods store millicores)."""
 MIN_PERIOD_S = 0.2
 """Shortest control period a job runs (protects the API server from a tiny spec value)."""
+CREATE_REFUSALS = frozenset({400, 403, 422})
+"""API answers to a pod create that retrying at once cannot change (an invalid object, an
+admission webhook or Pod Security, a ResourceQuota): reported on the job, tried next period."""
 BEST_EFFORT_HORIZON_S = 30 * 86400.0
 """The horizon a best-effort job's law plans over (it has no deadline)."""
 STATUS_HEARTBEAT_S = 30.0
@@ -194,6 +197,7 @@ class JobController:
         self.first_running_s: dict[str, float] = {}  # pod -> when first seen running
         self.progress_seen: set[str] = set()  # pods that produced a progress sample
         self.invalid_generation: int | None = None
+        self.create_refused_generation: int | None = None
         self.refusal_warned: str | None = None
         self.metrics_reason = ""
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
@@ -583,7 +587,31 @@ class JobController:
             return self._write()
         state = replace(period.state, allocation=allocation)
         self.status["controller"] = state.to_dict()
-        return self._create_pod(period.body, spec, state, now)
+        try:
+            return self._create_pod(period.body, spec, state, now)
+        except KubeError as exc:
+            if exc.status not in CREATE_REFUSALS:
+                raise
+            return self._create_refused(period, exc, now)
+
+    def _create_refused(self, period: _Period, exc: KubeError, now: float) -> bool:
+        """The API server refused the trainer's pod (admission, quota, an invalid object):
+        not a log line but a False Admitted condition naming the API's answer, and one
+        Warning Event per generation; the next periods try again (quota may free up)."""
+        message = f"the API server refused the trainer pod: {exc.status} {exc.message}"
+        if self.create_refused_generation != period.generation:
+            self.create_refused_generation = period.generation
+            self._event(period.body, build.EVENT_WARNING, build.REASON_CREATE_REFUSED, message, now)
+        self.status["conditions"] = build.set_condition(
+            self.status.get("conditions") or [],
+            build.CONDITION_ADMITTED,
+            False,
+            build.REASON_CREATE_REFUSED,
+            message,
+            now_s=now,
+            generation=period.generation,
+        )
+        return self._write()
 
     def _commit_run(
         self, period: _Period, grant: planner.Grant | None, room: Room, now: float

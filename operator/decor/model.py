@@ -373,6 +373,14 @@ def _non_negative(value: Any, where: str) -> float:
     return float(value)
 
 
+MAX_JOB_NAME_LENGTH = 52
+"""The longest job name whose derived names all build: its Service ``NAME-rendezvous`` and
+claim ``NAME-checkpoint`` (+11 characters), and the pod name ``NAME-INDEX`` used as a label
+value (63 at most: room for a 10-digit index). The CRD's ``metadata.name`` says the same."""
+JOB_NAME_PATTERN = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+"""DNS-1035 (a Service name must start with a letter)."""
+
+
 def without_nulls(value: Any) -> Any:
     """``value`` with every null mapping entry and list item removed, at any depth. A null in
     a template means "unset": removed here, it cannot defeat a default (``setdefault`` keeps
@@ -422,9 +430,15 @@ def parse_job(manifest: Any) -> JobSpec:
         raise ManifestError("kind", f"must be {KIND}, got {manifest.get('kind')!r}")
     metadata = _mapping(manifest.get("metadata"), "metadata")
     name = metadata.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name or ""):
+    if (
+        not isinstance(name, str)
+        or not re.fullmatch(JOB_NAME_PATTERN, name)
+        or len(name) > MAX_JOB_NAME_LENGTH
+    ):
         raise ManifestError(
-            "metadata.name", f"must be a DNS label (lower case, digits, -), got {name!r}"
+            "metadata.name",
+            f"must be a DNS-1035 label (a lower-case letter first, then letters, digits, -) "
+            f"of at most {MAX_JOB_NAME_LENGTH} characters, got {name!r}",
         )
     namespace = metadata.get("namespace") or "default"
     spec = _mapping(manifest.get("spec"), "spec")

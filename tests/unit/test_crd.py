@@ -371,3 +371,35 @@ def test_bad_checkpoint_fields_are_refused_by_the_model(
     manifest["spec"]["checkpoint"] = {"path": "/c", "claimName": "team.data-1", "keep": True}
     parsed = parse_job(manifest).checkpoint
     assert (parsed.claim_name, parsed.keep) == ("team.data-1", True)
+
+
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def test_every_name_derived_from_a_job_name_at_the_limit_builds(schema: dict[str, Any]) -> None:
+    """A 63-character name was valid but its Service and labels were not (422 every period)."""
+    from decor import group
+    from decor.model import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
+
+    name_schema = at(schema, "metadata.name")
+    assert name_schema["maxLength"] == MAX_JOB_NAME_LENGTH
+    assert name_schema["pattern"] == f"^{JOB_NAME_PATTERN}$"
+    name = "j" + "x" * (MAX_JOB_NAME_LENGTH - 1)
+    leader = build.pod_name(name, 9_999_999_999)  # ten digits of restarts
+    service = group.rendezvous_service_name(name)
+    assert DNS_1035.fullmatch(service) and len(service) <= 63
+    for label_value in (name, leader):  # decor.dev/job, decor.dev/leader
+        assert DNS_1123_LABEL.fullmatch(label_value) and len(label_value) <= 63
+    for pod in (leader, group.worker_pod_name(leader, 999), build.checkpoint_claim_name(name)):
+        assert len(pod) <= 253 and all(DNS_1123_LABEL.fullmatch(p) for p in pod.split("."))
+
+
+@pytest.mark.parametrize("name", ["x" * 53, "1job", "job.a", "Job"])
+def test_names_that_cannot_build_are_refused(schema: dict[str, Any], name: str) -> None:
+    name_schema = at(schema, "metadata.name")
+    assert len(name) > name_schema["maxLength"] or not re.fullmatch(name_schema["pattern"], name)
+    manifest = copy.deepcopy(yaml.safe_load((REPO / "examples" / "resnet-cpu.yaml").read_text()))
+    manifest["metadata"]["name"] = name
+    with pytest.raises(ManifestError, match="metadata.name"):
+        parse_job(manifest)

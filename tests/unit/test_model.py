@@ -205,7 +205,7 @@ CPU_INVALID: list[Case] = [
      "spec.template.spec.containers[0].name", "is required"),
     ({"apiVersion": "decor.dev/v1"}, "apiVersion", "must be decor.dev/v1alpha1"),
     ({"kind": "Job"}, "kind", "must be DeadlineTrainingJob"),
-    ({"metadata__name": "My_Job"}, "metadata.name", "DNS label"),
+    ({"metadata__name": "My_Job"}, "metadata.name", "DNS-1035 label"),
     ({"spec": DELETE}, "spec", "is required"),
 ]  # fmt: skip
 
