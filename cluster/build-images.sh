@@ -44,14 +44,14 @@ apt_uri() { # apt_uri SUITE -> the first URI that serves SUITE (deb822 or one-li
         }
         if (ok && deb && uri != "") { print uri; exit }
       }' "$f"
-  done | head -1
+  done | sed -n 1p  # reads to the end: no SIGPIPE for the writers under pipefail
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     [ -f "$f" ] || continue
     awk -v s="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i+1) == s) { print $i; exit } }' "$f"
-  done | head -1
+  done | sed -n 1p  # reads to the end: no SIGPIPE for the writers under pipefail
 }
-MIRROR=${DECOR_DEBIAN_MIRROR:-$(apt_uri "$SUITE" | head -1)}
-SECURITY=${DECOR_DEBIAN_SECURITY:-$(apt_uri "$SUITE-security" | head -1)}
+MIRROR=${DECOR_DEBIAN_MIRROR:-$(apt_uri "$SUITE" | sed -n 1p)}
+SECURITY=${DECOR_DEBIAN_SECURITY:-$(apt_uri "$SUITE-security" | sed -n 1p)}
 [ -n "$MIRROR" ] || die "no Debian mirror for $SUITE in /etc/apt/sources*; set DECOR_DEBIAN_MIRROR"
 
 hash_of() { # hash_of STRING FILES... -> 12 hex digits

@@ -80,5 +80,8 @@ rm -rf "$K8S_BIN"; mv "$out" "$K8S_BIN"
 printf 'k8s %s etcd %s go %s built %s download_s %s build_s %s\n' \
   "$K8S_VERSION" "$ETCD_VERSION" "$(go env GOVERSION)" "$date_now" "$((t1 - t0))" "$((t2 - t1))" > "$K8S_BIN/.complete"
 "$K8S_BIN/kubelet" --version >&2
-"$K8S_BIN/etcd" --version | head -1 >&2
+# not `| head -1`: with pipefail, etcd killed by SIGPIPE after head exits ends the script
+# (seen on a brand-new machine: the build done, cluster-up failed)
+etcd_version=$("$K8S_BIN/etcd" --version)
+printf '%s\n' "${etcd_version%%$'\n'*}" >&2
 log "done: $K8S_BIN"
