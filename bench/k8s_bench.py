@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
+from decor import build
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
@@ -51,7 +52,7 @@ K8S_POLICIES = ("decor", "decor-nn")
 K8S_REPETITIONS = 2
 SAMPLE_PERIOD_S = 0.5
 UNSCHEDULABLE_GRACE_S = 20.0
-SIDECAR_CPU = 0.01  # the metrics sidecar's CPU request (operator/decor/build.py)
+SIDECAR_CPU = build.sidecar_cpu_cores()  # the metrics sidecar's CPU request
 POD_MEMORY = {"requests": {"memory": "512Mi"}, "limits": {"memory": "1536Mi"}}
 NAMESPACE_PREFIX = "decor-bench-"
 RUN_TIMEOUT_MIN_S = 300.0  # a run is abandoned after max(this, 3 x its deadline + 120 s)

@@ -242,7 +242,9 @@ class JobController:
         except ManifestError as exc:
             return self._finish_period(self._invalid_spec(body, exc, now, generation))
         self.period_s = max(self.config.min_period_s, MIN_PERIOD_S, spec.control.period_s)
-        violations = policy.check_template(spec.template, self.config.template_policy)
+        violations = policy.check_template(
+            spec.template, self.config.template_policy, spec.resources.mode
+        )
         if violations:
             return self._finish_period(self._refused(body, violations, now, generation))
         period = self._times_and_state(body, spec, generation, now)
@@ -779,7 +781,7 @@ class JobController:
         if len(counts) > 1:  # several pods: they meet through the job's rendezvous Service
             rendezvous_ip = self.kube.ensure_service(group.build_rendezvous_service(body))
         pods: list[dict[str, Any]] = []
-        for _attempt in range(5):
+        for attempt in range(5):
             name = build.pod_name(self.name, index)
             pods = group.build_trainer_group(
                 body,
@@ -790,6 +792,13 @@ class JobController:
                 sidecar_image=self.config.sidecar_image,
                 checkpoint_storage=self.config.checkpoint_storage,
             )
+            if attempt == 0 and (
+                refused := build.judge_pods(
+                    pods, self.config.template_policy, self.config.checkpoint_storage
+                )
+            ):
+                generation = (body.get("metadata") or {}).get("generation")
+                return self._refused(body, refused, now, generation)
             try:
                 self.kube.create_pod(pods[0])
                 break

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -222,6 +223,35 @@ def parse_cpu_cores(value: Any, where: str) -> float:
     return cores
 
 
+_QUANTITY = re.compile(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?")
+_QUANTITY_SCALE = {
+    None: 1.0, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+    "P": 1e15, "E": 1e18, "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40,
+    "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource a GPU job's trainer is allocated."""
+
+
+def quantity_value(value: Any) -> float | None:
+    """A Kubernetes quantity (``"128Mi"``, ``"500m"``, ``2``) as a number in base units; None
+    for anything that is not one (a bool, a malformed string, a negative or infinite value)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str) and (match := _QUANTITY.fullmatch(value.strip())):
+        try:
+            number = float(match.group(1)) * _QUANTITY_SCALE[match.group(2)]
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def format_cpu(cores: float) -> str:
     """A Kubernetes CPU quantity in millicores: 1.25 -> ``1250m``."""
     return f"{round(cores * 1000)}m"
@@ -392,6 +422,59 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
+_OBJECT, _LIST, _TEXT, _TEXTS = "an object", "a list of objects", "a string", "a list of strings"
+_POD_SHAPES = {
+    "containers": _LIST, "initContainers": _LIST, "volumes": _LIST, "securityContext": _OBJECT,
+    "restartPolicy": _TEXT, "tolerations": _LIST, "nodeSelector": _OBJECT, "affinity": _OBJECT,
+    "imagePullSecrets": _LIST, "serviceAccountName": _TEXT, "priorityClassName": _TEXT,
+    "nodeName": _TEXT, "resources": _OBJECT, "resourceClaims": _LIST,
+}  # fmt: skip
+_CONTAINER_SHAPES = {
+    "name": _TEXT, "image": _TEXT, "imagePullPolicy": _TEXT, "command": _TEXTS, "args": _TEXTS,
+    "env": _LIST, "envFrom": _LIST, "ports": _LIST, "volumeMounts": _LIST, "resources": _OBJECT,
+    "resizePolicy": _LIST, "securityContext": _OBJECT, "restartPolicy": _TEXT,
+}  # fmt: skip
+_CONTEXT_SHAPES = {"capabilities": _OBJECT, "seccompProfile": _OBJECT, "sysctls": _LIST}
+_NESTED_SHAPES = {
+    "resources": {"limits": _OBJECT, "requests": _OBJECT, "claims": _LIST},
+    "capabilities": {"add": _TEXTS, "drop": _TEXTS},
+}
+
+
+def _shape_ok(value: Any, shape: str) -> bool:
+    if shape == _OBJECT:
+        return isinstance(value, dict)
+    if shape == _TEXT:
+        return isinstance(value, str)
+    if not isinstance(value, list):
+        return False
+    kind = dict if shape == _LIST else str
+    return all(isinstance(item, kind) for item in value)
+
+
+def _check_shapes(node: Mapping[str, Any], shapes: Mapping[str, str], where: str) -> None:
+    """The fields of ``node`` that the operator reads have the type the API defines."""
+    for key, shape in shapes.items():
+        if key in node and not _shape_ok(node[key], shape):
+            raise ManifestError(f"{where}.{key}", f"must be {shape}, got {node[key]!r:.80}")
+        nested = _NESTED_SHAPES.get(key)
+        if nested is not None and isinstance(node.get(key), dict):
+            _check_shapes(node[key], nested, f"{where}.{key}")
+
+
+def _check_template_shapes(spec: Mapping[str, Any], where: str) -> None:
+    _check_shapes(spec, _POD_SHAPES, where)
+    if isinstance(spec.get("securityContext"), dict):
+        _check_shapes(spec["securityContext"], _CONTEXT_SHAPES, f"{where}.securityContext")
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(spec.get(kind) or []):
+            at = f"{where}.{kind}[{i}]"
+            _check_shapes(container, _CONTAINER_SHAPES, at)
+            context = container.get("securityContext")
+            if isinstance(context, dict):
+                _check_shapes(context, _CONTEXT_SHAPES, f"{at}.securityContext")
+
+
 def parse_template(raw: Any) -> dict[str, Any]:
     """``spec.template`` checked for what the operator needs, its nulls removed."""
     where = "spec.template"
@@ -403,6 +486,14 @@ def parse_template(raw: Any) -> dict[str, Any]:
     first = containers[0]
     if not isinstance(first, dict):
         raise ManifestError(f"{where}.spec.containers[0]", "must be a mapping")
+    _check_template_shapes(spec, f"{where}.spec")
+    metadata = template.get("metadata")
+    if metadata is not None:
+        _check_shapes(
+            _mapping(metadata, f"{where}.metadata"),
+            {"labels": _OBJECT, "annotations": _OBJECT},
+            f"{where}.metadata",
+        )
     if not first.get("name"):
         raise ManifestError(f"{where}.spec.containers[0].name", "is required")
     for key in ("command", "args"):

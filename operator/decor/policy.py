@@ -22,9 +22,13 @@ every check and allowance.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from decor import podsecurity
+from decor.model import GPU_RESOURCE, quantity_value
 
 # --- the admin's allowances: environment variables (the chart's templatePolicy values) ------
 
@@ -45,6 +49,8 @@ ENV_ALLOWED_SERVICE_ACCOUNTS = "DECOR_ALLOWED_SERVICE_ACCOUNTS"
 ENV_ALLOWED_TOLERATION_KEYS = "DECOR_ALLOWED_TOLERATION_KEYS"
 """Comma-separated taint keys a template may tolerate (e.g. ``nvidia.com/gpu``); ``*``: any."""
 
+ENV_ALLOW_RESOURCE_CLAIMS = "DECOR_ALLOW_RESOURCE_CLAIMS"
+"""true: pod-level ``resources`` and DRA ``resourceClaims`` (the planner cannot count them)."""
 ENV_MAX_GRACE_PERIOD = "DECOR_MAX_GRACE_PERIOD_SECONDS"
 """The longest ``terminationGracePeriodSeconds`` a template may ask for (default
 :data:`DEFAULT_MAX_GRACE_PERIOD_S`); the operator also deletes trainers with at most this."""
@@ -57,6 +63,9 @@ ENV_DENIED_METADATA_PREFIXES = "DECOR_DENIED_METADATA_PREFIXES"
 
 RESERVED_METADATA_PREFIX = "decor.dev/"
 """Labels and annotations under this prefix are DECOR's alone: a template may set none."""
+RESERVED_NAME_PREFIX = "decor-"
+"""Containers and volumes named so are DECOR's (its sidecar, checkpoint and progress volumes):
+a template may name none, so that nothing of the user's stands in for them."""
 SELECTOR_LABELS = frozenset({"app.kubernetes.io/managed-by"})
 """Labels outside ``decor.dev/`` that DECOR sets and selects its pods on."""
 
@@ -150,6 +159,7 @@ class TemplatePolicy:
     allowed_service_accounts: frozenset[str] = field(default_factory=frozenset)
     allowed_toleration_keys: frozenset[str] = field(default_factory=frozenset)
     denied_metadata_prefixes: frozenset[str] = field(default_factory=frozenset)
+    allow_resource_claims: bool = False
     max_grace_period_s: int = DEFAULT_MAX_GRACE_PERIOD_S
 
     def __post_init__(self) -> None:
@@ -171,6 +181,7 @@ class TemplatePolicy:
             allowed_service_accounts=_names(env.get(ENV_ALLOWED_SERVICE_ACCOUNTS)),
             allowed_toleration_keys=_names(env.get(ENV_ALLOWED_TOLERATION_KEYS)),
             denied_metadata_prefixes=_names(env.get(ENV_DENIED_METADATA_PREFIXES)),
+            allow_resource_claims=_flag(env.get(ENV_ALLOW_RESOURCE_CLAIMS)),
             max_grace_period_s=_seconds(env.get(ENV_MAX_GRACE_PERIOD), DEFAULT_MAX_GRACE_PERIOD_S),
         )
 
@@ -239,6 +250,129 @@ def _ask(env: str) -> str:
     return f"the cluster admin can allow it (operator variable {env}, docs/security.md)"
 
 
+BOUNDED_RESOURCES = ("cpu", "memory")
+"""What every container besides the trainer must limit, with requests equal to limits: the
+planner counts it beside the trainer's allocation (docs/security.md)."""
+PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+"""Resources any container may name; ``hugepages-*`` too. Anything else (an accelerator, an
+extended resource) only the trainer may have, and only what DECOR allocates."""
+
+
+def _plain(resource: str) -> bool:
+    return resource in PLAIN_RESOURCES or resource.startswith("hugepages-")
+
+
+def _check_resources(
+    container: Mapping[str, Any], at: str, policy: TemplatePolicy, *, trainer: bool, mode: str
+) -> list[Violation]:
+    """A container's ``resources``: claims refused unless allowed; only
+    plain resources, except the GPU DECOR allocates to a GPU trainer; a container other than
+    the trainer limits CPU and memory, with requests equal to limits."""
+    resources = _mapping(container.get("resources"))
+    found: list[Violation] = []
+    if resources.get("claims") and not policy.allow_resource_claims:
+        found.append(
+            Violation(
+                f"{at}.resources.claims",
+                f"resource claims are refused; {_ask(ENV_ALLOW_RESOURCE_CLAIMS)}",
+            )
+        )
+    limits, requests = _mapping(resources.get("limits")), _mapping(resources.get("requests"))
+    for kind, values in (("limits", limits), ("requests", requests)):
+        for name in values:
+            if _plain(str(name)) or (trainer and mode == "gpu" and name == GPU_RESOURCE):
+                continue
+            found.append(
+                Violation(
+                    f"{at}.resources.{kind}[{name}]",
+                    "only the trainer gets accelerators, as many as DECOR allocates"
+                    if trainer or name == GPU_RESOURCE
+                    else "only the trainer may ask for resources beyond cpu and memory",
+                )
+            )
+    if trainer:
+        return found
+    for name in BOUNDED_RESOURCES:
+        limit = quantity_value(limits.get(name))
+        if limit is None or limit <= 0:
+            found.append(
+                Violation(
+                    f"{at}.resources.limits.{name}",
+                    "a container beside the trainer needs a limit (the planner counts it)",
+                )
+            )
+        elif name in requests and quantity_value(requests.get(name)) != limit:
+            found.append(
+                Violation(f"{at}.resources.requests.{name}", "must equal the limit (or be unset)")
+            )
+    return found
+
+
+POD_SPEC_FIELDS = frozenset(
+    {
+        "containers", "initContainers", "volumes", "securityContext", "restartPolicy",
+        "nodeSelector", "affinity", "topologySpreadConstraints", "tolerations",
+        "priorityClassName", "preemptionPolicy", "serviceAccountName", "serviceAccount",
+        "automountServiceAccountToken", "terminationGracePeriodSeconds", "imagePullSecrets",
+        "dnsPolicy", "dnsConfig", "enableServiceLinks", "hostname", "subdomain",
+        "setHostnameAsFQDN", "os", "nodeName", "hostNetwork", "hostPID", "hostIPC",
+        "resources", "resourceClaims",
+    }
+)  # fmt: skip
+"""The PodSpec fields a template may set (an allowlist: the rules above judge several of
+them). Refused: whatever would take the pod out of DECOR's or the scheduler's hands or share
+what is not the job's: ``runtimeClassName``, ``schedulerName``, ``schedulingGates``,
+``shareProcessNamespace``, ``hostAliases``, ``hostUsers``, ``overhead``, ``priority``,
+``readinessGates``, ``activeDeadlineSeconds``, ``ephemeralContainers`` and any unknown key."""
+CONTAINER_FIELDS = frozenset(
+    {
+        "name", "image", "imagePullPolicy", "command", "args", "workingDir", "ports", "env",
+        "envFrom", "resources", "resizePolicy", "volumeMounts", "volumeDevices",
+        "livenessProbe", "readinessProbe", "startupProbe", "lifecycle",
+        "terminationMessagePath", "terminationMessagePolicy", "securityContext", "stdin",
+        "stdinOnce", "tty",
+    }
+)  # fmt: skip
+"""The Container fields a template's container may set; an init container may also set
+``restartPolicy: Always`` (a native sidecar)."""
+
+
+def _check_fields(spec: Mapping[str, Any], where: str) -> list[Violation]:
+    """Keys of the pod spec and of its containers outside the allowlists."""
+    found = [
+        Violation(f"{where}.{key}", "this pod field is not allowed in a DECOR job's template")
+        for key in spec
+        if key not in POD_SPEC_FIELDS
+    ]
+    for kind in ("containers", "initContainers"):
+        for i, raw in enumerate(_list(spec.get(kind))):
+            for key in _mapping(raw):
+                if key in CONTAINER_FIELDS or (kind == "initContainers" and key == "restartPolicy"):
+                    continue
+                found.append(
+                    Violation(
+                        f"{where}.{kind}[{i}].{key}",
+                        "this container field is not allowed in a DECOR job's template",
+                    )
+                )
+    return found
+
+
+def _check_reserved_names(spec: Mapping[str, Any], where: str) -> list[Violation]:
+    found: list[Violation] = []
+    for kind in ("containers", "initContainers", "ephemeralContainers", "volumes"):
+        for i, raw in enumerate(_list(spec.get(kind))):
+            name = str(_mapping(raw).get("name") or "")
+            if name.startswith(RESERVED_NAME_PREFIX):
+                found.append(
+                    Violation(
+                        f"{where}.{kind}[{i}].name",
+                        f"names starting {RESERVED_NAME_PREFIX!r} are DECOR's own ({name!r})",
+                    )
+                )
+    return found
+
+
 def _check_metadata(metadata: Mapping[str, Any], policy: TemplatePolicy) -> list[Violation]:
     """Labels and annotations that are DECOR's (``decor.dev/``, the labels it selects its pods
     on) or under a prefix the admin denies: refused, never silently overwritten."""
@@ -260,7 +394,9 @@ def _check_metadata(metadata: Mapping[str, Any], policy: TemplatePolicy) -> list
     return found
 
 
-def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[Violation]:
+def check_template(
+    template: Mapping[str, Any], policy: TemplatePolicy, mode: str = "cpu"
+) -> list[Violation]:
     """Everything in ``template`` (a job's ``spec.template``) that ``policy`` refuses.
 
     Checked: labels and annotations that are DECOR's or under a denied prefix; host namespaces (``hostNetwork``, ``hostPID``, ``hostIPC``), host ports,
@@ -303,10 +439,24 @@ def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[
     found += _check_security_context(
         _mapping(spec.get("securityContext")), f"{where}.securityContext", policy, container=False
     )
+    if not policy.allow_resource_claims:
+        for key in ("resources", "resourceClaims"):
+            if spec.get(key):
+                found.append(
+                    Violation(
+                        f"{where}.{key}",
+                        f"pod-level resources and resource claims are refused (the planner "
+                        f"cannot count them); {_ask(ENV_ALLOW_RESOURCE_CLAIMS)}",
+                    )
+                )
+    found += _check_fields(spec, where)
+    found += _check_reserved_names(spec, where)
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         for i, raw in enumerate(_list(spec.get(kind))):
             container = _mapping(raw)
             at = f"{where}.{kind}[{i}]"
+            trainer = kind == "containers" and i == 0
+            found += _check_resources(container, at, policy, trainer=trainer, mode=mode)
             found += _check_security_context(
                 _mapping(container.get("securityContext")),
                 f"{at}.securityContext",
@@ -369,6 +519,70 @@ def check_template(template: Mapping[str, Any], policy: TemplatePolicy) -> list[
                     f"{_ask(ENV_ALLOWED_TOLERATION_KEYS)}",
                 )
             )
+    return found
+
+
+# ============================================================================================
+# The built pod
+
+
+_HOST_ACCESS_RULES = frozenset(
+    {
+        podsecurity.RULE_HOST_NAMESPACES,
+        podsecurity.RULE_HOST_PORTS,
+        podsecurity.RULE_PRIVILEGED,
+        podsecurity.RULE_HOST_PATH_VOLUMES,
+    }
+)
+_ROOT_RULES = frozenset(
+    {
+        podsecurity.RULE_RUN_AS_NON_ROOT,
+        podsecurity.RULE_RUN_AS_USER,
+        podsecurity.RULE_PRIVILEGE_ESCALATION,
+    }
+)
+_ADDED_CAPABILITY = re.compile(r"\.capabilities\.add\[([^\]]*)\]$")
+
+
+def _allowance(finding: podsecurity.Finding, policy: TemplatePolicy) -> tuple[bool, str | None]:
+    """Whether the admin's allowances admit ``finding``, and the variable that would."""
+    if finding.rule in _HOST_ACCESS_RULES or (
+        finding.rule == podsecurity.RULE_VOLUME_TYPES and finding.field.endswith(".hostPath")
+    ):
+        return policy.allow_host_access, ENV_ALLOW_HOST_ACCESS
+    if finding.rule in _ROOT_RULES:
+        return policy.allow_run_as_root, ENV_ALLOW_RUN_AS_ROOT
+    added = _ADDED_CAPABILITY.search(finding.field)
+    if finding.rule == podsecurity.RULE_CAPABILITIES and added:
+        name = added.group(1).upper().removeprefix("CAP_")
+        return _allowed(name, policy.allowed_capabilities), ENV_ALLOWED_CAPABILITIES
+    return False, None
+
+
+def check_pod(
+    pod: Mapping[str, Any],
+    policy: TemplatePolicy,
+    decor_own: Callable[[podsecurity.Finding], bool] = lambda _: False,
+) -> list[Violation]:
+    """Everything in ``pod`` (a pod as DECOR built it, every container it adds included)
+    outside Pod Security ``restricted`` (:mod:`decor.podsecurity`, an allowlist) that the
+    admin's allowances do not admit. ``decor_own``: the findings that are DECOR's own doing
+    on the admin's explicit choice (the hostPath checkpoint volume and its owner container,
+    when the admin chose hostPath storage). Each violation names the pod's field."""
+    found: list[Violation] = []
+    for finding in podsecurity.check_restricted(pod):
+        if decor_own(finding):
+            continue
+        allowed, variable = _allowance(finding, policy)
+        if allowed:
+            continue
+        hint = f"; {_ask(variable)}" if variable else ""
+        found.append(
+            Violation(
+                f"pod {finding.field}",
+                f"{finding.message} (Pod Security restricted, {finding.rule}){hint}",
+            )
+        )
     return found
 
 

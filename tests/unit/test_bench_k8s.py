@@ -118,8 +118,8 @@ def test_schedule_of_scenarios() -> None:
 
 
 def test_pod_max_cores_leaves_room_for_the_sidecar() -> None:
-    assert kb.pod_max_cores(2.0, 0.0, 2) == 1.99
-    assert kb.pod_max_cores(4.0, 0.5, 2) == 1.49
+    assert kb.pod_max_cores(2.0, 0.0, 2) == 1.95  # the sidecar's 50m
+    assert kb.pod_max_cores(4.0, 0.5, 2) == 1.45
     assert kb.unschedulable({}) is None
     pod = {"status": {"conditions": [{"type": "PodScheduled", "reason": "Unschedulable",
                                       "message": "Insufficient cpu"}]}}  # fmt: skip

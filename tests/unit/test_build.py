@@ -149,7 +149,9 @@ def test_metrics_sidecar_is_a_native_sidecar_sharing_the_progress_volume() -> No
         "python3", "-m", "decor_trainer.sidecar", "--file", build.PROGRESS_FILE, "--port", "9200",
     ]  # fmt: skip
     assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
-    assert "cpu" not in sidecar["resources"]["limits"]  # scrapes are never throttled
+    # bounded like any container beside the trainer: counted exactly, accepted under quota
+    assert sidecar["resources"]["requests"] == sidecar["resources"]["limits"]
+    assert set(sidecar["resources"]["limits"]) == {"cpu", "memory"}
     assert sidecar["volumeMounts"] == [
         {"name": build.PROGRESS_VOLUME, "mountPath": build.PROGRESS_DIR, "readOnly": True}
     ]

@@ -17,6 +17,8 @@ from decor.model import parse_job
 from decor.policy import CheckpointStorage, TemplatePolicy, Violation, check_template
 
 RESTRICTED = TemplatePolicy()
+BOUNDED = {"limits": {"cpu": "100m", "memory": "64Mi"}}
+"""What a container beside the trainer must have (requests default to limits)."""
 
 
 def template(**pod_spec: Any) -> dict[str, Any]:
@@ -29,7 +31,7 @@ def template(**pod_spec: Any) -> dict[str, Any]:
 
 def with_container(key: str, value: Any, kind: str = "containers") -> dict[str, Any]:
     tpl = template()
-    container = {"name": "c", "image": "busybox", key: value}
+    container = {"name": "c", "image": "busybox", "resources": BOUNDED, key: value}
     if kind == "containers":
         tpl["spec"]["containers"][0][key] = value
     else:
@@ -280,8 +282,7 @@ def test_pods_with_claim_storage_pass_restricted_and_the_policy(checkpoint: dict
         body, parse_job(body), 1.0, "resnet-0", checkpoint_storage=storage
     )
     assert restricted_problems(pod) == []
-    # the pod's spec passes the template checks (its metadata is DECOR's own: refused in a template)
-    assert check_template({"spec": pod["spec"]}, RESTRICTED) == []
+    assert policy.check_pod(pod, RESTRICTED) == []
 
 
 def test_a_template_with_its_own_restricted_settings_keeps_them() -> None:
