@@ -29,6 +29,7 @@ from decor.model import (
     format_time,
     parse_cpu_cores,
     parse_time,
+    quantity_value,
 )
 from decor.policy import (
     VOLUME_CLAIM,
@@ -1121,6 +1122,36 @@ def pod_allocation(pod: Mapping[str, Any], container: str, mode: str) -> float |
 def sidecar_cpu_cores() -> float:
     """CPU the metrics sidecar requests beside the trainer (cores)."""
     return parse_allocation("cpu", SIDECAR_RESOURCES["requests"]["cpu"]) or 0.0
+
+
+def _beside_trainer(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The containers that run beside the trainer (the first container): the others, and
+    native sidecars (init containers with ``restartPolicy: Always``), as the scheduler counts."""
+    containers = list(pod_spec.get("containers") or [])[1:]
+    return containers + [
+        c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
+    ]
+
+
+def _cpu_request_cores(container: Mapping[str, Any]) -> float:
+    resources = container.get("resources") or {}
+    value = (resources.get("requests") or {}).get("cpu") or (resources.get("limits") or {}).get(
+        "cpu"
+    )
+    return quantity_value(value) or 0.0
+
+
+def pod_overhead_cpu_cores(pod: Mapping[str, Any]) -> float:
+    """Cores that ``pod`` (a trainer pod) holds beside its trainer: its sidecars, DECOR's and
+    the template's (bounded by the policy, requests = limits)."""
+    return sum(_cpu_request_cores(c) for c in _beside_trainer(pod.get("spec") or {}))
+
+
+def job_overhead_cpu_cores(spec: JobSpec) -> float:
+    """Cores a trainer pod of ``spec`` will hold beside its trainer: the metrics sidecar and
+    the template's own containers beside the trainer."""
+    template_spec = spec.template.get("spec") or {}
+    return sidecar_cpu_cores() + sum(_cpu_request_cores(c) for c in _beside_trainer(template_spec))
 
 
 def termination_steps(pod: Mapping[str, Any], container: str) -> tuple[float, float] | None:

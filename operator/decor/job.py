@@ -198,6 +198,8 @@ class JobController:
         self.progress_seen: set[str] = set()  # pods that produced a progress sample
         self.invalid_generation: int | None = None
         self.create_refused_generation: int | None = None
+        self.overhead_cpu_cores = build.sidecar_cpu_cores()
+        """Cores a trainer pod holds beside its trainer (read by the loop's planner)."""
         self.refusal_warned: str | None = None
         self.metrics_reason = ""
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
@@ -242,6 +244,7 @@ class JobController:
         except ManifestError as exc:
             return self._finish_period(self._invalid_spec(body, exc, now, generation))
         self.period_s = max(self.config.min_period_s, MIN_PERIOD_S, spec.control.period_s)
+        self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
         violations = policy.check_template(
             spec.template, self.config.template_policy, spec.resources.mode
         )
@@ -575,7 +578,7 @@ class JobController:
             if spec.resources.mode == "gpu":
                 fits = room.take_pods(group.pod_counts(spec, allocation))
             else:
-                fits = room.take(None, cpu=allocation + build.sidecar_cpu_cores())
+                fits = room.take(None, cpu=allocation + build.job_overhead_cpu_cores(spec))
             if not fits:
                 waiting = True
                 if grant is not None:

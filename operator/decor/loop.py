@@ -251,17 +251,20 @@ class ControlLoop:
         then gets what its law asks."""
         if free is None:
             return None
-        demands = [c.demand for c in self.controllers.values() if c.demand and not c.done]
+        active = [c for c in self.controllers.values() if c.demand and not c.done]
+        demands = [c.demand for c in active if c.demand]
         if not demands:
             return {}
-        # What DECOR's pods hold beside their trainers (the metrics sidecars) is not the
-        # planner's to hand out; a pod still to be created brings one too, on any node.
-        unplaced = sum(1 for d in demands if d.node is None)
-        overhead = dict.fromkeys(free, unplaced * build.sidecar_cpu_cores())
+        # What DECOR's pods hold beside their trainers (the metrics sidecar, the template's
+        # bounded containers) is not the planner's to hand out; a pod still to be created
+        # brings its own too, on any node.
+        unplaced = sum(c.overhead_cpu_cores for c in active if c.demand and c.demand.node is None)
+        overhead = dict.fromkeys(free, unplaced)
         for key in decor_pods:
-            node = (snapshot.pods[key].get("spec") or {}).get("nodeName")
+            pod = snapshot.pods[key]
+            node = (pod.get("spec") or {}).get("nodeName")
             if node in overhead:
-                overhead[node] += build.sidecar_cpu_cores()
+                overhead[node] += build.pod_overhead_cpu_cores(pod)
         nodes = [
             planner.Node(
                 name=n.name, cpu_cores=max(0.0, n.cpu_cores - overhead[n.name]), gpus=n.gpus

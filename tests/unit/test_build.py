@@ -812,3 +812,23 @@ def test_outcome_of_a_job_whose_deadline_preceded_its_start() -> None:
     outcome = build.build_outcome(finished_s=200.0, deadline_s=50.0, start_s=100.0)
     assert outcome["late"] is True
     assert "deviationPercent" not in outcome
+
+
+def test_containers_beside_the_trainer_are_counted_for_the_planner() -> None:
+    """The planner hands out a node's cores minus what trainer pods hold beside their
+    trainers: DECOR's sidecar and the template's bounded containers and native sidecars."""
+    body = job_body()
+    template = body["spec"]["template"]["spec"]
+    bounded = {"limits": {"cpu": "250m", "memory": "64Mi"}}
+    template["containers"].append({"name": "log", "image": "busybox", "resources": bounded})
+    template["initContainers"] = [
+        {"name": "proxy", "image": "busybox", "restartPolicy": "Always", "resources": bounded},
+        {"name": "fetch", "image": "busybox", "resources": bounded},  # done before the trainer
+    ]
+    spec = parse_job(body)
+    sidecar = build.sidecar_cpu_cores()
+    assert sidecar == 0.05
+    assert build.job_overhead_cpu_cores(spec) == pytest.approx(sidecar + 0.5)
+    pod = build.build_trainer_pod(body, spec, 2.0, "resnet-0")
+    assert build.pod_overhead_cpu_cores(pod) == pytest.approx(sidecar + 0.5)
+    assert build.job_overhead_cpu_cores(parse_job(job_body())) == sidecar
