@@ -46,6 +46,9 @@ LABEL_JOB = "decor.dev/job"
 """Label on every trainer pod: the name of its DeadlineTrainingJob."""
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "decor-operator"
+LABEL_JOB_UID = "decor.dev/job-uid"
+"""Label on a checkpoint claim DECOR made: the uid of the job it was made for (a claim is a
+job's only when this matches: a leftover of an earlier job of the same name is not)."""
 ANNOTATION_ALLOCATION = "decor.dev/allocation"
 """Annotation on a trainer pod: the allocation it was created with (informational)."""
 
@@ -322,7 +325,11 @@ def build_checkpoint_claim(
     metadata: dict[str, Any] = {
         "name": checkpoint_claim_name(meta["name"]),
         "namespace": meta.get("namespace") or spec.namespace,
-        "labels": {LABEL_JOB: meta["name"], LABEL_MANAGED_BY: MANAGED_BY},
+        "labels": {
+            LABEL_JOB: meta["name"],
+            LABEL_JOB_UID: meta["uid"],
+            LABEL_MANAGED_BY: MANAGED_BY,
+        },
     }
     if not spec.checkpoint.keep:
         metadata["ownerReferences"] = [owner_reference(job)]
@@ -338,6 +345,13 @@ def build_checkpoint_claim(
         "metadata": metadata,
         "spec": claim_spec,
     }
+
+
+def claim_is_jobs(claim: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """Whether ``claim`` was made by DECOR for ``job`` itself (its uid), not for an earlier
+    job of the same name (``keep``) nor by anyone else."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(LABEL_JOB_UID)) and labels.get(LABEL_JOB_UID) == job["metadata"]["uid"]
 
 
 def _restricted_container(container: Mapping[str, Any]) -> dict[str, Any]:

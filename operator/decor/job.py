@@ -247,7 +247,7 @@ class JobController:
         self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
         violations = policy.check_template(
             spec.template, self.config.template_policy, spec.resources.mode
-        )
+        ) + policy.check_claims(spec, self.config.template_policy)
         if violations:
             return self._finish_period(self._refused(body, violations, now, generation))
         period = self._times_and_state(body, spec, generation, now)
@@ -777,8 +777,20 @@ class JobController:
         index = int(status.get("podsCreated") or 0)
         allocation = state.allocation
         claim = build.build_checkpoint_claim(body, spec, self.config.checkpoint_storage)
-        if claim is not None and index == 0:
-            self.kube.create_claim(claim)  # an existing one (kept, or a retry) is reused
+        if claim is not None and index == 0 and not self.kube.create_claim(claim):
+            name = claim["metadata"]["name"]
+            existing = self.kube.get_claim(self.namespace, name)
+            if existing is not None and not build.claim_is_jobs(existing, body):
+                # a kept claim of an earlier job of this name, or anyone's: not silently ours
+                taken = policy.Violation(
+                    "spec.checkpoint",
+                    f"the claim {name} exists and was not made for this job (a kept claim of "
+                    f"an earlier job, or another's); delete it, or name it in "
+                    f"spec.checkpoint.claimName where the admin allows it "
+                    f"({policy.ENV_ALLOWED_CLAIMS})",
+                )
+                generation = (body.get("metadata") or {}).get("generation")
+                return self._refused(body, [taken], now, generation)
         counts = group.pod_counts(spec, allocation)
         rendezvous_ip = None
         if len(counts) > 1:  # several pods: they meet through the job's rendezvous Service

@@ -231,6 +231,17 @@ class Kube:
             raise
         return True
 
+    def get_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The PersistentVolumeClaim, or None when there is none."""
+        result = self._call(
+            f"get pvc {namespace}/{name}",
+            self.core.read_namespaced_persistent_volume_claim,
+            name,
+            namespace,
+            missing_ok=True,
+        )
+        return dict(result) if result is not None else None
+
     # --- the rendezvous Service of a several-pod job ------------------------------------------
 
     def ensure_service(self, body: Mapping[str, Any]) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from decor import podsecurity
-from decor.model import GPU_RESOURCE, quantity_value
+from decor.model import GPU_RESOURCE, JobSpec, quantity_value
 
 # --- the admin's allowances: environment variables (the chart's templatePolicy values) ------
 
@@ -49,6 +49,10 @@ ENV_ALLOWED_SERVICE_ACCOUNTS = "DECOR_ALLOWED_SERVICE_ACCOUNTS"
 ENV_ALLOWED_TOLERATION_KEYS = "DECOR_ALLOWED_TOLERATION_KEYS"
 """Comma-separated taint keys a template may tolerate (e.g. ``nvidia.com/gpu``); ``*``: any."""
 
+ENV_ALLOWED_CLAIMS = "DECOR_ALLOWED_CLAIMS"
+"""Comma-separated ``NAMESPACE/CLAIM`` PersistentVolumeClaims a job may mount (its
+``spec.checkpoint.claimName`` or a template volume); ``NAMESPACE/*``: any in that namespace;
+``*``: any. Claims DECOR makes for a job need no allowance."""
 ENV_ALLOW_RESOURCE_CLAIMS = "DECOR_ALLOW_RESOURCE_CLAIMS"
 """true: pod-level ``resources`` and DRA ``resourceClaims`` (the planner cannot count them)."""
 ENV_MAX_GRACE_PERIOD = "DECOR_MAX_GRACE_PERIOD_SECONDS"
@@ -160,6 +164,7 @@ class TemplatePolicy:
     allowed_toleration_keys: frozenset[str] = field(default_factory=frozenset)
     denied_metadata_prefixes: frozenset[str] = field(default_factory=frozenset)
     allow_resource_claims: bool = False
+    allowed_claims: frozenset[str] = field(default_factory=frozenset)
     max_grace_period_s: int = DEFAULT_MAX_GRACE_PERIOD_S
 
     def __post_init__(self) -> None:
@@ -182,6 +187,7 @@ class TemplatePolicy:
             allowed_toleration_keys=_names(env.get(ENV_ALLOWED_TOLERATION_KEYS)),
             denied_metadata_prefixes=_names(env.get(ENV_DENIED_METADATA_PREFIXES)),
             allow_resource_claims=_flag(env.get(ENV_ALLOW_RESOURCE_CLAIMS)),
+            allowed_claims=_names(env.get(ENV_ALLOWED_CLAIMS)),
             max_grace_period_s=_seconds(env.get(ENV_MAX_GRACE_PERIOD), DEFAULT_MAX_GRACE_PERIOD_S),
         )
 
@@ -392,6 +398,34 @@ def _check_metadata(metadata: Mapping[str, Any], policy: TemplatePolicy) -> list
             )
             found.append(Violation(f"{TEMPLATE}.metadata.{kind}[{name}]", f"this key {why}"))
     return found
+
+
+def claim_allowed(namespace: str, claim: str, policy: TemplatePolicy) -> bool:
+    """Whether the admin lets jobs in ``namespace`` mount the claim ``claim``."""
+    allowed = policy.allowed_claims
+    return ANY in allowed or f"{namespace}/{claim}" in allowed or f"{namespace}/*" in allowed
+
+
+def check_claims(spec: JobSpec, policy: TemplatePolicy) -> list[Violation]:
+    """Claims a job names (``spec.checkpoint.claimName``, template volumes) that the admin
+    does not allow: a claim is the job's own only when DECOR made it for this job."""
+    named: list[tuple[str, str]] = []
+    if spec.checkpoint.claim_name:
+        named.append(("spec.checkpoint.claimName", spec.checkpoint.claim_name))
+    volumes = _list(_mapping(spec.template.get("spec")).get("volumes"))
+    for i, raw in enumerate(volumes):
+        claim = _mapping(_mapping(raw).get("persistentVolumeClaim")).get("claimName")
+        if claim:
+            named.append((f"{TEMPLATE}.spec.volumes[{i}].persistentVolumeClaim", str(claim)))
+    return [
+        Violation(
+            where,
+            f"the claim {claim!r} is not this job's (another job's data may be on it); "
+            f"{_ask(ENV_ALLOWED_CLAIMS)} as {spec.namespace}/{claim}",
+        )
+        for where, claim in named
+        if not claim_allowed(spec.namespace, claim, policy)
+    ]
 
 
 def check_template(

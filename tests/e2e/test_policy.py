@@ -285,6 +285,17 @@ def test_a_kept_checkpoint_claim_outlives_its_job(
     assert not made.metadata.owner_references  # nothing for the garbage collector to follow
     delete_job(kube, namespace, name)
     assert claim(kube, namespace, claim_name) is not None
+    # A new job of the same name is another job (another uid): it does not silently resume
+    # from the kept claim; it is refused naming spec.checkpoint, and no pod is made.
+    create_job(kube, namespace, job_manifest(name, trainer_image, duration="600s"))
+    message, _condition = kube.wait_for(
+        lambda: refusal(kube, namespace, name, "spec.checkpoint"),
+        60,
+        "the successor refused, naming the kept claim",
+        describe=lambda: json.dumps(job_status(kube, namespace, name), indent=1)[:3000],
+    )
+    assert claim_name in message
+    assert trainer_pods(kube, namespace, name) == []
 
 
 # ============================================================================================

@@ -356,7 +356,11 @@ def test_checkpoint_claim_is_owned_by_the_job_unless_kept() -> None:
         "metadata": {
             "name": "resnet-checkpoint",
             "namespace": "ml",
-            "labels": {build.LABEL_JOB: "resnet", build.LABEL_MANAGED_BY: build.MANAGED_BY},
+            "labels": {
+                build.LABEL_JOB: "resnet",
+                build.LABEL_JOB_UID: JOB_UID,
+                build.LABEL_MANAGED_BY: build.MANAGED_BY,
+            },
             "ownerReferences": [build.owner_reference(body)],
         },
         "spec": {
@@ -370,6 +374,12 @@ def test_checkpoint_claim_is_owned_by_the_job_unless_kept() -> None:
     assert kept_claim is not None
     assert "ownerReferences" not in kept_claim["metadata"]
     assert "storageClassName" not in kept_claim["spec"]  # the cluster's default class
+    # the claim is this job's, not the next job's of the same name (another uid)
+    assert build.claim_is_jobs(kept_claim, kept)
+    successor = copy.deepcopy(kept)
+    successor["metadata"]["uid"] = "another-uid"
+    assert not build.claim_is_jobs(kept_claim, successor)
+    assert not build.claim_is_jobs({"metadata": {"name": "resnet-checkpoint"}}, kept)
 
 
 def test_no_checkpoint_claim_without_a_volume_to_make() -> None:

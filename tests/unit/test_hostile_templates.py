@@ -51,6 +51,7 @@ def judge(
     """(what is refused, the pods that would be created): the operator's path."""
     spec = parse_job(body)
     refused = policy.check_template(spec.template, template_policy, spec.resources.mode)
+    refused += policy.check_claims(spec, template_policy)
     if refused:
         return refused, []
     pods = group.build_trainer_group(
@@ -146,6 +147,10 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("a volume named like DECOR's", add("volumes", [{"name": "decor-checkpoint",
                                                       "emptyDir": {}}]), "volumes[0].name"),
     ("a container named like DECOR's", sidecar(BOUNDED, name="decor-metrics"), "name"),
+    ("another job's claim", lambda b: b["spec"]["checkpoint"].update(claimName="other-checkpoint"),
+     "spec.checkpoint.claimName"),
+    ("another job's claim as a volume", volume({"persistentVolumeClaim": {"claimName": "x"}}),
+     "persistentVolumeClaim"),
     ("ephemeral container", add("ephemeralContainers", [{"name": "x", "image": "busybox"}]),
      "ephemeralContainers"),
 ]  # fmt: skip
@@ -188,6 +193,23 @@ def test_an_allowance_admits_exactly_its_rule() -> None:
     add("securityContext", {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]})(sysctl)
     everything = TemplatePolicy(allow_host_access=True, allow_run_as_root=True)
     assert any("sysctls" in v.field for v in judge(sysctl, template_policy=everything)[0])
+
+
+def test_a_claim_is_mounted_only_where_the_admin_allows_it_by_namespace() -> None:
+    body = job_body()
+    body["spec"]["checkpoint"]["claimName"] = "shared-data"
+    volume({"persistentVolumeClaim": {"claimName": "reference"}})(body)
+    assert len(judge(body)[0]) == 2
+    for allowed in ("ml/shared-data,ml/reference", "ml/*", "*"):
+        admin = TemplatePolicy.from_env({policy.ENV_ALLOWED_CLAIMS: allowed})
+        assert judge(body, template_policy=admin)[0] == [], allowed
+    elsewhere = TemplatePolicy.from_env({policy.ENV_ALLOWED_CLAIMS: "team-b/*"})
+    refused = judge(body, template_policy=elsewhere)[0]
+    assert [v.field for v in refused] == [
+        "spec.checkpoint.claimName",
+        "spec.template.spec.volumes[0].persistentVolumeClaim",
+    ]
+    assert "ml/shared-data" in refused[0].message
 
 
 # --- the property: for any template, refused or restricted (DECOR's own hostPath aside) ------
