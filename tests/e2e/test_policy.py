@@ -517,6 +517,7 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             ("patch", "pods", "--subresource=resize", *ns),
             ("create", "events", *ns),
             ("create", "persistentvolumeclaims", *ns),
+            ("get", "persistentvolumeclaims", *ns),
             ("create", "services", *ns),
             ("get", "services", *ns),
         ]
@@ -535,7 +536,7 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             ("get", "pods", "--subresource=proxy", *ns),
             ("patch", "events", *ns),
             ("delete", "persistentvolumeclaims", *ns),
-            ("get", "persistentvolumeclaims", *ns),
+            ("list", "persistentvolumeclaims", *ns),
             ("get", "secrets", *ns),
             ("list", "configmaps", *ns),
             ("create", "serviceaccounts", "--subresource=token", *ns),

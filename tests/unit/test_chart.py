@@ -211,7 +211,7 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     role = named(render(helm), "ClusterRole")
     assert granted(role) == {
         **OPERATOR_RIGHTS,
-        ("", "persistentvolumeclaims"): ["create"],  # the default: a checkpoint claim per job
+        ("", "persistentvolumeclaims"): ["create", "get"],  # the default: a checkpoint claim per job
     }
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
@@ -230,7 +230,7 @@ def test_namespaced_install_has_nothing_cluster_scoped(helm: str) -> None:
     assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
     role = named(documents, "Role")
     assert role["metadata"]["namespace"] == "ml"
-    assert granted(role) == {**OPERATOR_RIGHTS, ("", "persistentvolumeclaims"): ["create"]}
+    assert granted(role) == {**OPERATOR_RIGHTS, ("", "persistentvolumeclaims"): ["create", "get"]}
     binding = named(documents, "RoleBinding")
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
