@@ -124,6 +124,10 @@ class SimTrainer:
     step_s: float = 0.0
     finished_s: float | None = None
     rng: random.Random = field(default_factory=random.Random)
+    instance: str = ""
+    """The pod's address, exported as the series' ``instance`` (the scale bed's Prometheus
+    scrapes one endpoint for all pods with honor_labels; the operator counts a series for a
+    pod only when its instance is that pod's address)."""
 
     @property
     def reporting(self) -> bool:
@@ -166,7 +170,7 @@ def exposition(trainers: Iterable[SimTrainer]) -> str:
     for t in trainers:
         if not t.reporting:
             continue
-        labels = f'{{namespace="{t.namespace}",pod="{t.pod}"}}'
+        labels = f'{{namespace="{t.namespace}",pod="{t.pod}",instance="{t.instance}"}}'
         epochs_planned = t.steps_planned // t.steps_per_epoch if t.steps_per_epoch else 0
         values = {
             "decor_steps_completed_total": t.whole_steps,

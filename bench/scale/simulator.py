@@ -43,6 +43,8 @@ from decor import build  # noqa: E402
 
 log = logging.getLogger("decor.scale.simulator")
 
+METRICS_PORT = 9100
+"""The port named in each series' ``instance`` (the trainers' default metrics port)."""
 DEFAULT_TICK_S = 0.5
 """How often trainers advance and resizes are answered."""
 DEFAULT_STARTUP_S = 5.0
@@ -153,6 +155,7 @@ class Fleet:
         if curve is None:
             curve = next(c for c in self.curves.values() if c.mode == "cpu")
         with self.lock:
+            trainer.instance = f"{(pod.get('status') or {}).get('podIP') or ''}:{METRICS_PORT}"
             trainer.advance(now, curve.steps_per_s(allocation), self.noise)
         if trainer.finished_s is not None and now >= trainer.finished_s + self.linger_s:
             exited_s = trainer.finished_s + self.linger_s

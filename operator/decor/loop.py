@@ -180,12 +180,18 @@ class ControlLoop:
             return {}
         if self.config.prometheus_url:
             try:
+                pod_ips = {
+                    k: str((pod.get("status") or {}).get("podIP") or "")
+                    for k, (_body, pod) in running.items()
+                }
                 reads = metrics.prometheus_progress_all(
-                    self.config.prometheus_url, self.config.read_timeout_s
+                    self.config.prometheus_url, self.config.read_timeout_s, pod_ips
                 )
             except metrics.MetricsError as exc:
                 return dict.fromkeys(running, exc)
-            missing = metrics.MetricsError("Prometheus has no progress series for this pod yet")
+            missing = metrics.MetricsError(
+                "Prometheus has no progress series scraped from this pod yet"
+            )
             return {k: reads.get(k, missing) for k in running}
         if self._scraper is None:
             self._scraper = metrics.Scraper(self.config.scrape_workers, self.config.read_wait_s)

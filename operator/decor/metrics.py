@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -184,10 +184,13 @@ ProgressRead = Progress | MetricsError
 
 
 def prometheus_progress_all(
-    base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    base_url: str,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    pod_ips: Mapping[PodKey, str] | None = None,
 ) -> dict[PodKey, ProgressRead]:
     """Every trainer pod's progress from one instant query (all four metric names, every
-    pod), by (namespace, pod). Raises MetricsError when Prometheus cannot answer."""
+    pod), by (namespace, pod); with ``pod_ips``, only the series scraped from each pod itself
+    (:func:`progress_by_pod`). Raises MetricsError when Prometheus cannot answer."""
     names = "|".join(PROGRESS_NAMES)
     query = f'{{__name__=~"{names}",pod!=""}}'
     url = f"{base_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
@@ -197,12 +200,29 @@ def prometheus_progress_all(
         raise MetricsError(f"Prometheus answered with malformed JSON: {exc}") from exc
     if body.get("status") != "success":
         raise MetricsError(f"Prometheus query failed: {body.get('error', body)}")
-    return progress_by_pod(body.get("data", {}).get("result", []))
+    return progress_by_pod(body.get("data", {}).get("result", []), pod_ips)
 
 
-def progress_by_pod(result: list[dict[str, object]]) -> dict[PodKey, ProgressRead]:
+def instance_host(instance: str) -> str:
+    """The host of a Prometheus ``instance`` label: ``10.88.0.5:9100`` -> ``10.88.0.5``,
+    ``[fd00::5]:9100`` -> ``fd00::5``, a bare host as it is."""
+    if instance.startswith("["):
+        return instance[1:].partition("]")[0]
+    host, colon, port = instance.rpartition(":")
+    return host if colon and port.isdigit() and ":" not in host else instance
+
+
+def progress_by_pod(
+    result: list[dict[str, object]], pod_ips: Mapping[PodKey, str] | None = None
+) -> dict[PodKey, ProgressRead]:
     """Group an instant vector of the progress metrics by (namespace, pod); the largest value
-    of a name wins (a pod scraped twice, e.g. by two jobs of a scrape configuration)."""
+    of a name wins (a pod scraped twice, e.g. by two jobs of a scrape configuration).
+
+    ``pod_ips``: each pod's IP. A series then counts for a pod only when Prometheus scraped
+    it from that pod (its ``instance`` is the pod's address): the ``namespace``/``pod``
+    labels a target exposes are the target's to write (with ``honor_labels``, or a scrape
+    configuration that does not set them), so a trainer could otherwise report a finished
+    step count for another namespace's pod (docs/security.md)."""
     samples: dict[PodKey, dict[str, float]] = {}
     for series in result:
         labels = series.get("metric")
@@ -210,6 +230,10 @@ def progress_by_pod(result: list[dict[str, object]]) -> dict[PodKey, ProgressRea
         if not isinstance(labels, dict) or not isinstance(value, list) or len(value) != 2:
             continue
         key = (str(labels.get("namespace", "")), str(labels.get("pod", "")))
+        if pod_ips is not None and (
+            not pod_ips.get(key) or instance_host(str(labels.get("instance", ""))) != pod_ips[key]
+        ):
+            continue
         name = str(labels.get("__name__", ""))
         try:
             number = float(value[1])

@@ -211,7 +211,10 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     role = named(render(helm), "ClusterRole")
     assert granted(role) == {
         **OPERATOR_RIGHTS,
-        ("", "persistentvolumeclaims"): ["create", "get"],  # the default: a checkpoint claim per job
+        ("", "persistentvolumeclaims"): [
+            "create",
+            "get",
+        ],  # the default: a checkpoint claim per job
     }
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]

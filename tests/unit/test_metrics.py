@@ -158,6 +158,38 @@ def test_one_prometheus_query_reads_every_pod(server: _Server) -> None:
     assert isinstance(reads[("ns", "broken-0")], MetricsError)
 
 
+def test_a_series_counts_only_for_the_pod_it_was_scraped_from(server: _Server) -> None:
+    """A trainer that exposes another namespace's pod name (honor_labels, or a scrape
+    configuration without pod labels) cannot finish that pod's job: its instance is its own."""
+
+    def series(name: str, pod: str, value: str, instance: str) -> dict[str, object]:
+        found = _series(name, "victims", pod, value)
+        found["metric"]["instance"] = instance  # type: ignore[index]
+        return found
+
+    result = [
+        series("decor_steps_completed_total", "victim-0", "100", "10.88.0.66:9100"),  # forged
+        series("decor_steps_planned", "victim-0", "100", "10.88.0.66:9100"),
+        series("decor_steps_completed_total", "victim-0", "10", "10.88.0.5:9100"),  # its own
+        series("decor_steps_planned", "victim-0", "100", "10.88.0.5:9100"),
+        series("decor_steps_completed_total", "v6-0", "3", "[fd00::5]:9100"),
+        series("decor_steps_planned", "v6-0", "9", "[fd00::5]:9100"),
+        series("decor_steps_completed_total", "no-ip-0", "9", "10.88.0.9:9100"),
+        series("decor_steps_planned", "no-ip-0", "9", "10.88.0.9:9100"),
+    ]
+    server.default_query_answer = (200, _prom(result))
+    ips = {("victims", "victim-0"): "10.88.0.5", ("victims", "v6-0"): "fd00::5",
+           ("victims", "no-ip-0"): ""}  # fmt: skip
+    reads = prometheus_progress_all(server.url, pod_ips=ips)
+    victim = reads[("victims", "victim-0")]
+    assert isinstance(victim, Progress) and victim.steps_done == 10
+    assert isinstance(reads[("victims", "v6-0")], Progress)
+    assert ("victims", "no-ip-0") not in reads  # no address yet: nothing counts
+    # without the pods' addresses the forged count would have won
+    forged = prometheus_progress_all(server.url)[("victims", "victim-0")]
+    assert isinstance(forged, Progress) and forged.steps_done == 100
+
+
 def test_prometheus_down_is_an_error() -> None:
     with pytest.raises(MetricsError, match="cannot read"):
         prometheus_progress_all("http://127.0.0.1:9", timeout_s=0.5)
