@@ -200,6 +200,7 @@ class JobController:
         self.create_refused_generation: int | None = None
         self.overhead_cpu_cores = build.sidecar_cpu_cores()
         """Cores a trainer pod holds beside its trainer (read by the loop's planner)."""
+        self._judged: tuple[tuple[str, int | None], JobSpec, list[policy.Violation]] | None = None
         self.refusal_warned: str | None = None
         self.metrics_reason = ""
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
@@ -240,20 +241,31 @@ class JobController:
             return self._finish_period(False)
         generation = (body.get("metadata") or {}).get("generation")
         try:
-            spec = parse_job(dict(body))
+            spec, violations = self._judged_spec(body, generation)
         except ManifestError as exc:
             return self._finish_period(self._invalid_spec(body, exc, now, generation))
         self.period_s = max(self.config.min_period_s, MIN_PERIOD_S, spec.control.period_s)
-        self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
-        violations = policy.check_template(
-            spec.template, self.config.template_policy, spec.resources.mode
-        ) + policy.check_claims(spec, self.config.template_policy)
         if violations:
             return self._finish_period(self._refused(body, violations, now, generation))
         period = self._times_and_state(body, spec, generation, now)
         if period is None:
             return self._finish_period(False)
         return self._pod_lifecycle(period, pods, progress, now)
+
+    def _judged_spec(
+        self, body: Mapping[str, Any], generation: int | None
+    ) -> tuple[JobSpec, list[policy.Violation]]:
+        """The job's spec and what the policy refuses in it, worked out once per generation
+        (the spec changes only with it): a period costs the same whatever the template."""
+        key = (str((body.get("metadata") or {}).get("uid")), generation)
+        if generation is None or self._judged is None or self._judged[0] != key:
+            spec = parse_job(dict(body))
+            violations = policy.check_template(
+                spec.template, self.config.template_policy, spec.resources.mode
+            ) + policy.check_claims(spec, self.config.template_policy)
+            self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
+            self._judged = (key, spec, violations)
+        return self._judged[1], self._judged[2]
 
     def _finish_period(self, keep_going: bool) -> planner.Demand | None:
         """End the period without a demand; ``keep_going`` False: the job needs no more."""

@@ -8,6 +8,7 @@ Every validation error names the offending field, e.g.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -475,9 +476,31 @@ def _check_template_shapes(spec: Mapping[str, Any], where: str) -> None:
                 _check_shapes(context, _CONTEXT_SHAPES, f"{at}.securityContext")
 
 
+MAX_TEMPLATE_BYTES = 64 * 1024
+"""The largest ``spec.template`` (as compact JSON) the operator reads: a pod template is a
+few KiB, and what the operator parses, judges and builds each period stays bounded (the API
+server takes objects up to ~1.5 MiB; docs/security.md has the measured cost)."""
+OVERSIZED_TEMPLATE_KEY = "decor.dev/oversized-template-bytes"
+"""What the operator's job view keeps of a template over :data:`MAX_TEMPLATE_BYTES`: its
+size alone (views.bounded_job), so that a thousand such jobs cost no memory."""
+
+
+def template_bytes(raw: Any) -> int:
+    """The size of ``raw`` as compact JSON (what the limit counts)."""
+    return len(json.dumps(raw, separators=(",", ":"), default=str))
+
+
 def parse_template(raw: Any) -> dict[str, Any]:
     """``spec.template`` checked for what the operator needs, its nulls removed."""
     where = "spec.template"
+    if isinstance(raw, dict) and OVERSIZED_TEMPLATE_KEY in raw:
+        size = raw[OVERSIZED_TEMPLATE_KEY]
+    else:
+        size = template_bytes(raw)
+    if size > MAX_TEMPLATE_BYTES:
+        raise ManifestError(
+            where, f"is {size} bytes as JSON; at most {MAX_TEMPLATE_BYTES} are accepted"
+        )
     template = without_nulls(_mapping(raw, where))
     spec = _mapping(template.get("spec"), f"{where}.spec")
     containers = spec.get("containers")

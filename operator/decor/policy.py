@@ -122,9 +122,17 @@ class Violation:
         return f"{self.field}: {self.message}"
 
 
+MAX_VIOLATIONS_SHOWN = 20
+"""A condition message or Event names at most this many refused fields (then a count)."""
+
+
 def describe(violations: Iterable[Violation]) -> str:
-    """One line for a condition message or an Event: every violation, ``; `` separated."""
-    return "; ".join(str(v) for v in violations)
+    """One line for a condition message or an Event: the violations, ``; `` separated, the
+    first :data:`MAX_VIOLATIONS_SHOWN` of them and how many more (bounded in size)."""
+    found = list(violations)
+    shown = "; ".join(str(v) for v in found[:MAX_VIOLATIONS_SHOWN])
+    more = len(found) - MAX_VIOLATIONS_SHOWN
+    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def _names(text: str | None) -> frozenset[str]:

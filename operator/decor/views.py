@@ -17,7 +17,13 @@ from types import MappingProxyType
 from typing import Any
 
 from decor import build
-from decor.model import ManifestError, parse_cpu_cores
+from decor.model import (
+    MAX_TEMPLATE_BYTES,
+    OVERSIZED_TEMPLATE_KEY,
+    ManifestError,
+    parse_cpu_cores,
+    template_bytes,
+)
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -149,6 +155,19 @@ def free_capacity(snapshot: Snapshot, decor_pods: set[Key]) -> dict[str, NodeCap
     return free
 
 
+def bounded_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a job for the view, its template replaced by its size when it is over
+    ``model.MAX_TEMPLATE_BYTES`` (the job is refused for it: nothing more is needed)."""
+    template = (body.get("spec") or {}).get("template")
+    size = template_bytes(template)
+    if size <= MAX_TEMPLATE_BYTES:
+        return copy.deepcopy(dict(body))
+    slim = {k: copy.deepcopy(v) for k, v in body.items() if k != "spec"}
+    spec = {k: copy.deepcopy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
+    slim["spec"] = {**spec, "template": {OVERSIZED_TEMPLATE_KEY: size}}
+    return slim
+
+
 @dataclass
 class ClusterView:
     """Thread-safe store fed by watch events; :meth:`snapshot` freezes it for a period."""
@@ -165,7 +184,7 @@ class ClusterView:
             if deleted:
                 self._jobs.pop(key, None)
             else:
-                self._jobs[key] = copy.deepcopy(dict(body))
+                self._jobs[key] = bounded_job(body)
 
     def put_pod(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = _key(body)

@@ -13,7 +13,7 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, group, podsecurity, policy
+from decor import build, group, model, podsecurity, policy
 from decor.model import ManifestError, parse_job
 from decor.policy import CheckpointStorage, TemplatePolicy, Violation
 from hypothesis import HealthCheck, given, settings
@@ -322,3 +322,41 @@ def test_every_built_pod_passes_restricted_or_its_job_is_refused(
         assert set(pod["spec"]) <= policy.POD_SPEC_FIELDS
         labels = pod["metadata"]["labels"]
         assert "decor.dev/x" not in labels and "decor.dev/x" not in pod["metadata"]["annotations"]
+
+
+# --- bounded work per job ------------------------------------------------------------------
+
+
+def with_env_bytes(nbytes: int) -> dict[str, Any]:
+    body = job_body()
+    env: list[dict[str, str]] = []
+    trainer(body)["env"] = env
+    while model.template_bytes(body["spec"]["template"]) < nbytes:
+        env.append({"name": f"V{len(env)}", "value": "x" * 1000})
+    return body
+
+
+def test_a_template_over_the_limit_is_refused_and_costs_the_view_nothing() -> None:
+    from decor import views
+
+    fits = with_env_bytes(model.MAX_TEMPLATE_BYTES - 2000)
+    assert judge(fits)[0] == []  # a big but acceptable template still builds
+    huge = with_env_bytes(1_400_000)  # near the API server's object size limit
+    with pytest.raises(ManifestError, match=f"at most {model.MAX_TEMPLATE_BYTES}"):
+        parse_job(huge)
+    kept = views.bounded_job(huge)
+    assert model.template_bytes(kept) < 2000  # the view keeps its size, not the template
+    assert kept["metadata"] == huge["metadata"] and kept["spec"]["epochs"] == 2
+    with pytest.raises(ManifestError, match="1[34][0-9]{5} bytes"):
+        parse_job(kept)  # refused from the view's copy alike
+    assert views.bounded_job(fits) == fits
+
+
+def test_a_refusal_message_stays_bounded() -> None:
+    body = job_body()
+    pod_spec(body).update({f"field{i}": 1 for i in range(500)})
+    refused, _ = judge(body)
+    assert len(refused) == 500
+    message = policy.describe(refused)
+    assert message.endswith(f"; and {500 - policy.MAX_VIOLATIONS_SHOWN} more")
+    assert len(message) < 4000
