@@ -28,8 +28,10 @@ from typing import Any
 
 import pytest
 import yaml
+from decor import build, policy
 from decor.control import SpeedFit
-from decor.model import API_GROUP, API_VERSION, PLURAL, ManifestError, parse_job
+from decor.model import API_GROUP, API_VERSION, PLURAL, ManifestError, parse_job, quantity_value
+from hostile_jobs import hostile_manifests
 
 pytestmark = pytest.mark.e2e
 
@@ -996,6 +998,51 @@ def _helm() -> str | None:
     return shutil.which("helm", path=path)
 
 
+def assert_refused(kube: Any, namespace: str, names: list[str]) -> None:
+    """Each job ends refused: a False Admitted condition TemplateRefused (or InvalidSpec, for
+    what the model refuses) and a Warning Event of that reason, and no pod at all."""
+    refusals = {policy.REASON_TEMPLATE_REFUSED, build.REASON_INVALID_SPEC}
+
+    def refused(name: str) -> bool:
+        conditions = job_status(kube, namespace, name).get("conditions") or []
+        reasons = {c.get("reason") for c in conditions} & refusals
+        events = {reason for _t, reason, _m in job_events(kube, namespace, name)}
+        return bool(reasons) and bool(events & (refusals | {build.EVENT_INVALID_SPEC}))
+
+    for name in names:
+        kube.wait_for(
+            lambda name=name: refused(name), 60, f"{name} refused (condition and Event)",
+            describe=lambda name=name: json.dumps(job_status(kube, namespace, name))[:2000],
+        )  # fmt: skip
+        assert trainer_pods(kube, namespace, name) == [], name
+
+
+def operator_pod_within_its_memory(kube: Any, namespace: str) -> None:
+    """The chart's operator never restarted (no OOM kill) and its resident memory, from its
+    own metrics, is under the chart's limit."""
+    (pod,) = kube.core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/name=decor"
+    ).items
+    (status,) = pod.status.container_statuses
+    assert status.restart_count == 0, status.last_state
+    limit = helm_values()["resources"]["limits"]["memory"]
+    limit_bytes = quantity_value(limit)
+    text = kube.core.connect_get_namespaced_pod_proxy_with_path(
+        f"{pod.metadata.name}:8080", namespace, "metrics"
+    )
+    rss = next(
+        float(line.split()[-1])
+        for line in str(text).splitlines()
+        if line.startswith("process_resident_memory_bytes ")
+    )
+    print(f"operator resident memory {rss / 2**20:.0f} MiB (limit {limit})")
+    assert limit_bytes is not None and rss < limit_bytes
+
+
+def helm_values() -> dict[str, Any]:
+    return dict(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
 def test_helm_installed_operator_runs_a_job_with_least_privilege(
     kube: Any, namespace: str, crd: None, trainer_image: str, operator_image: str
 ) -> None:
@@ -1019,14 +1066,37 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         kube.kubectl(
             "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
         )
-        create_job(
-            kube, namespace, job_manifest("helm-job", trainer_image, epochs=3, duration="90s")
+        honest = job_manifest("helm-job", trainer_image, epochs=3, duration="90s")
+        # Explicit nulls are unset: the pod still gets every restricted default.
+        honest["spec"]["template"]["spec"]["securityContext"] = {
+            "runAsUser": None, "runAsNonRoot": None, "seccompProfile": None,
+        }  # fmt: skip
+        honest["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {
+            "allowPrivilegeEscalation": None
+        }
+        create_job(kube, namespace, honest)
+        # Beside it, in a namespace without any Pod Security label, one hostile job per class.
+        hostile = hostile_manifests(honest)
+        for manifest in hostile.values():  # not through create_job: its parse refuses some
+            custom(kube).create_namespaced_custom_object(
+                API_GROUP, API_VERSION, namespace, PLURAL, manifest
+            )
+        assert_refused(kube, namespace, [m["metadata"]["name"] for m in hostile.values()])
+        (pod,) = kube.wait_for(
+            lambda: trainer_pods(kube, namespace, "helm-job"), 60, "the honest job's pod"
         )
+        assert pod.spec.security_context.run_as_non_root is True
+        assert pod.spec.security_context.run_as_user == build.TRAINER_UID
+        assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+        trainer = pod.spec.containers[0].security_context
+        assert trainer.allow_privilege_escalation is False
         final = wait_succeeded(kube, namespace, "helm-job", timeout=300)
         report("helm-job", final)
         assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final[
             "outcome"
         ]
+        assert_refused(kube, namespace, [m["metadata"]["name"] for m in hostile.values()])
+        operator_pod_within_its_memory(kube, namespace)
 
         account = f"system:serviceaccount:{namespace}:decor"
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from decor.model import MAX_JOB_NAME_LENGTH
 from test_failures import logged_steps, patch_job
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,
@@ -165,7 +166,11 @@ def test_a_lost_worker_pod_restarts_its_group_from_the_checkpoint(
     operator: OperatorProcess,  # noqa: F811
     trainer_image: str,
 ) -> None:
-    name = "wide-lost"
+    # A name at the CRD's limit: every name derived from it (pods, the worker, its leader
+    # label, the rendezvous Service) still builds (a 63-character name once got a 422 from
+    # the Service every period).
+    name = "wide-lost-".ljust(MAX_JOB_NAME_LENGTH, "n")
+    assert len(name) == MAX_JOB_NAME_LENGTH
     manifest = wide_job(name, trainer_image, "--checkpoint-every-s", "2")
     job = create_job(kube, namespace, manifest)
     wait_group(kube, namespace, name, [f"{name}-0", f"{name}-0-w1"])
