@@ -62,17 +62,28 @@ HOSTILE: dict[str, Callable[[dict[str, Any]], None]] = {
     ),
     "root": lambda m: _context(m).update(runAsUser=0),
     "unbounded-sidecar": lambda m: _pod(m).update(
-        initContainers=[{"name": "helper", "image": _trainer(m)["image"],
-                         "restartPolicy": "Always", "command": ["sleep", "infinity"]}]
+        initContainers=[
+            {
+                "name": "helper",
+                "image": _trainer(m)["image"],
+                "restartPolicy": "Always",
+                "command": ["sleep", "infinity"],
+            }
+        ]
     ),  # fmt: skip
     "pod-resources": lambda m: _pod(m).update(resources={"limits": {"cpu": "8"}}),
     "sidecar-gpu": lambda m: _pod(m)["containers"].append(
-        {"name": "helper", "image": _trainer(m)["image"],
-         "resources": {"limits": {**BOUNDED["limits"], "nvidia.com/gpu": "4"}}}
+        {
+            "name": "helper",
+            "image": _trainer(m)["image"],
+            "resources": {"limits": {**BOUNDED["limits"], "nvidia.com/gpu": "4"}},
+        }
     ),  # fmt: skip
     "grace": lambda m: _pod(m).update(terminationGracePeriodSeconds=31536000),
     "claim": lambda m: m["spec"]["checkpoint"].update(claimName="another-job-checkpoint"),
-    "decor-volume": lambda m: _pod(m).update(volumes=[{"name": "decor-checkpoint", "emptyDir": {}}]),
+    "decor-volume": lambda m: _pod(m).update(
+        volumes=[{"name": "decor-checkpoint", "emptyDir": {}}]
+    ),
     "oversized": _oversized,
 }
 
