@@ -160,20 +160,18 @@ def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
 # --- reading pods ------------------------------------------------------------------------
 
 
-def _labels(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
 def is_worker(pod: Mapping[str, Any]) -> bool:
-    """A pod of a group other than its leader (it has no progress of its own)."""
-    return _labels(pod).get(LABEL_ROLE) == ROLE_WORKER
+    """A pod of a group other than its leader (it has no progress of its own): told by its
+    name, which DECOR chose and nobody can change (``LEADER-wK``), not by a label."""
+    return worker_index(str((pod.get("metadata") or {}).get("name") or "")) > 0
 
 
 def leader_of(pod: Mapping[str, Any]) -> str | None:
-    """The leader's name for a worker pod; None for a leader or a one-pod trainer."""
+    """The leader's name for a worker pod (its name without ``-wK``); None for a leader or
+    a one-pod trainer."""
     if not is_worker(pod):
         return None
-    return str(_labels(pod).get(LABEL_LEADER) or "") or None
+    return str(pod["metadata"]["name"]).rpartition("-w")[0] or None
 
 
 def group_size(leader: Mapping[str, Any]) -> int:

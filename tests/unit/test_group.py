@@ -158,3 +158,15 @@ def test_the_planner_sees_a_groups_nodes_leader_first_then_workers_by_index() ->
     assert _pod_nodes(pod("lm-3", "a"), [pod("lm-3-w1", None)]) == ()  # one not placed yet
     assert _pod_nodes(None, []) == ()
     assert group.worker_index("lm-3-w10") == 10 and group.worker_index("lm-3") == 0
+
+
+def test_role_and_leader_come_from_the_pods_name_not_its_labels() -> None:
+    """Labels can be patched by anyone who may patch pods; a pod's name cannot change."""
+    leader, worker = pods_for(SPREAD, 4.0)
+    for pod in (leader, worker):  # a later patch swaps the labels
+        pod["metadata"]["labels"][group.LABEL_ROLE] = group.ROLE_WORKER
+        pod["metadata"]["labels"][group.LABEL_LEADER] = "someone-else-0"
+    assert not group.is_worker(leader) and group.leader_of(leader) is None
+    assert group.is_worker(worker) and group.leader_of(worker) == "lm-3"
+    one = {"metadata": {"name": "a-w1-0", "labels": {group.LABEL_ROLE: group.ROLE_WORKER}}}
+    assert not group.is_worker(one)  # a job named a-w1: its pod a-w1-0 is no worker
