@@ -218,7 +218,12 @@ def cmd_deadline(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     job = load_job(args.job)
-    when = job.deadline.isoformat() if job.deadline else f"{job.duration_s:g}s after start"
+    if job.best_effort:
+        when = "none (best-effort)"
+    elif job.deadline is not None:
+        when = job.deadline.isoformat()
+    else:
+        when = f"{job.duration_s:g}s after start"
     r = job.resources
     print(
         f"{args.job}: valid — {job.name}, {job.epochs} epochs, deadline {when}, {r.mode} {r.min:g}-{r.max:g}"

@@ -482,7 +482,10 @@ class _LocalJob:
             max_allocation=self.settings.max_allocation,
             current=current,
             steps_remaining=self.steps_remaining(),
-            deadline_s=self.settings.deadline_s,
+            # a best-effort job has none (the planner's None, as the operator's demand says)
+            deadline_s=self.settings.deadline_s
+            if math.isfinite(self.settings.deadline_s)
+            else None,
             arrival_s=self.start_s,
             priority=self.job.priority,
             admitted=admitted or self.verdict in _RUNNING_VERDICTS,

@@ -424,3 +424,25 @@ def test_cli_runs_two_jobs_with_one_summary_each(tmp_path: Path) -> None:
         assert f"job {name} (decor" in proc.stdout
         summary, rows = read_trace(tmp_path / "out" / name / "trace.json")
         assert summary["complete"] and summary["planner"] == "decor" and rows
+
+
+def test_cli_runs_a_best_effort_job_beside_a_deadline_job(tmp_path: Path) -> None:
+    """``decor run a.yaml be.yaml --local`` as the README shows it: the best-effort job once
+    crashed the planner (its demand carried an infinite deadline the planner formats)."""
+    paths = []
+    for name, best_effort in (("cli-deadline", False), ("cli-be", True)):
+        doc = manifest(name, epochs=1, duration_s=120, initial="1")
+        doc["spec"]["stepsPerEpoch"] = 10
+        if best_effort:
+            del doc["spec"]["duration"]
+            doc["spec"]["bestEffort"] = True
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        paths.append(str(path))
+    env = {**os.environ, "DECOR_STATE_DIR": str(tmp_path / "state")}
+    proc = run_cli("run", *paths, "--local", "--out", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    for name in ("cli-deadline", "cli-be"):
+        summary, rows = read_trace(tmp_path / "out" / name / "trace.json")
+        assert summary["complete"] and rows, (name, summary)
