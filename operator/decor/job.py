@@ -114,20 +114,34 @@ class Room:
             return False
 
     def take_pods(self, gpus: Sequence[int]) -> bool:
-        """Reserve a GPU count per pod, each on any node with room (the scheduler places
-        them); all or nothing."""
+        """Reserve a GPU count per pod (``planner.pod_gpu_counts``), each on any node with
+        room (the scheduler places them), packed as the planner packs them
+        (``planner.pack_pods``, exact); all or nothing."""
         if self.free is None:
             return True
         with self._lock:
-            free = {name: slot[1] for name, slot in self.free.items()}
-            for count in sorted(gpus, reverse=True):
-                fits = [(room, name) for name, room in free.items() if room >= count - 1e-9]
-                if not fits:
-                    return False
-                name = min(fits)[1]  # best fit: the node left with the least room
-                free[name] -= count
-            for name, room in free.items():
-                self.free[name][1] = room
+            free = {name: float(math.floor(slot[1] + 1e-6)) for name, slot in self.free.items()}
+            pods = planner.pack_pods(sorted(gpus, reverse=True), free, sorted(free), {})
+            if pods is None:
+                return False
+            for name, count in pods:
+                self.free[name][1] -= count
+            return True
+
+    def take_placement(self, pods: planner.Pods) -> bool:
+        """Reserve the planner's own placement (``Grant.pods``: GPUs per pod and its node), as
+        it is; all or nothing. Jobs commit in any order: the plan placed them all at once."""
+        if self.free is None:
+            return True
+        with self._lock:
+            need: dict[str, float] = {}
+            for name, count in pods:
+                need[name] = need.get(name, 0.0) + count
+            if any(name not in self.free or self.free[name][1] < count - 1e-9
+                   for name, count in need.items()):  # fmt: skip
+                return False
+            for name, count in need.items():
+                self.free[name][1] -= count
             return True
 
     def take_up_to(self, node: str | None, cpu: float) -> float:
@@ -587,7 +601,9 @@ class JobController:
             grant.verdict in (planner.QUEUED, planner.PREEMPTED) or allocation <= 0
         )
         if not waiting:
-            if spec.resources.mode == "gpu":
+            if spec.resources.mode == "gpu" and grant is not None and grant.pods:
+                fits = room.take_placement(grant.pods)  # where the planner placed them
+            elif spec.resources.mode == "gpu":
                 fits = room.take_pods(group.pod_counts(spec, allocation))
             else:
                 fits = room.take(None, cpu=allocation + build.job_overhead_cpu_cores(spec))

@@ -259,7 +259,7 @@ def _served(d: Demand, got: float, need: float) -> str:
     return ADMITTED if got >= need - EPS else SHORTED
 
 
-def _pack(
+def pack_pods(
     counts: Sequence[int], free: Mapping[str, float], names: Sequence[str], first: Mapping[str, int]
 ) -> Pods | None:
     """Pods of ``counts`` GPUs (``pod_gpu_counts``: the larger first, of sizes ``big`` and
@@ -321,7 +321,7 @@ class _Cluster:
     that spans several pods: ``place`` (where an amount fits now), ``most`` (the most of an
     amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
     several (``gpus_per_pod``) stay where they run while its count is unchanged; a new count
-    restarts every pod, and they are packed anew onto any nodes (``_pack``)."""
+    restarts every pod, and they are packed anew onto any nodes (``pack_pods``)."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         self.names = sorted(n.name for n in nodes)
@@ -387,7 +387,7 @@ class _Cluster:
             pods = tuple(zip(now, map(float, counts), strict=True))
             held = _per_node(pods).items()
             return pods if all(self.free_gpu[n] >= a - EPS for n, a in held) else None
-        return _pack(counts, self.free_gpu, self.names, Counter(now))
+        return pack_pods(counts, self.free_gpu, self.names, Counter(now))
 
     def most(self, d: Demand, want: float, s: PlannerSettings) -> tuple[float, Pods]:
         """The most of ``want`` that ``d`` can have now (on the quantum, at least its min), and
