@@ -613,6 +613,7 @@ class JobController:
                     grant = replace(
                         grant, reason=f"{grant.reason}; waiting for the node to free room"
                     )
+        before = list(self.status.get("conditions") or period.conditions)
         self._note_admission(period, grant, now)
         if waiting:
             if grant is not None and grant.verdict in (planner.QUEUED, planner.PREEMPTED):
@@ -625,9 +626,11 @@ class JobController:
         except KubeError as exc:
             if exc.status not in CREATE_REFUSALS:
                 raise
-            return self._create_refused(period, exc, now)
+            return self._create_refused(period, exc, before, now)
 
-    def _create_refused(self, period: _Period, exc: KubeError, now: float) -> bool:
+    def _create_refused(
+        self, period: _Period, exc: KubeError, before: Sequence[Mapping[str, Any]], now: float
+    ) -> bool:
         """The API server refused the trainer's pod (admission, quota, an invalid object):
         not a log line but a False Admitted condition naming the API's answer, and one
         Warning Event per generation; the next periods try again (quota may free up)."""
@@ -636,7 +639,7 @@ class JobController:
             self.create_refused_generation = period.generation
             self._event(period.body, build.EVENT_WARNING, build.REASON_CREATE_REFUSED, message, now)
         self.status["conditions"] = build.set_condition(
-            self.status.get("conditions") or [],
+            before,  # as the period found them: a refusal that goes on keeps its time
             build.CONDITION_ADMITTED,
             False,
             build.REASON_CREATE_REFUSED,

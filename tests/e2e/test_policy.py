@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -296,6 +297,50 @@ def test_a_kept_checkpoint_claim_outlives_its_job(
     )
     assert claim_name in message
     assert trainer_pods(kube, namespace, name) == []
+
+
+def test_a_pod_the_api_refuses_is_a_condition_and_one_event_not_a_log_line(
+    kube: Any,
+    namespace: str,
+    start_operator: Callable[[dict[str, str]], OperatorProcess],
+    trainer_image: str,
+) -> None:
+    """A ResourceQuota that admits no pod: the API answers every create with 403. The job
+    says so (a False Admitted condition CreateRefused naming the API's answer) and posts one
+    Warning Event for its generation, however many periods try again."""
+    from kubernetes import client
+
+    kube.core.create_namespaced_resource_quota(
+        namespace,
+        client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name="no-pods"),
+            spec=client.V1ResourceQuotaSpec(hard={"count/pods": "0"}),
+        ),
+    )
+    start_operator({})
+    name = "quota"
+    create_job(kube, namespace, job_manifest(name, trainer_image, duration="300s"))
+
+    def refused() -> dict[str, Any] | None:
+        for c in job_status(kube, namespace, name).get("conditions") or []:
+            if c.get("reason") == build.REASON_CREATE_REFUSED:
+                return dict(c)
+        return None
+
+    found = kube.wait_for(refused, 60, "a CreateRefused condition")
+    assert found["status"] == "False" and "403" in found["message"], found
+    assert "quota" in found["message"].lower(), found
+    first = job_status(kube, namespace, name).get("podsCreated")
+    time.sleep(5.0)  # not a wait for a condition: five more periods (1 s) try again
+    again = refused()
+    assert again is not None and again["lastTransitionTime"] == found["lastTransitionTime"]
+    events = [
+        (t, m) for t, reason, m in job_events(kube, namespace, name)
+        if reason == build.REASON_CREATE_REFUSED
+    ]  # fmt: skip
+    assert len(events) == 1 and events[0][0] == "Warning", events
+    assert trainer_pods(kube, namespace, name) == []
+    assert job_status(kube, namespace, name).get("podsCreated") == first
 
 
 # ============================================================================================
