@@ -277,9 +277,34 @@ class JobController:
             violations = policy.check_template(
                 spec.template, self.config.template_policy, spec.resources.mode
             ) + policy.check_claims(spec, self.config.template_policy)
+            if not violations:  # the pods it would make, judged now (and again at create)
+                violations = build.judge_pods(
+                    self._build_pods(body, spec, spec.resources.max, group.LEADER_ADDRESS),
+                    self.config.template_policy,
+                    self.config.checkpoint_storage,
+                )
             self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
             self._judged = (key, spec, violations)
         return self._judged[1], self._judged[2]
+
+    def _build_pods(
+        self,
+        body: Mapping[str, Any],
+        spec: JobSpec,
+        allocation: float,
+        rendezvous_ip: str | None,
+        name: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The trainer pods for ``allocation`` as this operator builds them."""
+        return group.build_trainer_group(
+            body,
+            spec,
+            allocation,
+            name or build.pod_name(self.name, 0),
+            rendezvous_ip=rendezvous_ip,
+            sidecar_image=self.config.sidecar_image,
+            checkpoint_storage=self.config.checkpoint_storage,
+        )
 
     def _finish_period(self, keep_going: bool) -> planner.Demand | None:
         """End the period without a demand; ``keep_going`` False: the job needs no more."""
@@ -829,15 +854,7 @@ class JobController:
         pods: list[dict[str, Any]] = []
         for attempt in range(5):
             name = build.pod_name(self.name, index)
-            pods = group.build_trainer_group(
-                body,
-                spec,
-                allocation,
-                name,
-                rendezvous_ip=rendezvous_ip,
-                sidecar_image=self.config.sidecar_image,
-                checkpoint_storage=self.config.checkpoint_storage,
-            )
+            pods = self._build_pods(body, spec, allocation, rendezvous_ip, name)
             if attempt == 0 and (
                 refused := build.judge_pods(
                     pods, self.config.template_policy, self.config.checkpoint_storage
