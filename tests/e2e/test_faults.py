@@ -185,7 +185,16 @@ def test_a_dripping_endpoint_costs_only_its_own_job(
 
         found = kube.wait_for(unavailable, 30, "MetricsUnavailable for the dripping job")
         assert "no answer" in found["message"], found
-        held = job_status(kube, namespace, "dripping")
+
+        # What it holds: a resize its law asked for on its first sample (before the reads
+        # dripped) lands first; the status's allocation is what the kubelet applied.
+        def settled() -> dict[str, Any] | None:
+            status = job_status(kube, namespace, "dripping")
+            (now_pod,) = trainer_pods(kube, namespace, "dripping")
+            limit = now_pod.spec.containers[0].resources.limits["cpu"]
+            return status if status.get("allocation") == limit else None
+
+        held = kube.wait_for(settled, 30, "the dripping job's allocation applied")
         finals = {n: wait_succeeded(kube, namespace, n, timeout=300) for n in ("healthy-a", "healthy-b")}  # fmt: skip
         during = job_status(kube, namespace, "dripping")
         count_1, on_time_1 = _lateness(operator.metrics())
