@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -317,7 +316,7 @@ def test_a_pod_the_api_refuses_is_a_condition_and_one_event_not_a_log_line(
             spec=client.V1ResourceQuotaSpec(hard={"count/pods": "0"}),
         ),
     )
-    start_operator({})
+    operator = start_operator({})
     name = "quota"
     create_job(kube, namespace, job_manifest(name, trainer_image, duration="300s"))
 
@@ -331,7 +330,11 @@ def test_a_pod_the_api_refuses_is_a_condition_and_one_event_not_a_log_line(
     assert found["status"] == "False" and "403" in found["message"], found
     assert "quota" in found["message"].lower(), found
     first = job_status(kube, namespace, name).get("podsCreated")
-    time.sleep(5.0)  # not a wait for a condition: five more periods (1 s) try again
+    periods = "decor_operator_period_lateness_seconds_count"
+    start = operator.metrics()[periods]
+    kube.wait_for(  # five more periods try to create the pod again
+        lambda: operator.metrics()[periods] >= start + 5, 30, "five more control periods"
+    )
     again = refused()
     assert again is not None and again["lastTransitionTime"] == found["lastTransitionTime"]
     events = [

@@ -408,16 +408,26 @@ def test_a_queued_job_starts_only_when_admitted(tmp_path: Path) -> None:
     assert "Queued" in second_s.conditions
 
 
-def test_cli_runs_two_jobs_with_one_summary_each(tmp_path: Path) -> None:
+def run_small_jobs(
+    tmp_path: Path, names: Sequence[str], best_effort: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``decor run A.yaml B.yaml ... --local`` of 10-step jobs (``best_effort``: no deadline)."""
     paths = []
-    for name in ("cli-a", "cli-b"):
+    for name in names:
         doc = manifest(name, epochs=1, duration_s=120, initial="1")
         doc["spec"]["stepsPerEpoch"] = 10
+        if name in best_effort:
+            del doc["spec"]["duration"]
+            doc["spec"]["bestEffort"] = True
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc))
         paths.append(str(path))
     env = {**os.environ, "DECOR_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("run", *paths, "--local", "--out", str(tmp_path / "out"), env=env)
+    return run_cli("run", *paths, "--local", "--out", str(tmp_path / "out"), env=env)
+
+
+def test_cli_runs_two_jobs_with_one_summary_each(tmp_path: Path) -> None:
+    proc = run_small_jobs(tmp_path, ("cli-a", "cli-b"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("\njob cli-") + proc.stdout.startswith("job cli-") >= 2, proc.stdout
     for name in ("cli-a", "cli-b"):
@@ -429,18 +439,7 @@ def test_cli_runs_two_jobs_with_one_summary_each(tmp_path: Path) -> None:
 def test_cli_runs_a_best_effort_job_beside_a_deadline_job(tmp_path: Path) -> None:
     """``decor run a.yaml be.yaml --local`` as the README shows it: the best-effort job once
     crashed the planner (its demand carried an infinite deadline the planner formats)."""
-    paths = []
-    for name, best_effort in (("cli-deadline", False), ("cli-be", True)):
-        doc = manifest(name, epochs=1, duration_s=120, initial="1")
-        doc["spec"]["stepsPerEpoch"] = 10
-        if best_effort:
-            del doc["spec"]["duration"]
-            doc["spec"]["bestEffort"] = True
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        paths.append(str(path))
-    env = {**os.environ, "DECOR_STATE_DIR": str(tmp_path / "state")}
-    proc = run_cli("run", *paths, "--local", "--out", str(tmp_path / "out"), env=env)
+    proc = run_small_jobs(tmp_path, ("cli-deadline", "cli-be"), best_effort=("cli-be",))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     for name in ("cli-deadline", "cli-be"):
