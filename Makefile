@@ -35,5 +35,22 @@ lint: ## ruff + mypy
 	$(VENV)/bin/ruff format --check operator trainer_image tests bench
 	$(VENV)/bin/mypy operator/decor
 
+# Where `make install` links the commands: PREFIX/bin (override, e.g. make install PREFIX=~/.local).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+COMMANDS = decor kubectl-dtj
+
+.PHONY: install uninstall
+
+install: ## put decor and kubectl-dtj on PATH: links in PREFIX/bin (default /usr/local/bin) to the project venv
+	@venv="$(VENV)"; test -n "$$venv" && test -x "$$venv/bin/decor" || { echo "no project venv (hack/venv.sh failed)" >&2; exit 1; }
+	@mkdir -p "$(BINDIR)"
+	@for c in $(COMMANDS); do ln -sfn "$(VENV)/bin/$$c" "$(BINDIR)/$$c" && echo "$(BINDIR)/$$c -> $(VENV)/bin/$$c"; done
+
+uninstall: ## remove the links make install made
+	@for c in $(COMMANDS); do \
+	  if [ -L "$(BINDIR)/$$c" ]; then rm -f "$(BINDIR)/$$c" && echo "removed $(BINDIR)/$$c"; fi; \
+	done
+
 -include cluster/cluster.mk
 -include bench/bench.mk
