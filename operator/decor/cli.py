@@ -26,8 +26,18 @@ from decor.planner import POLICIES, POLICY_DECOR
 LOG_EVERY_S = 5.0  # off a terminal, progress lines at most this often
 
 
+GENERATED_SUFFIX = "x" * 5
+"""What stands for the 5 random characters the API server appends to ``metadata.generateName``
+when ``decor validate`` checks a manifest that has no name of its own."""
+
+
 def load_job(path: str) -> JobSpec:
     """Read and validate a manifest file (raises ManifestError or OSError)."""
+    return parse_job(load_manifest(path))
+
+
+def load_manifest(path: str) -> Any:
+    """The one YAML document of a manifest file, unvalidated (raises ManifestError)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -40,7 +50,7 @@ def load_job(path: str) -> JobSpec:
         raise ManifestError(
             path, f"expected one DeadlineTrainingJob document, found {len(documents)}"
         )
-    return parse_job(documents[0])
+    return documents[0]
 
 
 def _print_live(line: str, final: bool) -> None:
@@ -217,7 +227,15 @@ def cmd_deadline(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    job = load_job(args.job)
+    manifest = load_manifest(args.job)
+    metadata = manifest.get("metadata") if isinstance(manifest, dict) else None
+    generate = metadata.get("generateName") if isinstance(metadata, dict) else None
+    shown: str | None = None
+    if isinstance(metadata, dict) and not metadata.get("name") and isinstance(generate, str):
+        # the API server names it (`kubectl create`): check the name it would make
+        manifest = {**manifest, "metadata": {**metadata, "name": generate + GENERATED_SUFFIX}}
+        shown = f"{generate}<generated>"
+    job = parse_job(manifest)
     if job.best_effort:
         when = "none (best-effort)"
     elif job.deadline is not None:
@@ -226,7 +244,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         when = f"{job.duration_s:g}s after start"
     r = job.resources
     print(
-        f"{args.job}: valid — {job.name}, {job.epochs} epochs, deadline {when}, {r.mode} {r.min:g}-{r.max:g}"
+        f"{args.job}: valid — {shown or job.name}, {job.epochs} epochs, deadline {when}, {r.mode} {r.min:g}-{r.max:g}"
     )
     return 0
 

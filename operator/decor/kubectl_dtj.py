@@ -93,22 +93,38 @@ def format_span(seconds: float) -> str:
     return f"{sign}{secs}s"
 
 
+def _cluster_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "-n", "--namespace", default=default, help="namespace (default: the context's)"
+    )
+    parser.add_argument(
+        "--kubeconfig", default=default, help="kubeconfig file (default: $KUBECONFIG)"
+    )
+    parser.add_argument("--context", default=default, help="kubeconfig context")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kubectl dtj", description="Look at and steer DeadlineTrainingJobs."
     )
-    parser.add_argument("-n", "--namespace", help="namespace (default: the context's)")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)")
-    parser.add_argument("--context", help="kubeconfig context")
+    _cluster_options(parser, default=None)
+    # kubectl takes -n, --kubeconfig and --context after the subcommand as well
+    # (`kubectl dtj get -n ml`); there they override the ones given before it.
+    after = argparse.ArgumentParser(add_help=False)
+    _cluster_options(after, default=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", required=True)
-    get = commands.add_parser("get", help="progress, ETA vs deadline, allocation, admission")
+    get = commands.add_parser(
+        "get", parents=[after], help="progress, ETA vs deadline, allocation, admission"
+    )
     get.add_argument("name", nargs="?")
     get.add_argument("-A", "--all-namespaces", action="store_true")
-    deadline = commands.add_parser("deadline", help="move a job's deadline")
+    deadline = commands.add_parser("deadline", parents=[after], help="move a job's deadline")
     deadline.add_argument("name")
     deadline.add_argument("move", nargs="?", help="+20m, -90s, +1h30m: from the current deadline")
     deadline.add_argument("--at", help="an absolute RFC 3339 time")
-    plot = commands.add_parser("plot", help="progress vs set point and allocation over time")
+    plot = commands.add_parser(
+        "plot", parents=[after], help="progress vs set point and allocation over time"
+    )
     plot.add_argument("name")
     plot.add_argument("-o", "--output", required=True, help="PNG file to write")
     plot.add_argument("--prometheus", help="Prometheus base URL for the history")

@@ -55,6 +55,14 @@ def test_arguments() -> None:
         dtj.parse_args(["plot", "resnet"])  # -o is required
 
 
+def test_cluster_options_go_before_or_after_the_subcommand() -> None:
+    """As with kubectl itself: `kubectl dtj get -n ml` (after wins over before)."""
+    assert dtj.parse_args(["get", "-n", "ml"]).namespace == "ml"
+    assert dtj.parse_args(["-n", "ml", "get"]).namespace == "ml"
+    args = dtj.parse_args(["-n", "a", "deadline", "resnet", "+5m", "-n", "b", "--context", "c"])
+    assert (args.namespace, args.context, args.kubeconfig) == ("b", "c", None)
+
+
 def test_deadline_patch_is_the_hand_written_one() -> None:
     absolute = job(deadline="2026-11-22T12:10:00Z", startTime=START)
     new_s = dtj.current_deadline_s(absolute) + dtj.parse_relative_s("+20m")
