@@ -323,6 +323,7 @@ def test_optional_objects_can_be_turned_off(helm: str) -> None:
         render(
             helm,
             "rbac.create=false",
+            "rbac.aggregateToUserRoles=false",
             "serviceAccount.create=false",
             "metrics.service.enabled=false",
         )
@@ -342,3 +343,98 @@ def test_crds_are_installed_from_the_crds_folder(helm: str) -> None:
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout) if d]
     assert kinds.count("CustomResourceDefinition") == 1
+
+
+# --- rights for people, alerts, every operator setting --------------------------------------
+
+JOB = ("decor.dev", "deadlinetrainingjobs")
+
+
+def test_user_roles_are_aggregated_into_edit_admin_and_view(helm: str) -> None:
+    documents = render(helm)
+    edit = named(documents, "ClusterRole", "decor-edit")
+    view = named(documents, "ClusterRole", "decor-view")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert edit["metadata"]["labels"][aggregate + "edit"] == "true"
+    assert edit["metadata"]["labels"][aggregate + "admin"] == "true"
+    assert view["metadata"]["labels"][aggregate + "view"] == "true"
+    assert aggregate + "view" not in edit["metadata"]["labels"]
+    assert granted(edit) == {
+        JOB: ["create", "delete", "get", "list", "patch", "update", "watch"]
+    }  # no status: only the operator writes it
+    assert granted(view) == {JOB: ["get", "list", "watch"]}
+
+
+def test_user_roles_can_be_turned_off_and_stay_out_of_a_namespaced_install(helm: str) -> None:
+    for sets in (["rbac.aggregateToUserRoles=false"], ["watchNamespace=ml"]):
+        names = [d["metadata"]["name"] for d in render(helm, *sets)]
+        assert "decor-edit" not in names and "decor-view" not in names, sets
+
+
+def test_alerts_are_off_by_default(helm: str) -> None:
+    assert "PrometheusRule" not in by_kind(render(helm))
+
+
+def test_alerts_read_only_series_that_exist(helm: str) -> None:
+    import re
+
+    from decor.handlers import OperatorMetrics
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    OperatorMetrics(registry)
+    exported = {s.name for family in registry.collect() for s in family.samples}
+    config = yaml.safe_load((CHART / "files" / "kube-state-metrics-decor.yaml").read_text())
+    for resource in config["spec"]["resources"]:
+        exported |= {f"{resource['metricNamePrefix']}_{m['name']}" for m in resource["metrics"]}
+    documents = render(
+        helm,
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.prometheusRule.periodLatenessSeconds=30",
+        "monitoring.labels.release=kube-prometheus-stack",
+    )
+    rule = named(documents, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "DecorJobAtRisk",
+        "DecorJobMetricsUnavailable",
+        "DecorOperatorPeriodsLate",
+    }
+    assert alerts["DecorOperatorPeriodsLate"]["expr"].endswith("> 30")
+    for alert in alerts.values():
+        series = set(re.findall(r"\b(decor_[a-z_]+)", alert["expr"]))
+        assert series and series <= exported, (alert["alert"], series - exported)
+    from decor.build import CONDITION_TYPES
+
+    for alert in ("DecorJobAtRisk", "DecorJobMetricsUnavailable"):
+        (condition,) = re.findall(r'type="(\w+)"', alerts[alert]["expr"])
+        assert condition in CONDITION_TYPES
+
+
+def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
+    from decor import handlers, policy
+
+    variables = {
+        value
+        for module in (handlers, policy)
+        for name, value in vars(module).items()
+        if name.startswith("ENV_") and isinstance(value, str) and value.startswith("DECOR_")
+    }
+    env = operator_env(render(helm))
+    assert variables <= set(env), sorted(variables - set(env))
+    tuned = operator_env(
+        render(
+            helm,
+            "faults.stallTimeoutSeconds=300",
+            "faults.unschedulableWaitSeconds=60",
+            "faults.maxPodFailures=2",
+        )
+    )
+    settings = handlers.OperatorConfig.from_env(tuned)
+    assert (settings.stall_timeout_s, settings.unschedulable_wait_s, settings.max_pod_failures) == (
+        300.0,
+        60.0,
+        2,
+    )
