@@ -1,0 +1,1 @@
+"""Test doubles and builders shared by the unit tests (imported as ``support``)."""

@@ -1,0 +1,517 @@
+"""The job controller's behaviour, period by period, recorded in golden records.
+
+Each scenario drives the operator's control loop (``ControlLoop.run_period``: snapshot,
+progress read, each job's ``JobController.prepare``, the planner, each job's ``commit``)
+against a fake cluster (``support.fake_kube.RecordingKube``) and simulated trainers
+(``support.fake_trainers``), with a fake clock. Everything the controller asks of the
+Kubernetes facade (pods created, resized, deleted; status patches; Events) is recorded in
+order with its arguments, beside what the cluster did in between, and compared with
+``tests/golden/job_scenarios/<scenario>.json``; the job's final status is part of the
+record. Each scenario runs twice, and both records must be the same.
+
+``DECOR_UPDATE_GOLDEN=1`` rewrites the records; without it a difference fails with the
+first entries that differ. A few facts are asserted directly in each test, so that a record
+rewritten by mistake still has to tell the same story.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decor.model import format_time  # noqa: E402
+from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
+from support.golden import check_golden  # noqa: E402
+from support.scenario import NAMESPACE, START_S, Bench, job_body, scenario_config  # noqa: E402
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "job_scenarios"
+CPU_NODE = {"node-a": (8.0, 0)}
+GPU_NODE = {"gpu-node": (16.0, 4)}
+
+
+def cpu_trainer(steps: int = 1000, **options: Any) -> FakeTrainer:
+    """A CPU trainer of ``steps`` steps, one step per second per core."""
+    return FakeTrainer(steps, 100, linear_speed(1.0), **options)
+
+
+def recorded(scenario: Callable[[], Bench]) -> Bench:
+    """Run ``scenario`` twice, check that both runs made the same record, and compare it with
+    its golden record (named after the scenario). Returns the first run."""
+    bench = scenario()
+    again = scenario()
+    assert bench.result() == again.result(), f"{scenario.__name__} is not deterministic"
+    check_golden(GOLDEN / f"{scenario.__name__}.json", bench.result())
+    return bench
+
+
+def calls(bench: Bench, method: str, **where: Any) -> list[dict[str, Any]]:
+    """The facade calls of ``method`` made so far (those whose arguments match ``where``)."""
+    return [
+        entry
+        for entry in bench.kube.record
+        if entry.get("call") == method and all(entry.get(k) == v for k, v in where.items())
+    ]
+
+
+def created(bench: Bench) -> list[tuple[str, dict[str, str]]]:
+    """(name, the trainer's resource limits) of every pod the controller created."""
+    return [
+        (
+            entry["body"]["metadata"]["name"],
+            entry["body"]["spec"]["containers"][0]["resources"]["limits"],
+        )
+        for entry in calls(bench, "create_pod")
+        if "raised" not in entry
+    ]
+
+
+def condition(status: dict[str, Any], type_: str) -> tuple[str, str] | None:
+    """(status, reason) of the condition ``type_``; None when there is none."""
+    for found in status.get("conditions") or []:
+        if found["type"] == type_:
+            return found["status"], found["reason"]
+    return None
+
+
+def limits(bench: Bench, pod: str) -> dict[str, str]:
+    """The trainer container's resource limits of a pod in the cluster now."""
+    return bench.kube.pods[(NAMESPACE, pod)]["spec"]["containers"][0]["resources"]["limits"]
+
+
+# --- one CPU job ------------------------------------------------------------------------------
+
+
+def cpu_job_succeeds() -> Bench:
+    """Created at MAX, resized in place down and up as the law decides; the trainer exits 0
+    after its last step and the job Succeeds from the pod's termination message."""
+    bench = Bench(CPU_NODE)
+    bench.apply(job_body("resnet", initial="4", duration="600s"), cpu_trainer(exits=True))
+    bench.run_until(lambda: bench.phase("resnet") == "Succeeded", most=80)
+    return bench
+
+
+def test_cpu_job_is_resized_in_place_and_succeeds() -> None:
+    bench = recorded(cpu_job_succeeds)
+    assert created(bench) == [("resnet-0", {"cpu": "4000m"})]
+    resizes = [entry["cores"] for entry in calls(bench, "resize_pod_cpu")]
+    assert resizes[0] == 1.0  # thrown down from MAX once the speed is known
+    assert any(later > earlier for earlier, later in zip(resizes, resizes[1:], strict=False))
+    assert calls(bench, "delete_pod") == []
+    status = bench.status("resnet")
+    assert status["phase"] == "Succeeded"
+    assert status["resizes"] == len(resizes)
+    assert condition(status, "Complete") == ("True", "AllStepsDone")
+    assert condition(status, "DeadlineMissed") == ("False", "FinishedOnTime")
+    assert bench.events("resnet").count("Completed") == 1
+    assert bench.kube.pods[(NAMESPACE, "resnet-0")]["status"]["phase"] == "Succeeded"
+
+
+def deadline_moved() -> Bench:
+    """A job running on a lenient deadline gets a much earlier one mid-run: it grows at once
+    and finishes by the new deadline; the trainer keeps running after its last step, so the
+    job completes from its progress."""
+    bench = Bench(CPU_NODE)
+    bench.apply(job_body("resnet", initial="4", duration="900s"), cpu_trainer())
+    for _ in range(12):
+        bench.period()
+    bench.patch_spec("resnet", {"duration": "400s"})
+    bench.run_until(lambda: bench.phase("resnet") == "Succeeded", most=40)
+    return bench
+
+
+def test_a_moved_deadline_is_followed_in_the_next_period() -> None:
+    bench = recorded(deadline_moved)
+    moved = bench.kube.record.index(
+        {"scenario": "patch job spec", "name": "resnet", "spec": {"duration": "400s"}}
+    )
+    before = [e["cores"] for e in bench.kube.record[:moved] if e.get("call") == "resize_pod_cpu"]
+    after = [e["cores"] for e in bench.kube.record[moved:] if e.get("call") == "resize_pod_cpu"]
+    assert before[-1] == 1.0 and after[0] == 3.0  # grown in the period after the patch
+    assert "DeadlineChanged" in bench.events("resnet")
+    status = bench.status("resnet")
+    start_s = START_S + 10.0  # the first period records the start
+    assert status["deadline"] == format_time(start_s + 400.0)
+    assert status["phase"] == "Succeeded"
+    assert condition(status, "DeadlineMissed") == ("False", "FinishedOnTime")
+    assert bench.kube.pods[(NAMESPACE, "resnet-0")]["status"]["phase"] == "Running"
+
+
+# --- GPU jobs: a count change is a checkpoint and a new pod -------------------------------------
+
+
+def gpu_count_changes() -> Bench:
+    """A GPU job starts with 4 GPUs and is ahead: it is restarted with 2, then with 1 (each
+    time its pod is deleted with a grace period, seen terminating, and created anew with the
+    new ``nvidia.com/gpu`` request); its checkpoint claim is created with the first pod."""
+    bench = Bench(GPU_NODE)
+    trainer = FakeTrainer(400, 100, linear_speed(0.5), mode="gpu")
+    bench.apply(
+        job_body("llm", mode="gpu", minimum="1", maximum="4", initial="4", epochs=4), trainer
+    )
+    bench.run_until(lambda: bench.phase("llm") == "Succeeded", most=80)
+    return bench
+
+
+def test_gpu_count_changes_by_checkpoint_and_restart() -> None:
+    bench = recorded(gpu_count_changes)
+    gpu = "nvidia.com/gpu"
+    assert created(bench) == [("llm-0", {gpu: "4"}), ("llm-1", {gpu: "2"}), ("llm-2", {gpu: "1"})]
+    assert [(e["name"], e["grace_period_s"]) for e in calls(bench, "delete_pod")] == [
+        ("llm-0", 30),
+        ("llm-1", 30),
+    ]
+    assert [e["body"]["metadata"]["name"] for e in calls(bench, "create_claim")] == [
+        "llm-checkpoint"
+    ]
+    assert calls(bench, "resize_pod_cpu") == []
+    status = bench.status("llm")
+    assert (status["phase"], status["restarts"], status["allocation"]) == ("Succeeded", 2, "1")
+    assert bench.events("llm").count("Restarting") == 2
+
+
+def gpu_pod_unschedulable() -> Bench:
+    """A GPU job running on 1 GPU asks for 3; the new pod cannot be scheduled, and after the
+    wait the job falls back to the 1 GPU that last ran and asks no more for the hold."""
+    config = scenario_config(unschedulable_wait_s=60.0, unschedulable_hold_s=300.0)
+    bench = Bench(GPU_NODE, config)
+    trainer = FakeTrainer(1000, 100, linear_speed(0.5), mode="gpu")
+    bench.apply(
+        job_body("llm", mode="gpu", minimum="1", maximum="4", initial="1", duration="900s"),
+        trainer,
+    )
+    bench.run_until(lambda: bench.status("llm").get("restarts") == 1, most=10)
+    bench.kube.unschedulable = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    bench.run_until(lambda: bench.status("llm").get("podsCreated") == 3, most=12)
+    bench.kube.unschedulable = None
+    for _ in range(4):
+        bench.period()
+    return bench
+
+
+def test_a_pod_unschedulable_for_too_long_falls_back_to_what_last_ran() -> None:
+    bench = recorded(gpu_pod_unschedulable)
+    gpu = "nvidia.com/gpu"
+    assert created(bench) == [("llm-0", {gpu: "1"}), ("llm-1", {gpu: "3"}), ("llm-2", {gpu: "1"})]
+    assert calls(bench, "delete_pod", name="llm-1") == [
+        {"call": "delete_pod", "namespace": NAMESPACE, "name": "llm-1", "grace_period_s": 0}
+    ]
+    assert bench.events("llm").count("Unschedulable") == 1
+    status = bench.status("llm")
+    assert (status["phase"], status["allocation"], status["podName"]) == ("Running", "1", "llm-2")
+    assert condition(status, "AtRisk") == ("True", "NeedsNearMax")  # capped at the fallback
+    assert limits(bench, "llm-2") == {gpu: "1"}
+
+
+# --- a trainer pod's lifecycle --------------------------------------------------------------
+
+
+def pod_lost() -> Bench:
+    """The running trainer pod is deleted by someone else: the job recreates it (resuming from
+    the checkpoint) with the allocation it had, and counts a pod failure."""
+    bench = Bench(CPU_NODE)
+    bench.apply(job_body("resnet", initial="2"), cpu_trainer())
+    for _ in range(4):
+        bench.period()
+    bench.kube.lose_pod(NAMESPACE, "resnet-0")
+    for _ in range(3):
+        bench.period()
+    return bench
+
+
+def test_a_lost_pod_is_recreated() -> None:
+    bench = recorded(pod_lost)
+    assert created(bench) == [("resnet-0", {"cpu": "2000m"}), ("resnet-1", {"cpu": "2000m"})]
+    assert calls(bench, "delete_pod") == []
+    assert bench.events("resnet") == ["PodCreated", "PodLost", "PodCreated"]
+    status = bench.status("resnet")
+    assert (status["phase"], status["podName"], status["podFailures"]) == (
+        "Running",
+        "resnet-1",
+        1,
+    )
+    assert status["stepsDone"] > 60  # resumed, not restarted from step 0
+
+
+def suspended_and_resumed() -> Bench:
+    """``spec.suspend`` deletes the trainer pod (it checkpoints) and keeps the controller's
+    state; clearing it creates a new pod that resumes."""
+    bench = Bench(CPU_NODE)
+    bench.apply(job_body("resnet", initial="2"), cpu_trainer())
+    for _ in range(3):
+        bench.period()
+    bench.patch_spec("resnet", {"suspend": True})
+    for _ in range(3):
+        bench.period()
+    assert bench.phase("resnet") == "Suspended" and bench.pods("resnet") == []
+    bench.patch_spec("resnet", {"suspend": False})
+    for _ in range(3):
+        bench.period()
+    return bench
+
+
+def test_a_suspended_job_gives_its_pod_back_and_resumes() -> None:
+    bench = recorded(suspended_and_resumed)
+    assert [(e["name"], e["grace_period_s"]) for e in calls(bench, "delete_pod")] == [
+        ("resnet-0", 30)
+    ]
+    assert created(bench) == [("resnet-0", {"cpu": "2000m"}), ("resnet-1", {"cpu": "2000m"})]
+    assert bench.events("resnet") == ["PodCreated", "Suspended", "Resumed", "PodCreated"]
+    status = bench.status("resnet")
+    assert (status["phase"], status["podName"], status["podFailures"]) == (
+        "Running",
+        "resnet-1",
+        0,
+    )
+
+
+def crash_loop() -> Bench:
+    """The trainer crashes again and again (the kubelet restarts it in place): past the
+    failure budget the pod is deleted and the job Fails."""
+    bench = Bench(CPU_NODE, scenario_config(max_pod_failures=2))
+    bench.apply(job_body("resnet", initial="2"), cpu_trainer())
+    for _ in range(3):
+        bench.period()
+    while bench.phase("resnet") != "Failed" and bench.periods < 10:
+        bench.kube.crash_trainer(NAMESPACE, "resnet-0")
+        bench.period()
+    bench.period()  # a finished job takes no more periods
+    return bench
+
+
+def test_a_crash_looping_trainer_fails_the_job() -> None:
+    bench = recorded(crash_loop)
+    assert calls(bench, "delete_pod") == [
+        {"call": "delete_pod", "namespace": NAMESPACE, "name": "resnet-0", "grace_period_s": 0}
+    ]
+    assert bench.events("resnet") == ["PodCreated", "Failed"]
+    status = bench.status("resnet")
+    assert status["phase"] == "Failed"
+    assert condition(status, "Complete") == ("False", "TrainerFailed")
+    assert "crashed 3 times" in next(
+        c["message"] for c in status["conditions"] if c["type"] == "Complete"
+    )
+    assert bench.kube.record[-1] == {"period": bench.periods, "time": format_time(bench.now)}
+
+
+def create_refused() -> Bench:
+    """A ResourceQuota refuses the trainer pod three times (403): the job says so in a False
+    Admitted condition and one Warning Event, and creates the pod once the quota allows."""
+    bench = Bench(CPU_NODE)
+    bench.kube.fail(
+        "create_pod",
+        403,
+        'pods "resnet-0" is forbidden: exceeded quota: compute, requested: limits.cpu=2, '
+        "used: limits.cpu=7, limited: limits.cpu=8",
+        times=3,
+    )
+    bench.apply(job_body("resnet", initial="2"), cpu_trainer())
+    for _ in range(3):
+        bench.period()
+    assert condition(bench.status("resnet"), "Admitted") == ("False", "CreateRefused")
+    for _ in range(2):
+        bench.period()
+    return bench
+
+
+def test_a_refused_create_is_reported_once_and_retried() -> None:
+    bench = recorded(create_refused)
+    assert [e.get("raised") for e in calls(bench, "create_pod")] == [403, 403, 403, None]
+    assert bench.events("resnet") == ["CreateRefused", "PodCreated"]
+    status = bench.status("resnet")
+    assert condition(status, "Admitted") == ("True", "Admitted")
+    assert (status["phase"], status["podName"]) == ("Running", "resnet-0")
+
+
+# --- several jobs: the planner --------------------------------------------------------------
+
+
+def queued_until_room() -> Bench:
+    """Two jobs on a node of 2.5 cores: the second cannot be admitted beside the first (its
+    need does not fit) and waits, Queued, until the first succeeds; then it is admitted and
+    started."""
+    bench = Bench({"node-a": (2.5, 0)})
+    bench.apply(
+        job_body("first", maximum="2", initial="2", duration="240s", epochs=3),
+        cpu_trainer(300, exits=True),
+    )
+    for _ in range(3):
+        bench.period()
+    bench.apply(
+        job_body("second", minimum="1", maximum="2", initial="2", duration="900s"), cpu_trainer()
+    )
+    bench.run_until(lambda: bench.phase("second") == "Running", most=40)
+    bench.period()
+    return bench
+
+
+def test_a_job_that_does_not_fit_waits_queued() -> None:
+    bench = recorded(queued_until_room)
+    assert bench.events("second")[:3] == ["Queued", "Admitted", "PodCreated"]
+    assert [name for name, _ in created(bench)] == ["first-0", "second-0"]
+    record = bench.kube.record
+    first_done = record.index(
+        {"kubelet": "trainer exited 0", "pod": "first-0", "message": "steps=300/300"}
+    )
+    second_created = next(
+        i
+        for i, e in enumerate(record)
+        if e.get("call") == "create_pod" and e["body"]["metadata"]["name"] == "second-0"
+    )
+    assert first_done < second_created
+    assert bench.phase("first") == "Succeeded"
+    status = bench.status("second")
+    assert (status["phase"], status["admission"]) == ("Running", "Admitted")
+
+
+def preempted_by_priority() -> Bench:
+    """A higher-priority job arrives on a full node: the running lower-priority job is
+    preempted (its pod deleted, it checkpoints) and waits Queued; the urgent job starts once
+    the pod is gone."""
+    bench = Bench({"node-a": (2.5, 0)})
+    bench.apply(
+        job_body("low", minimum="1", maximum="2", initial="2", duration="900s"), cpu_trainer()
+    )
+    for _ in range(3):
+        bench.period()
+    bench.apply(
+        job_body("urgent", minimum="1", maximum="2", initial="2", duration="700s", priority=10),
+        cpu_trainer(),
+    )
+    for _ in range(6):
+        bench.period()
+    return bench
+
+
+def test_a_higher_priority_job_preempts_a_running_one() -> None:
+    bench = recorded(preempted_by_priority)
+    assert [(e["name"], e["grace_period_s"]) for e in calls(bench, "delete_pod")] == [("low-0", 30)]
+    assert bench.events("low") == ["PodCreated", "Resized", "Preempted", "Queued"]
+    assert [name for name, _ in created(bench)] == ["low-0", "urgent-0"]
+    low, urgent = bench.status("low"), bench.status("urgent")
+    assert (low["phase"], low["admission"]) == ("Queued", "Queued")
+    assert (urgent["phase"], urgent["admission"]) == ("Running", "Admitted")
+    assert bench.pods("low") == []
+
+
+def best_effort_beside_deadline_job() -> Bench:
+    """A best-effort job fills what a deadline job leaves on the node; when the deadline job's
+    deadline moves earlier it needs more, and the best-effort job gives cores back first (a
+    shrink frees nothing until it lands, so the deadline job grows one period later)."""
+    bench = Bench({"node-a": (6.0, 0)})
+    bench.apply(job_body("deadline", initial="2", duration="600s"), cpu_trainer())
+    bench.apply(
+        job_body("sweep", maximum="4", duration=None, bestEffort=True),
+        cpu_trainer(100_000),
+    )
+    for _ in range(6):
+        bench.period()
+    bench.patch_spec("deadline", {"duration": "400s"})
+    for _ in range(4):
+        bench.period()
+    return bench
+
+
+def test_a_best_effort_job_fills_what_a_deadline_job_leaves() -> None:
+    bench = recorded(best_effort_beside_deadline_job)
+    assert created(bench) == [("deadline-0", {"cpu": "2000m"}), ("sweep-0", {"cpu": "3900m"})]
+    resizes = [(e["name"], e["cores"]) for e in calls(bench, "resize_pod_cpu")]
+    assert resizes[:2] == [("sweep-0", 2.9), ("deadline-0", 3.0)]
+    assert limits(bench, "sweep-0") == {"cpu": "2900m"}
+    assert limits(bench, "deadline-0") == {"cpu": "3000m"}
+    sweep = bench.status("sweep")
+    assert (sweep["admission"], sweep.get("deadline")) == ("BestEffort", None)
+    assert bench.events("deadline")[1:3] == ["DeadlineChanged", "AtRisk"]
+
+
+# --- what the controller reads back -----------------------------------------------------------
+
+
+def resize_deferred() -> Bench:
+    """A grow asked for meets a node that another pod filled meanwhile: the kubelet defers
+    the resize; the job takes the request back to what runs (never leaving a resize
+    pending), says so, and the planner shorts it to what the node can still give."""
+    bench = Bench({"node-a": (4.0, 0)})
+    bench.apply(job_body("resnet", initial="1", maximum="3", duration="400s"), cpu_trainer())
+    for _ in range(2):
+        bench.period()
+    bench.period(then=lambda: bench.kube.run_other_pod("log-shipper", "node-a", 2.0))
+    for _ in range(3):
+        bench.period()
+    return bench
+
+
+def test_a_deferred_resize_is_taken_back() -> None:
+    bench = recorded(resize_deferred)
+    assert [e["cores"] for e in calls(bench, "resize_pod_cpu")] == [3.0, 1.0, 1.95]
+    assert bench.events("resnet")[2:5] == ["ResizeInfeasible", "Shorted", "AtRisk"]
+    assert limits(bench, "resnet-0") == {"cpu": "1950m"}
+    status = bench.status("resnet")
+    assert (status["admission"], status["allocation"]) == ("Shorted", "1950m")
+    assert condition(status, "AtRisk") == ("True", "NeedsNearMax")
+
+
+def stalled_then_unreadable() -> Bench:
+    """The trainer stops taking steps (Stalled after the stall timeout), then its progress
+    cannot be read (MetricsUnavailable, holding the allocation), then both recover."""
+    bench = Bench(CPU_NODE, scenario_config(stall_timeout_s=30.0))
+    trainer = cpu_trainer()
+    bench.apply(job_body("resnet", initial="2"), trainer)
+    for _ in range(4):
+        bench.period()
+    trainer.paused = True
+    for _ in range(5):
+        bench.period()
+    trainer.unreadable = "GET http://10.244.0.1:9100/metrics: connection refused"
+    for _ in range(3):
+        bench.period()
+    trainer.paused, trainer.unreadable = False, None
+    for _ in range(2):
+        bench.period()
+    return bench
+
+
+def test_a_stalled_trainer_and_unreadable_progress_are_reported() -> None:
+    bench = recorded(stalled_then_unreadable)
+    events = bench.events("resnet")
+    assert events[:3] == ["PodCreated", "Stalled", "MetricsUnavailable"]
+    assert "MetricsRecovered" in events
+    patches = [e["status"] for e in calls(bench, "patch_job_status")]
+    assert any(condition(s, "Stalled") == ("True", "NoNewSteps") for s in patches)
+    unreadable = next(
+        s for s in patches if condition(s, "MetricsUnavailable") == ("True", "NoProgressSample")
+    )
+    assert unreadable["allocation"] == "2000m"  # held while nothing can be read
+    assert condition(bench.status("resnet"), "MetricsUnavailable") == ("False", "ProgressSampled")
+
+
+def operator_restarted() -> Bench:
+    """The operator restarts while a job runs: the new controller picks the job up from its
+    status (the law's state, the pod it runs) and goes on with the same pod."""
+    bench = Bench(CPU_NODE)
+    bench.apply(job_body("resnet", initial="4"), cpu_trainer())
+    for _ in range(5):
+        bench.period()
+    bench.restart_operator()
+    for _ in range(4):
+        bench.period()
+    return bench
+
+
+def test_an_operator_restart_resumes_from_the_status() -> None:
+    bench = recorded(operator_restarted)
+    restarted = bench.kube.record.index({"scenario": "operator restarted"})
+    after = bench.kube.record[restarted:]
+    assert not [e for e in after if e.get("call") in ("create_pod", "delete_pod", "post_event")]
+    assert created(bench) == [("resnet-0", {"cpu": "4000m"})]
+    first_write = next(e for e in after if e.get("call") == "patch_job_status")["status"]
+    assert first_write["controller"]["decisions"] > 0  # the law's state, not a fresh one
+    status = bench.status("resnet")
+    assert (status["phase"], status["podName"], status["startTime"]) == (
+        "Running",
+        "resnet-0",
+        format_time(START_S + 10.0),
+    )
