@@ -21,7 +21,7 @@ bench-k8s: ## cluster subset (resnet vgg lstm; d1.5 d1.8 d2.5 move-0.8 disturb; 
 	. cluster/env.sh; \
 	$(PY) bench/harness.py --runtime k8s --resume --report $(BENCH_ARGS)
 
-bench-cluster: ## SIMULATION of the cluster planner: 5 policies on traces of 300-1,000 jobs (~10 min), then docs/benchmarks/cluster/
+bench-cluster: ## SIMULATION of the cluster planner: 5 policies on traces of 30-1,000 jobs, a clairvoyant bound on exact ones (~10 min), then docs/benchmarks/cluster/
 	$(PY) bench/cluster_sim.py $(BENCH_ARGS)
 
 # The scale test bed (cluster/scale/, its own etcd/apiserver/kwok/Prometheus beside the main bed)

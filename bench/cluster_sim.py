@@ -27,6 +27,10 @@ What is real and what is simulated:
 * Admission policies (decor, elasticflow) leave a job queued while its need does not fit;
   the simulated user withdraws a queued job once even its max could not meet the deadline
   (``dropped``). Policies without admission run every job to its end, late or not.
+* **the bound**: on every trace with exact plants (noise 0), a clairvoyant optimum
+  (``bench/clairvoyant.py``, a MILP that knows every arrival in advance): the most deadlines
+  any schedule could meet, the least resource-seconds that meets them, and every policy's
+  ratio to both. Its simplifications all relax, so it is a true upper bound on met deadlines.
 
 Run ``python bench/cluster_sim.py --help``; ``--quick`` runs two small traces in seconds.
 """
@@ -48,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+import clairvoyant  # noqa: E402
 from decor import control  # noqa: E402
 from decor import planner as pl  # noqa: E402
 
@@ -68,6 +73,8 @@ LATE_TOLERANCE_RATIO = 0.01  # "no admitted job late by more than 1 %" of its re
 TARGET_VS_PROPORTIONAL_RATIO = 1.2
 TARGET_PLANNER_CPU_MS = 100.0
 TARGET_PLANNER_GPU_MS = 1000.0
+TARGET_VS_BOUND_RATIO = 0.95  # decor's met deadlines over the clairvoyant optimum's
+BOUND_POLICY = "clairvoyant"  # the bound's records: kind "bound", policy "clairvoyant"
 SCALE_JOBS = 1000
 SCALE_NODES = 100
 SCALE_CALLS = 30  # plan() calls timed per scale snapshot
@@ -591,6 +598,12 @@ def traces(quick: bool) -> list[TraceSpec]:
         TraceSpec("gpu-contended", jobs=400, cpu_nodes=0, gpu_nodes=16, load=1.5, gpu_share=1.0),
         TraceSpec("mixed-100-nodes", jobs=1000, cpu_nodes=80, gpu_nodes=20, load=1.2,
                   gpu_share=0.3, noise_sigma=0.03, priority_share=0.1),
+        # Small traces, a few nodes: the clairvoyant bound at a load where it binds.
+        TraceSpec("small-cpu", jobs=30, cpu_nodes=1, gpu_nodes=0, load=1.5, gpu_share=0.0),
+        TraceSpec("small-cpu-tight", jobs=30, cpu_nodes=1, gpu_nodes=0, load=3.0, gpu_share=0.0),
+        TraceSpec("small-gpu", jobs=30, cpu_nodes=0, gpu_nodes=1, load=1.5, gpu_share=1.0),
+        TraceSpec("small-gpu-tight", jobs=30, cpu_nodes=0, gpu_nodes=1, load=3.0, gpu_share=1.0),
+        TraceSpec("small-mixed", jobs=40, cpu_nodes=2, gpu_nodes=1, load=2.0, gpu_share=0.3),
     ]  # fmt: skip
 
 
@@ -632,6 +645,15 @@ def targets(records: Sequence[dict[str, Any]]) -> list[Target]:
             ok = ok and ours["late_admitted"] == 0
     out.append(Target("no admitted job late by more than 1 % on exact plants (decor)",
                       ok if rows else None, "; ".join(rows)))  # fmt: skip
+    rows, ok = [], True
+    for b in (r for r in records if r.get("kind") == "bound"):
+        ratio = b["vs_bound"].get(pl.POLICY_DECOR, {}).get("met_ratio")
+        if ratio is not None:
+            rows.append(f"{b['trace']}: {ratio:.3f}")
+            ok = ok and ratio >= TARGET_VS_BOUND_RATIO
+    out.append(Target(f"decor meets >= {TARGET_VS_BOUND_RATIO} x the clairvoyant optimum's "
+                      "deadlines on every bounded trace", ok if rows else None,
+                      "; ".join(rows)))  # fmt: skip
     for kind, limit in (("cpu", TARGET_PLANNER_CPU_MS), ("gpu", TARGET_PLANNER_GPU_MS)):
         r = by.get((f"scale-{SCALE_JOBS}x{SCALE_NODES}-{kind}", pl.POLICY_DECOR))
         out.append(
@@ -685,6 +707,7 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
     for t in targets(records):
         mark = "not measured" if t.met is None else ("yes" if t.met else "**no**")
         lines.append(f"| {t.name} | {mark} | {t.measured} |")
+    lines += _bound_section(records)
     cols = ["policy", "met", "met_ratio", "admitted", "admitted_met_ratio", "late_admitted",
             "dropped", "high_priority_met", "resource_seconds", "deadline_resource_seconds", "best_effort_work",
             "planner_ms_p50", "planner_ms_p99"]  # fmt: skip
@@ -723,6 +746,55 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
     (out / "README.md").write_text("\n".join(lines))
 
 
+def _bound_section(records: Sequence[dict[str, Any]]) -> list[str]:
+    """README lines of the clairvoyant bound: the optimum per trace, then every policy's
+    ratios to it (none when no record is a bound)."""
+    bounds = [r for r in records if r.get("kind") == "bound"]
+    if not bounds:
+        return []
+    lines = [
+        "",
+        "## Clairvoyant bound",
+        "",
+        "On every trace with exact plants, a MILP over time slots (`bench/clairvoyant.py`) that",
+        "knows every arrival in advance gives the most deadlines any schedule could meet, then",
+        "the least deadline-job resource-seconds among schedules meeting that many. Its",
+        "simplifications all relax (capacity pooled per resource kind, no restart cost, best-effort",
+        "jobs left out, allocations free to change at any instant, CPU speed over-estimated by",
+        "tangents; GPU speed exact at whole counts): the optimum met is an upper bound on what any",
+        "policy can meet, and its resource-seconds a lower bound for meeting that many. A policy",
+        "that meets fewer deadlines may use fewer resource-seconds than the optimum.",
+        "",
+        "| trace | deadline jobs | optimum met | proven | optimum resource-s | slots | variables "
+        "| solve (a) s | solve (b) s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for b in bounds:
+        lines.append(
+            f"| {b['trace']} | {b['deadline_jobs']} | {b['met']} | "
+            f"{'yes' if b['met_proven'] else '**no**'} | {_fmt(b['deadline_resource_seconds'])} | "
+            f"{b['slots']} | {b['variables']} | {b['solve_met_s']} | {b['solve_resource_s']} |"
+        )
+    policies = list(dict.fromkeys(p for b in bounds for p in b["vs_bound"]))
+    lines += [
+        "",
+        "Each policy over the optimum: met deadlines / optimum met, then deadline-job",
+        "resource-seconds / optimum resource-seconds.",
+        "",
+        "| trace | " + " | ".join(policies) + " |",
+        "|---|" + "---|" * len(policies),
+    ]
+    for b in bounds:
+        cells = []
+        for p in policies:
+            v = b["vs_bound"].get(p)
+            cells.append(
+                "-" if v is None else f"{_fmt(v['met_ratio'])} / {_fmt(v['resource_ratio'])}"
+            )
+        lines.append(f"| {b['trace']} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _plots(out: Path, records: Sequence[dict[str, Any]]) -> list[str]:
     import matplotlib
 
@@ -756,11 +828,59 @@ def _plots(out: Path, records: Sequence[dict[str, Any]]) -> list[str]:
     return names
 
 
+def bound_record(
+    spec: TraceSpec, refs: dict[str, Amdahl], policy_records: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """The clairvoyant bound of ``spec`` (``bench/clairvoyant.py``) as a results.json record,
+    with every policy's ratios to it: ``met / met`` and deadline resource-seconds over the
+    optimum's (a policy that meets fewer deadlines may use fewer)."""
+    if spec.noise_sigma != 0:
+        raise ValueError(f"{spec.name}: the bound models exact plants only (noise 0)")
+    jobs, nodes = make_trace(spec, refs)
+    b = clairvoyant.trace_bound(jobs, nodes)
+    opt_rs = b.resource_seconds
+    return {
+        "trace": spec.name,
+        "policy": BOUND_POLICY,
+        "kind": "bound",
+        "jobs": len(jobs),
+        "nodes": len(nodes),
+        "deadline_jobs": b.deadline_jobs,
+        "met": b.met,
+        "met_ratio": round(b.met / b.deadline_jobs, 4) if b.deadline_jobs else None,
+        "met_proven": b.met_proven,
+        "deadline_resource_seconds": round(opt_rs, 1),
+        "resource_lower_seconds": round(b.resource_lower_s, 1),
+        "solve_met_s": round(b.met_solve_s, 2),
+        "solve_resource_s": round(b.resource_solve_s, 2),
+        "slots": b.slots,
+        "variables": b.variables,
+        "rows": b.rows,
+        # not modelled by the bound (best-effort jobs left out, no planner):
+        "admitted_met_ratio": None,
+        "late_admitted": None,
+        "resource_seconds": None,
+        "best_effort_work": None,
+        "planner_ms_p50": None,
+        "planner_ms_p99": None,
+        "vs_bound": {
+            r["policy"]: {
+                "met_ratio": round(r["met"] / b.met, 4) if b.met else None,
+                "resource_ratio": round(r["deadline_resource_seconds"] / opt_rs, 4)
+                if opt_rs > 0
+                else None,
+            }
+            for r in policy_records
+        },
+    }
+
+
 def run(quick: bool, out: Path, policies: Sequence[str] = POLICIES) -> list[dict[str, Any]]:
     """Every trace under every policy, then the planner's time at scale."""
     refs = reference_curves()
     records: list[dict[str, Any]] = []
     for spec in traces(quick):
+        start = len(records)
         for policy in policies:
             jobs, nodes = make_trace(spec, refs)  # fresh jobs: the state is per run
             t0 = time.perf_counter()
@@ -778,6 +898,15 @@ def run(quick: bool, out: Path, policies: Sequence[str] = POLICIES) -> list[dict
                 f"late_admitted {rec['late_admitted']:3d} dropped {rec['dropped']:4d} "
                 f"be_work {rec['best_effort_work']:8.2f} p99 {rec['planner_ms_p99']} ms "
                 f"({rec['sim_wall_s']} s)",
+                flush=True,
+            )
+        if spec.noise_sigma == 0:
+            rec = bound_record(spec, refs, records[start:])
+            records.append(rec)
+            print(
+                f"{spec.name:22s} {BOUND_POLICY:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
+                f"deadline resource-s {rec['deadline_resource_seconds']:.4g} "
+                f"({rec['solve_met_s']} s + {rec['solve_resource_s']} s)",
                 flush=True,
             )
     jobs_n, nodes_n = (200, 20) if quick else (SCALE_JOBS, SCALE_NODES)

@@ -84,8 +84,14 @@ def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
         assert by[(t.name, pl.POLICY_NONE)]["late_admitted"] > 0  # the trace is contended
     scale = [r for r in records if r["kind"] == "scale"]
     assert {r["trace"] for r in scale} == {"scale-200x20-cpu", "scale-200x20-gpu"}
+    bounds = {r["trace"]: r for r in records if r["kind"] == "bound"}
+    assert set(bounds) == {t.name for t in cs.traces(quick=True)}  # exact plants: bounded
+    for t, b in bounds.items():  # the clairvoyant optimum meets at least what any policy met
+        assert b["met_proven"] and set(b["vs_bound"]) == set(cs.POLICIES)
+        assert all(by[(t, p)]["met"] <= b["met"] for p in cs.POLICIES)
     readme = (tmp_path / "README.md").read_text()
     assert "SIMULATION" in readme and "## quick-cpu" in readme and "## Targets" in readme
+    assert "## Clairvoyant bound" in readme
     assert all(
         (tmp_path / f"{m}.png").stat().st_size > 0 for m in ("met_ratio", "best_effort_work")
     )
