@@ -13,7 +13,7 @@ venv: ## create or reuse the Python environment (cached outside the repo)
 	@echo $(VENV)
 
 test: ## unit + integration tests (no cluster needed)
-	$(VENV)/bin/pytest tests/unit tests/integration
+	$(VENV)/bin/pytest tests/unit tests/integration --durations=25
 
 unit: ## unit tests only (fast)
 	$(VENV)/bin/pytest tests/unit
@@ -21,8 +21,8 @@ unit: ## unit tests only (fast)
 integration: ## integration tests: real training under a real CPU quota
 	$(VENV)/bin/pytest tests/integration
 
-e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first)
-	$(VENV)/bin/pytest tests/e2e --durations=25
+e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first): concurrent lanes, then the tests that run alone
+	bash cluster/e2e.sh
 
 demo: ## run a reference training job to a 90 s deadline on this machine
 	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo

@@ -91,7 +91,7 @@ fi
 
 # ------------------------------------------------------------------------------ inputs
 [ -d /sys/fs/cgroup/cpu ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || die "no cgroup hierarchy under /sys/fs/cgroup"
-apt_ensure containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev prometheus
+apt_ensure "${CLUSTER_PACKAGES[@]}"
 "$here/build-k8s.sh"
 "$here/build-ksm.sh"  # kube-state-metrics for the dashboard test (run by that test)
 "$here/install-tools.sh"

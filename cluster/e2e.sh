@@ -3,7 +3,16 @@
 #   KUBECONFIG already set -> that cluster
 #   CLUSTER=kind           -> the kind cluster of `make kind-up` (cluster/kind-env.sh)
 #   otherwise              -> the local test bed of `make cluster-up` (cluster/env.sh)
-# Extra arguments go to pytest.
+# Extra arguments go to pytest (both phases), e.g. -k NAME, -x, -q.
+#
+# Two phases (docs/cluster.md, "Concurrent e2e tests"):
+#   1. the tests not marked `alone`, DECOR_E2E_LANES at once (default 2; pytest-xdist), each
+#      in its own namespace with its own operator; each test sizes its jobs to a lane's share
+#      of the node (tests/e2e/test_operator.py: CPU_MAX);
+#   2. the tests marked `alone` (they need the whole node, restart the API server or change
+#      the node), one at a time.
+# DECOR_E2E_LANES=1 runs phase 1 one test at a time too. The 25 slowest tests of each phase
+# are printed at its end. The exit status is non-zero when either phase failed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -17,4 +26,40 @@ elif [ -z "${KUBECONFIG:-}" ]; then
 fi
 V=$(bash "$root/hack/venv.sh")
 cd "$root"
-exec "$V/bin/pytest" tests/e2e -m e2e "$@"
+lanes=${DECOR_E2E_LANES:-2}
+case $lanes in '' | *[!0-9]* | 0) echo "e2e: DECOR_E2E_LANES must be a positive integer, not '$lanes'" >&2; exit 2 ;; esac
+
+# The test jobs' ResNet width is measured once, on a quiet machine, before any test runs:
+# measured inside a lane it would be skewed by the other lanes' jobs.
+if [ -z "${DECOR_E2E_RESNET_WIDTH:-}" ]; then
+  DECOR_E2E_RESNET_WIDTH=$("$V/bin/python" -c 'import sys; sys.path.insert(0, "tests/e2e")
+from test_operator import resnet_width; print(resnet_width())' | tail -n 1)
+  export DECOR_E2E_RESNET_WIDTH
+fi
+
+empty=0
+phase() {  # phase NAME PYTEST-ARGS...: one phase with no test selected (5) is not a failure,
+  local name=$1 rc=0 t0=$SECONDS  # both are (below)
+  shift
+  printf '\n[e2e] phase %s: pytest %s\n' "$name" "$*" >&2
+  "$V/bin/pytest" tests/e2e "$@" || rc=$?
+  printf '[e2e] phase %s: exit status %s in %ss\n' "$name" "$rc" "$((SECONDS - t0))" >&2
+  if [ "$rc" = 5 ]; then empty=$((empty + 1)); rc=0; fi
+  return "$rc"
+}
+rc1=0 rc2=0
+if [ "$lanes" -gt 1 ]; then
+  DECOR_E2E_LANES=$lanes phase "concurrent ($lanes lanes)" -m "e2e and not alone" \
+    -n "$lanes" --dist loadgroup --durations=25 "$@" || rc1=$?
+else
+  DECOR_E2E_LANES=1 phase "concurrent (1 lane)" -m "e2e and not alone" --durations=25 "$@" || rc1=$?
+fi
+DECOR_E2E_LANES=1 phase alone -m "e2e and alone" --durations=25 "$@" || rc2=$?
+if [ "$empty" = 2 ]; then
+  echo "[e2e] FAILED: no test selected in either phase" >&2
+  exit 5
+fi
+if [ "$rc1" != 0 ] || [ "$rc2" != 0 ]; then
+  echo "[e2e] FAILED: concurrent phase $rc1, alone phase $rc2" >&2
+  exit 1
+fi

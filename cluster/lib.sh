@@ -42,6 +42,11 @@ die()  { printf '[%s %s] ERROR: %s\n' "$(date +%H:%M:%S)" "${LOG_TAG:-cluster}" 
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and the kubelet)"; }
 
+# The Debian packages the test bed runs on (cluster-up.sh) and builds its images with
+# (build-images.sh: debootstrap). .ci/run installs them before its background builds start,
+# so that no two apt-get runs meet.
+CLUSTER_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev prometheus debootstrap)
+
 # apt-get install only what is missing; keeps services from starting (no systemd here anyway).
 apt_ensure() {
   local missing=() p

@@ -6,6 +6,11 @@
 - Conditions are awaited by polling with a deadline (`wait_for`), never by fixed sleeps.
 - When a test fails, its namespace's pods (status, logs, previous logs) and events are
   attached to the failure report.
+- Tests run in lanes (cluster/e2e.sh): the tests not marked ``alone`` run several at once
+  (pytest-xdist), each in its own namespace with its own operator and jobs sized to a lane's
+  share of the node; tests marked ``alone`` need the whole node, restart the API server or
+  change the node, and run afterwards, one at a time. A test must not depend on another's
+  timing; tests that share a cluster-wide object run in one ``xdist_group``.
 
 The test bed (`make cluster-up`, `. cluster/env.sh`) or kind (`make kind-up`) provide the
 cluster; see docs/cluster.md.
@@ -33,6 +38,14 @@ TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0
 OPERATOR_IMAGE = os.environ.get("DECOR_OPERATOR_IMAGE", "localhost/decor/operator:0.1.0")
 # Multiplies every timeout (slow machines, cold image caches).
 TIMEOUT_SCALE = float(os.environ.get("DECOR_E2E_TIMEOUT_SCALE", "1"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "alone: needs the whole node, restarts the API server or changes the node: "
+        "cluster/e2e.sh runs it after the concurrent lanes, one test at a time",
+    )
 
 
 # ----------------------------------------------------------------------------- polling

@@ -75,6 +75,7 @@ def _cpu_millis(q: str | None) -> int | None:
 BUSY = ["python3", "-c", "while True:\n    pass"]
 
 
+@pytest.mark.alone  # a busy loop resized up to 1.5 cores
 def test_inplace_cpu_resize_changes_cfs_quota_without_restart(
     kube: Any, namespace: str, node_cgroups: Any, trainer_image: str
 ) -> None:

@@ -175,6 +175,7 @@ def test_a_crash_looping_trainer_fails_the_job_and_its_pod_is_deleted(
 TAINT = {"key": "decor.dev/e2e-maintenance", "value": "true", "effect": "NoSchedule"}
 
 
+@pytest.mark.alone  # changes the node's GPU capacity; its trainer has no CPU limit
 def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
     kube: Any,
     namespace: str,
@@ -251,7 +252,7 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
 ) -> None:
     name = "suspended"
     # 600 steps in 180 s need about 0.4 core; 15 s suspended and a restart still leave the
-    # job well inside MAX (1.5 cores).
+    # job well inside CPU_MAX.
     manifest = job_manifest(
         name,
         trainer_image,

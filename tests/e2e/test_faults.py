@@ -49,8 +49,10 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     wait_succeeded,
 )
 
+# alone: three jobs fill the node, and the fault run restarts the API server
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.alone,
     pytest.mark.skipif(bool(NODE_EXEC), reason="needs the operator and the API server here"),
 ]
 

@@ -31,7 +31,8 @@ from decor.views import ClusterView, Key, Snapshot, job_label
 from prometheus_client import CollectorRegistry
 from test_operator import crd  # noqa: F401 - fixture used by name
 
-pytestmark = pytest.mark.e2e
+# alone: the loop's jobs need the node's two cores (the third does not fit beside the first two)
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 STEP_S_AT_ONE_CORE = 0.4  # the simulated trainers' speed: 2.5 steps/s per core
 PLANNED_STEPS = 1000

@@ -44,7 +44,8 @@ from test_operator import (  # noqa: F401, F811 - fixtures used by name
     wait_succeeded,
 )
 
-pytestmark = pytest.mark.e2e
+# alone: the planner shares the whole node among the scenario's jobs
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 STARTUP_S = 30.0  # importing PyTorch and building the model in a throttled pod, roughly
 TIME_SCALE_NOTE = "the test bed's 2 cores are shared with the control plane"

@@ -482,6 +482,8 @@ def refusal(kube: Any, namespace: str, name: str, field: str) -> tuple[Any, ...]
     [c[1:] for c in OPERATOR_REFUSED],
     ids=[c[0] for c in OPERATOR_REFUSED],
 )
+# one lane: the module's PriorityClass fixture is made and deleted once per worker
+@pytest.mark.xdist_group("admin-allowances")
 def test_the_operator_refuses_what_the_admin_did_not_allow(
     kube: Any,
     namespace: str,

@@ -34,7 +34,8 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     wait_succeeded,
 )
 
-pytestmark = pytest.mark.e2e
+# alone: GPU jobs have no CPU limit here; two worker pods train on both cores
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 STEPS_PER_EPOCH = 500  # the LSTM takes about 20 ms a step here: minutes in all
 EPOCHS = 8
