@@ -34,8 +34,8 @@ import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from decor import build, metrics, planner
-from decor.job import ACTUATIONS
 from decor.kube import Kube
+from decor.lifecycle import ACTUATIONS
 from decor.loop import IDLE_PERIOD_S, ControlLoop
 from decor.model import API_GROUP, API_VERSION, PLURAL
 from decor.policy import CheckpointStorage, TemplatePolicy

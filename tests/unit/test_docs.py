@@ -397,7 +397,7 @@ def test_every_metric_named_exists() -> None:
 
 
 def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
-    from decor.job import ACTUATIONS
+    from decor.lifecycle import ACTUATIONS
 
     operations = text_of(REPO / "docs" / "operations.md")
     table = {

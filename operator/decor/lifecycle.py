@@ -1,0 +1,1402 @@
+"""What a control period decides about one DeadlineTrainingJob and its trainer pods.
+
+Pure functions: each takes the job (its manifest and parsed spec, in a :class:`Period`),
+its pods as the period's snapshot shows them, the operator-owned status as last kept, what
+the controller remembers between periods (:class:`Memory`) and the clock (``Period.now_s``),
+and returns an :class:`Outcome`: the actions to take, in order (delete or resize pods, post
+Events, count actuations, write status), and the status and memory that follow. Nothing
+here talks to the API server or reads a clock; ``job.JobController`` runs a period with
+these functions and the planner, and ``actuate.Actuator`` carries the actions out.
+
+A period, in the order the controller calls them:
+
+1. :func:`begin`        start time, deadline, the law's settings and state (the first
+                        period records the start; a moved deadline is announced);
+2. :func:`pods`         the trainer's lifecycle: suspend, resume, replace a lost or failed
+                        pod, fail past the budget, fall back from an unschedulable one,
+                        complete; otherwise what the job asks of the planner
+                        (a :class:`PlanRequest`, with the law's decision when it runs);
+3. after the planner, by the request's step: :func:`hold` (a pod that is not controllable
+   yet), :func:`create` then :func:`trainer_created` or :func:`create_refused` (a new
+   trainer), :func:`run` (resize in place, restart with a new GPU count, preempt).
+
+A spec the operator cannot read or the admin's policy refuses ends at
+:func:`invalid_spec` or :func:`template_refused`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from decor import build, control, group, metrics, planner, policy
+from decor.model import JobSpec, format_time, parse_time
+
+CPU_EPSILON_CORES = 0.0005
+"""CPU allocations closer than half a millicore are the same (pods store millicores)."""
+BEST_EFFORT_HORIZON_S = 30 * 86400.0
+"""The horizon a best-effort job's law plans over (it has no deadline)."""
+GPU_STEP = 0.5
+"""GPU counts closer than half a GPU are the same count."""
+
+# Kinds of actuation counted by decor_operator_actuations_total.
+ACTUATION_RESIZE = "resize"  # in-place CPU resize requested
+ACTUATION_RESTART = "restart"  # trainer pod deleted to change the GPU count
+ACTUATION_CREATE = "create"  # trainer pod created (first start, resume, recreation)
+ACTUATION_SUSPEND = "suspend"  # trainer pod deleted because of spec.suspend
+ACTUATION_PREEMPT = "preempt"  # trainer pod deleted because a higher priority job needs room
+ACTUATIONS = (
+    ACTUATION_RESIZE,
+    ACTUATION_RESTART,
+    ACTUATION_CREATE,
+    ACTUATION_SUSPEND,
+    ACTUATION_PREEMPT,
+)
+
+# What pods() found; the step after the planner acts on it.
+STEP_CREATE = "create"  # no trainer pod: create one once admitted and there is room
+STEP_HOLD = "hold"  # a pod exists but is not controllable yet (pending, starting, replaced)
+STEP_RUN = "run"  # the law decided; act on the grant
+
+WAITING = (planner.QUEUED, planner.PREEMPTED)
+"""Verdicts under which a job holds no pod."""
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """A Kubernetes Event about the job."""
+
+    type: str  # build.EVENT_NORMAL | build.EVENT_WARNING
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    """Delete one of the job's pods; ``grace_period_s`` None: the API's default."""
+
+    name: str
+    grace_period_s: int | None = None
+
+
+@dataclass(frozen=True)
+class ResizeCpu:
+    """Resize the trainer container's CPU in place to ``cores``."""
+
+    pod: str
+    container: str
+    cores: float
+
+
+@dataclass(frozen=True)
+class CountActuation:
+    """Count one actuation of ``kind`` (one of :data:`ACTUATIONS`)."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class LogWarning:
+    """Something the operator's log should say (nothing a user of the job acts on)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Write the status as the outcome leaves it: when something a user acts on changed, or
+    always (``force``); always the last action."""
+
+    force: bool = False
+
+
+Action = PostEvent | DeletePod | ResizeCpu | CountActuation | LogWarning | WriteStatus
+
+
+@dataclass(frozen=True)
+class CreateTrainer:
+    """Create the trainer's pods with ``allocation``, the first name tried from ``index``
+    (``status.podsCreated``); ``conditions_before``: the conditions as the period found them
+    (a refused create keeps a refusal's time)."""
+
+    allocation: float
+    index: int
+    conditions_before: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class TrainerCreated:
+    """What the actuator created: the leader's name, its index, the allocation, and every
+    pod's name and GPU count (a group's counts; one entry for a single pod)."""
+
+    name: str
+    index: int
+    allocation: float
+    pods: tuple[str, ...]
+    counts: tuple[int, ...]
+
+
+# --- inputs and results -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LifecycleSettings:
+    """The operator's limits on a trainer's lifecycle (from its configuration)."""
+
+    startup_grace_s: float  # a new trainer may run this long before progress is expected
+    max_pod_failures: int  # lost, failed or crashed pods tolerated before the job Fails
+    unschedulable_wait_s: float  # a pod unschedulable this long is given up (fall back)
+    unschedulable_hold_s: float  # then the job asks no more than the fallback this long
+    stall_timeout_s: float  # no step for this long while running: Stalled
+    template_policy: policy.TemplatePolicy  # caps a deleted pod's grace period
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a job's controller remembers between periods beside the job's status."""
+
+    first_running_s: Mapping[str, float] = field(default_factory=dict)  # pod -> first run
+    progress_seen: frozenset[str] = frozenset()  # pods that produced a progress sample
+    invalid_generation: int | None = None  # generation whose refusal was announced
+    create_refused_generation: int | None = None  # same, for a create the API refused
+    refusal_warned: str | None = None  # CPU quantity whose refused resize was announced
+    metrics_reason: str = ""  # why the period has no progress sample ("" when it has one)
+    last_steps: float | None = None  # steps at the last change (stall detection)
+    last_progress_s: float | None = None  # when the steps last changed
+    # After an unschedulable pod: (the allocation fallen back to, until when it caps).
+    ceiling: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What one period learned about the trainer pod's allocation."""
+
+    applied: float | None  # in effect (cores or GPUs); None while unknown
+    desired: float | None  # what the pod's spec asks for
+    pending: bool  # a resize is being applied (asked, not yet in effect)
+    refused: bool = False  # the kubelet answered Deferred or Infeasible
+    refusal: str = ""
+
+
+@dataclass(frozen=True)
+class Period:
+    """A period's facts about the job, from :func:`begin` to the step after the planner."""
+
+    step: str
+    body: Mapping[str, Any]
+    spec: JobSpec
+    generation: int | None
+    start_s: float
+    deadline_s: float
+    settings: control.Settings
+    state: control.State
+    conditions: tuple[Mapping[str, Any], ...]
+    deadline_was_past: bool
+    now_s: float
+    pod: Mapping[str, Any] | None = None
+    workers: tuple[Mapping[str, Any], ...] = ()  # the other pods of a several-pod trainer
+    view: PodView | None = None
+    observation: control.Observation | None = None
+    epochs_done: float | None = None
+    decision: control.Decision | None = None
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """The job takes part in the plan: ``current`` it holds (None while unknown) on
+    ``node``; ``need``: what the law asks (None: by its state or its estimate)."""
+
+    period: Period
+    current: float | None
+    node: str | None
+    need: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a step decided: the actions in order, the status and memory that follow.
+
+    ``keep_going``: whether the job needs more periods; None: as long as the status write
+    finds the job. ``plan``: the job asks the planner (the period goes on after it).
+    ``create``: after the actions, create the trainer."""
+
+    actions: tuple[Action, ...]
+    status: dict[str, Any]
+    memory: Memory
+    keep_going: bool | None = None
+    plan: PlanRequest | None = None
+    create: CreateTrainer | None = None
+
+
+class _Decision:
+    """A step's working copy: the status and memory it changes and the actions it adds."""
+
+    def __init__(self, status: Mapping[str, Any], memory: Memory) -> None:
+        self.status: dict[str, Any] = copy.deepcopy(dict(status))
+        self.memory = memory
+        self.actions: list[Action] = []
+
+    def remember(self, **changes: Any) -> None:
+        self.memory = replace(self.memory, **changes)
+
+    def event(self, event_type: str, reason: str, message: str) -> None:
+        self.actions.append(PostEvent(event_type, reason, message))
+
+    def delete_trainer(
+        self, leader: Mapping[str, Any], settings: LifecycleSettings, grace_period_s: int | None
+    ) -> None:
+        """Delete the trainer: its pod, and the other pods of its group (all get SIGTERM at
+        once, so the workers agree on the last step and rank 0 checkpoints it), with the
+        pod's grace period (``grace_period_s`` None) but never more than the admin's cap (a
+        pod made before the cap was set gives its resources back in bounded time too)."""
+        if grace_period_s is None:
+            grace_period_s = build.grace_period_s(leader, settings.template_policy)
+        name = leader["metadata"]["name"]
+        self.actions.append(DeletePod(name, grace_period_s))
+        for index in range(1, group.group_size(leader)):
+            self.actions.append(DeletePod(group.worker_pod_name(name, index), grace_period_s))
+
+    def finish(
+        self,
+        *,
+        write: WriteStatus | None = None,
+        keep_going: bool | None = None,
+        plan: PlanRequest | None = None,
+        create: CreateTrainer | None = None,
+    ) -> Outcome:
+        actions = [*self.actions, write] if write is not None else self.actions
+        return Outcome(tuple(actions), self.status, self.memory, keep_going, plan, create)
+
+    def plan(
+        self, period: Period, *, current: float | None, node: str | None, need: float | None = None
+    ) -> Outcome:
+        return self.finish(plan=PlanRequest(period, current, node, need))
+
+
+# --- a spec that cannot run -------------------------------------------------------------------
+
+
+def invalid_spec(
+    status: Mapping[str, Any], memory: Memory, message: str, generation: int | None, now_s: float
+) -> Outcome:
+    """The spec cannot be read: an OnTrack condition of unknown status naming why, and one
+    Warning Event per generation; the job is looked at again (a patch may fix it)."""
+    d = _Decision(status, memory)
+    if memory.invalid_generation != generation:
+        d.remember(invalid_generation=generation)
+        d.event(build.EVENT_WARNING, build.EVENT_INVALID_SPEC, message)
+    d.status["conditions"] = build.set_condition(
+        d.status.get("conditions") or [],
+        control.ON_TRACK,
+        None,
+        build.REASON_INVALID_SPEC,
+        message,
+        now_s=now_s,
+        generation=generation,
+    )
+    return d.finish(write=WriteStatus(), keep_going=True)
+
+
+def template_refused(
+    status: Mapping[str, Any],
+    memory: Memory,
+    violations: Sequence[policy.Violation],
+    generation: int | None,
+    now_s: float,
+) -> Outcome:
+    """The template asks for what the admin did not allow: no pod (a running one is left to
+    finish: it was created under an earlier spec the policy accepted), a False Admitted
+    condition and a Warning Event naming each field, once per generation."""
+    message = policy.describe(violations)
+    d = _Decision(status, memory)
+    if memory.invalid_generation != generation:
+        d.remember(invalid_generation=generation)
+        d.event(build.EVENT_WARNING, policy.REASON_TEMPLATE_REFUSED, message)
+    d.status["conditions"] = build.set_condition(
+        d.status.get("conditions") or [],
+        build.CONDITION_ADMITTED,
+        False,
+        policy.REASON_TEMPLATE_REFUSED,
+        message,
+        now_s=now_s,
+        generation=generation,
+    )
+    return d.finish(write=WriteStatus(), keep_going=True)
+
+
+# --- 1. begin: times and the law's state ------------------------------------------------------
+
+
+def begin(
+    status: Mapping[str, Any],
+    memory: Memory,
+    body: Mapping[str, Any],
+    spec: JobSpec,
+    generation: int | None,
+    now_s: float,
+) -> tuple[Outcome, Period]:
+    """Start time, effective deadline, settings and the law's state. The first period
+    records the start (a forced status write the controller makes before going on); a later
+    one announces a moved deadline."""
+    d = _Decision(status, memory)
+    first = not d.status.get("startTime")
+    start_s = (
+        float(math.floor(now_s))
+        if first
+        else parse_time(d.status["startTime"], "startTime").timestamp()
+    )
+    deadline_s = build.effective_deadline_s(spec, start_s)
+    # A best-effort job's law only learns its speed (for the planner's marginal gains).
+    law_deadline_s = start_s + BEST_EFFORT_HORIZON_S if spec.best_effort else deadline_s
+    settings = build.build_settings(spec, start_s, law_deadline_s)
+    deadline_text = format_time(deadline_s) if not spec.best_effort else None
+    if first:
+        state, deadline_was_past = _record_start(d, spec, settings, start_s, deadline_s, now_s)
+        d.status["conditions"] = build.conditions_at_admission(
+            deadline_was_past, now_s=now_s, generation=generation
+        )
+    else:
+        state = _loaded_state(d, settings)
+        if d.status.get("deadline") != deadline_text:
+            deadline_was_past = _deadline_moved(d, deadline_text, deadline_s, generation, now_s)
+        else:
+            infeasible = build.get_condition(d.status.get("conditions") or [], control.INFEASIBLE)
+            deadline_was_past = (infeasible or {}).get("status") == "True" and (
+                infeasible or {}
+            ).get("reason") == build.REASON_DEADLINE_IN_PAST
+    period = Period(
+        step=STEP_HOLD,
+        body=body,
+        spec=spec,
+        generation=generation,
+        start_s=start_s,
+        deadline_s=deadline_s,
+        settings=settings,
+        state=state,
+        conditions=tuple(d.status.get("conditions") or []),
+        deadline_was_past=deadline_was_past,
+        now_s=now_s,
+    )
+    return d.finish(write=WriteStatus(force=True) if first else None), period
+
+
+def _record_start(
+    d: _Decision,
+    spec: JobSpec,
+    settings: control.Settings,
+    start_s: float,
+    deadline_s: float,
+    now_s: float,
+) -> tuple[control.State, bool]:
+    """The first period: the law's starting state and the status's counters; a deadline
+    already past runs at MAX and says so."""
+    deadline_was_past = deadline_s <= now_s
+    deadline_text = format_time(deadline_s) if not spec.best_effort else None
+    start = control.start_allocation(
+        settings,
+        spec.resources.initial,
+        spec.resources.initial_given,
+        spec.planned_steps,
+        spec.estimate,
+    )
+    state = control.initial_state(settings, settings.max_allocation if deadline_was_past else start)
+    d.status.update(
+        phase=build.PHASE_PENDING,
+        startTime=format_time(start_s),
+        deadline=deadline_text,
+        controller=state.to_dict(),
+        podsCreated=0,
+        resizes=0,
+        restarts=0,
+        podFailures=0,
+    )
+    if deadline_was_past:
+        d.event(
+            build.EVENT_WARNING,
+            build.EVENT_DEADLINE_IN_PAST,
+            f"deadline {deadline_text} had already passed; running at max "
+            f"({build.format_allocation(spec.resources.mode, settings.max_allocation)})",
+        )
+    return state, deadline_was_past
+
+
+def _loaded_state(d: _Decision, settings: control.Settings) -> control.State:
+    """The law's state as the status keeps it; afresh (at what the trainer holds) when it
+    cannot be read, and restarted at the current allocation when the policy changed."""
+    raw = d.status.get("controller")
+    try:
+        state = control.State.from_dict(dict(raw)) if isinstance(raw, Mapping) else None
+    except (TypeError, ValueError) as exc:
+        d.actions.append(LogWarning(f"unreadable controller state ({exc}); starting afresh"))
+        state = None
+    if state is None:
+        # Not MAX: what the trainer holds now (the speed model is learned again).
+        held = build.parse_allocation(settings.mode, d.status.get("allocation"))
+        return control.initial_state(settings, held)
+    if state.policy != settings.policy:  # spec.control.policy changed mid-run
+        current = control.clamp(state.allocation, settings)
+        fresh = control.initial_state(settings, current)
+        return replace(fresh, allocation=current, integral=current)
+    return state
+
+
+def _deadline_moved(
+    d: _Decision,
+    deadline_text: str | None,
+    deadline_s: float,
+    generation: int | None,
+    now_s: float,
+) -> bool:
+    deadline_was_past = deadline_s <= now_s
+    d.event(
+        build.EVENT_NORMAL,
+        build.EVENT_DEADLINE_CHANGED,
+        f"deadline moved from {d.status.get('deadline')} to {deadline_text}",
+    )
+    if deadline_was_past:
+        d.event(
+            build.EVENT_WARNING,
+            build.EVENT_DEADLINE_IN_PAST,
+            f"new deadline {deadline_text} has already passed; running at max",
+        )
+    d.status["deadline"] = deadline_text
+    d.status["conditions"] = build.conditions_for_deadline(
+        d.status.get("conditions") or [], deadline_was_past, now_s=now_s, generation=generation
+    )
+    return deadline_was_past
+
+
+# --- 2. pods: the trainer's lifecycle ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Trainer:
+    """The job's pods sorted out: the trainer (leader and workers), pods on their way out,
+    and extra pods (only one trainer runs at a time)."""
+
+    leader: Mapping[str, Any] | None
+    workers: tuple[Mapping[str, Any], ...]
+    terminating: tuple[Mapping[str, Any], ...]
+    extras: tuple[Mapping[str, Any], ...]
+
+
+def pods(
+    period: Period,
+    status: Mapping[str, Any],
+    memory: Memory,
+    trainer_pods: Sequence[Mapping[str, Any]],
+    progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+    settings: LifecycleSettings,
+) -> Outcome:
+    """The trainer's lifecycle this period, given the job's pods and their progress read
+    (by pod name). Ends the period (suspended, failed, complete, replaced, fallen back) or
+    asks the planner (a :class:`PlanRequest`)."""
+    d = _Decision(status, memory)
+    trainer = _sort_pods(d.status, trainer_pods)
+    for extra in trainer.extras:
+        d.actions.append(DeletePod(extra["metadata"]["name"]))
+    if period.spec.suspend:
+        return _suspend(d, trainer.leader, settings)
+    if d.status.get("phase") == build.PHASE_SUSPENDED:
+        d.event(build.EVENT_NORMAL, build.EVENT_RESUMED, "spec.suspend cleared; resuming")
+        d.status["phase"] = build.PHASE_RESTARTING
+    if trainer.leader is None:
+        return _no_trainer(d, period, trainer, settings)
+    return _trainer_found(d, period, trainer.leader, trainer.workers, progress, settings)
+
+
+def _sort_pods(status: Mapping[str, Any], trainer_pods: Sequence[Mapping[str, Any]]) -> _Trainer:
+    active = [p for p in trainer_pods if not build.is_terminating(p)]
+    leaders = [p for p in active if not group.is_worker(p)]
+    leader = _pick_leader(status, leaders)
+    name = leader["metadata"]["name"] if leader is not None else None
+    workers = [p for p in active if name is not None and group.leader_of(p) == name]
+    return _Trainer(
+        leader=leader,
+        workers=tuple(workers),
+        terminating=tuple(p for p in trainer_pods if build.is_terminating(p)),
+        extras=tuple(p for p in active if p is not leader and not any(p is w for w in workers)),
+    )
+
+
+def _pick_leader(
+    status: Mapping[str, Any], leaders: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The pod the status names, else the newest."""
+    if not leaders:
+        return None
+    wanted = status.get("podName")
+    for pod in leaders:
+        if pod["metadata"]["name"] == wanted:
+            return pod
+    return max(leaders, key=lambda p: str(p["metadata"].get("creationTimestamp", "")))
+
+
+def _suspend(
+    d: _Decision, leader: Mapping[str, Any] | None, settings: LifecycleSettings
+) -> Outcome:
+    if leader is not None:
+        d.delete_trainer(leader, settings, None)
+        d.actions.append(CountActuation(ACTUATION_SUSPEND))
+    if d.status.get("phase") != build.PHASE_SUSPENDED:
+        d.event(
+            build.EVENT_NORMAL,
+            build.EVENT_SUSPENDED,
+            "spec.suspend: trainer pod deleted (it checkpoints); controller state kept",
+        )
+    d.status["phase"] = build.PHASE_SUSPENDED
+    return d.finish(write=WriteStatus())
+
+
+def _no_trainer(
+    d: _Decision, period: Period, trainer: _Trainer, settings: LifecycleSettings
+) -> Outcome:
+    """No trainer runs: one went away unasked (lost), one is still saving its checkpoint
+    (wait for it), or one is to be created."""
+    previous = d.status.get("podName")
+    if previous and d.status.get("phase") not in (
+        build.PHASE_RESTARTING,
+        build.PHASE_SUSPENDED,
+        build.PHASE_QUEUED,
+    ):
+        # The trainer is going or gone without us asking (evicted, deleted, node lost).
+        lost = _pod_lost(d, period, str(previous), settings)
+        if lost is not None:
+            return lost
+    if trainer.terminating:  # the previous trainer is still saving its checkpoint
+        node = node_of(trainer.terminating[0])
+        return d.plan(replace(period, step=STEP_HOLD), current=None, node=node)
+    return d.plan(replace(period, step=STEP_CREATE), current=None, node=None)
+
+
+def _pod_lost(
+    d: _Decision, period: Period, pod_name: str, settings: LifecycleSettings
+) -> Outcome | None:
+    """Count a trainer pod that went away unasked; the job's end once past the budget."""
+    failures = int(d.status.get("podFailures") or 0) + 1
+    d.status["podFailures"] = failures
+    d.status["phase"] = build.PHASE_RESTARTING
+    if failures > settings.max_pod_failures:
+        return _give_up(d, period, f"trainer pod lost {failures} times")
+    d.event(
+        build.EVENT_WARNING,
+        build.EVENT_POD_LOST,
+        f"trainer pod {pod_name} is gone; recreating it from the last checkpoint",
+    )
+    return None
+
+
+def _trainer_found(
+    d: _Decision,
+    period: Period,
+    leader: Mapping[str, Any],
+    workers: tuple[Mapping[str, Any], ...],
+    progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+    settings: LifecycleSettings,
+) -> Outcome:
+    """A trainer exists: it ended, it is broken, it is not running yet, or it runs."""
+    ended = _trainer_ended(d, period, leader, settings)
+    if ended is not None:
+        return ended
+    period = replace(period, pod=leader, workers=workers)
+    broken = _trainer_broken(d, period, leader, settings)
+    if broken is not None:
+        return broken
+    spec, name = period.spec, leader["metadata"]["name"]
+    container = spec.trainer_container["name"]
+    restarts = int((build.container_status(leader, container) or {}).get("restartCount") or 0)
+    # A replacement pod, or a trainer the kubelet restarts in place after a crash.
+    recreated = int(d.status.get("podsCreated") or 0) > 1 or restarts > 0
+    held = group_allocation(leader, workers, container, spec.resources.mode)
+    if build.pod_phase(leader) != "Running" or not build.container_running(leader, container):
+        d.status["phase"] = build.PHASE_RESTARTING if recreated else build.PHASE_PENDING
+        d.status["podName"] = name
+        return d.plan(period, current=held, node=node_of(leader))
+    return _trainer_running(d, period, progress.get(name), recreated, held, settings)
+
+
+def _trainer_ended(
+    d: _Decision, period: Period, leader: Mapping[str, Any], settings: LifecycleSettings
+) -> Outcome | None:
+    """The trainer's pod ended: the job is complete, or the pod failed (exited 0 early)."""
+    container = period.spec.trainer_container["name"]
+    phase = build.pod_phase(leader)
+    if phase == "Succeeded":
+        early = _exited_early(d.status, leader, container)
+        if early is not None:
+            return _pod_failed(d, period, leader, early, settings)
+        finished_s = build.container_finished_s(leader, container) or period.now_s
+        return _complete(d, period, finished_s, None)
+    if phase == "Failed":
+        return _pod_failed(d, period, leader, None, settings)
+    return None
+
+
+def _trainer_broken(
+    d: _Decision, period: Period, leader: Mapping[str, Any], settings: LifecycleSettings
+) -> Outcome | None:
+    """The trainer cannot go on: it crashed past the budget (the job Fails), a worker of its
+    group is gone (replaced), or a pod stayed unschedulable too long (fall back)."""
+    container = period.spec.trainer_container["name"]
+    pods_ = [leader, *period.workers]
+    crashes = max(
+        int((build.container_status(p, container) or {}).get("restartCount") or 0) for p in pods_
+    )
+    if crashes > settings.max_pod_failures:
+        # Past the budget the pod would crash on, holding its node's capacity: deleted.
+        d.delete_trainer(leader, settings, 0)
+        return _give_up(
+            d,
+            period,
+            f"trainer crashed {crashes} times in pod {leader['metadata']['name']} "
+            f"({build.REASON_CRASH_LOOP}: {build.pod_failure_reason(leader, container)}); "
+            "pod deleted",
+        )
+    broken = _broken_worker(leader, period.workers, container)
+    if broken is not None:
+        return _pod_failed(d, period, leader, broken, settings)
+    for pod in pods_:
+        if build.pod_phase(pod) == "Pending":
+            since = build.unschedulable_since_s(pod)
+            if since is not None and period.now_s - since > settings.unschedulable_wait_s:
+                return _fall_back(d, period, pod, settings)
+    return None
+
+
+def _trainer_running(
+    d: _Decision,
+    period: Period,
+    read: metrics.Progress | metrics.MetricsError | None,
+    recreated: bool,
+    held: float | None,
+    settings: LifecycleSettings,
+) -> Outcome:
+    """The trainer runs: read what it holds and its progress; still starting, complete, or
+    the law decides."""
+    pod = period.pod
+    assert pod is not None
+    name, now_s = pod["metadata"]["name"], period.now_s
+    first_running_s = d.memory.first_running_s.get(name, now_s)
+    if name not in d.memory.first_running_s:
+        d.remember(first_running_s={**d.memory.first_running_s, name: now_s})
+    view = read_allocation(period.spec, pod, period.workers)
+    if view.applied is not None:
+        d.status["ranWith"] = build.format_allocation(period.spec.resources.mode, view.applied)
+    observation, epochs_done, metrics_reason = _observe(pod, view, read, now_s)
+    d.remember(metrics_reason=metrics_reason)
+    period = replace(period, view=view, observation=observation, epochs_done=epochs_done)
+    seen = name in d.memory.progress_seen
+    if observation is not None and not seen:
+        # A new trainer (replacement, resume): the time it was away is not a slow step.
+        period = replace(period, state=replace(period.state, last_time_s=None, last_steps=None))
+    if observation is not None:
+        d.remember(progress_seen=d.memory.progress_seen | {name})
+    elif not seen and now_s - first_running_s < settings.startup_grace_s:
+        # Still starting (importing, building the model): nothing to control yet.
+        d.status.update(
+            phase=build.PHASE_RESTARTING if recreated else build.PHASE_RUNNING,
+            podName=name,
+            allocation=build.format_allocation(
+                period.spec.resources.mode, view.applied or period.state.allocation
+            ),
+        )
+        return d.plan(period, current=held, node=node_of(pod))
+    if observation is not None and observation.complete:
+        return _complete(d, period, observation.time_s, observation)
+    return _decide(d, period, held)
+
+
+def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
+    """The law decides; a best-effort job asks for MAX (what no deadline job needs)."""
+    view, observation, pod = period.view, period.observation, period.pod
+    assert view is not None and pod is not None
+    # The law plans with what is in effect: a refused or pending resize is not assumed.
+    state = period.state
+    if view.applied is not None and view.refused:
+        state = replace(state, allocation=view.applied)
+    decision = control.decide(state, observation, period.settings, period.now_s)
+    if period.spec.best_effort:
+        decision = replace(
+            decision,
+            allocation=period.settings.max_allocation,
+            condition=control.ON_TRACK if observation is not None else decision.condition,
+            message="best effort: trains on capacity no deadline job needs",
+            eta_s=None,
+        )
+    period = replace(period, state=state, decision=decision, step=STEP_RUN)
+    return d.plan(
+        period,
+        current=view.applied if view.applied is not None else held,
+        node=node_of(pod),
+        need=decision.allocation,
+    )
+
+
+def _pod_failed(
+    d: _Decision,
+    period: Period,
+    pod: Mapping[str, Any],
+    reason: str | None,
+    settings: LifecycleSettings,
+) -> Outcome:
+    """A trainer pod failed: replaced from the last checkpoint, or the job Fails once past
+    the budget."""
+    pod_name = pod["metadata"]["name"]
+    reason = reason or build.pod_failure_reason(pod, period.spec.trainer_container["name"])
+    failures = int(d.status.get("podFailures") or 0) + 1
+    d.status["podFailures"] = failures
+    if failures > settings.max_pod_failures:
+        return _give_up(d, period, f"trainer pod {pod_name} failed ({reason}); {failures} failures")
+    d.event(
+        build.EVENT_WARNING,
+        build.EVENT_POD_LOST,
+        f"trainer pod {pod_name} failed ({reason}); recreating it from the last checkpoint",
+    )
+    d.delete_trainer(pod, settings, 0)
+    d.status["phase"] = build.PHASE_RESTARTING
+    return d.finish(write=WriteStatus())
+
+
+def _give_up(d: _Decision, period: Period, why: str) -> Outcome:
+    d.status["phase"] = build.PHASE_FAILED
+    d.status["conditions"] = build.set_condition(
+        d.status.get("conditions") or [],
+        control.COMPLETE,
+        False,
+        build.REASON_TRAINER_FAILED,
+        why,
+        now_s=period.now_s,
+        generation=period.generation,
+    )
+    d.event(build.EVENT_WARNING, build.EVENT_FAILED, why)
+    return d.finish(write=WriteStatus(force=True), keep_going=False)
+
+
+def _fall_back(
+    d: _Decision, period: Period, pod: Mapping[str, Any], settings: LifecycleSettings
+) -> Outcome:
+    """A pod the scheduler could not place for too long (a GPU count the cluster cannot
+    give): delete it and go back to the allocation that last ran (MIN if none did), which
+    then caps the job for ``unschedulable_hold_s`` so that it does not ask again at once."""
+    spec, now_s = period.spec, period.now_s
+    last = build.parse_allocation(spec.resources.mode, d.status.get("ranWith"))
+    fallback = last if last is not None else spec.resources.min
+    leader = period.pod or pod
+    asked = group_allocation(
+        leader, period.workers, spec.trainer_container["name"], spec.resources.mode
+    )
+    state = replace(period.state, allocation=fallback, change_pending_since_s=None)
+    hold_s = settings.unschedulable_hold_s
+    d.remember(ceiling=(fallback, now_s + hold_s))
+    why = (
+        f"pod {pod['metadata']['name']} asking {asked:g} could not be scheduled for "
+        f"{settings.unschedulable_wait_s:.0f}s; back to {fallback:g}, "
+        f"asking no more for {hold_s:.0f}s"
+    )
+    d.delete_trainer(leader, settings, 0)
+    d.event(build.EVENT_WARNING, build.EVENT_UNSCHEDULABLE, why)
+    d.status["controller"] = state.to_dict()
+    d.status["phase"] = build.PHASE_RESTARTING
+    d.status["conditions"] = build.set_condition(
+        d.status.get("conditions") or period.conditions,
+        control.AT_RISK,
+        True,
+        build.REASON_UNSCHEDULABLE,
+        why,
+        now_s=now_s,
+        generation=period.generation,
+    )
+    return d.finish(write=WriteStatus())
+
+
+def _complete(
+    d: _Decision,
+    period: Period,
+    finished_s: float,
+    observation: control.Observation | None,
+) -> Outcome:
+    """Every step is done: Succeeded, with the outcome against the deadline."""
+    status = d.status
+    before = list(status.get("conditions") or [])
+    conditions = build.conditions_for_completion(
+        before, finished_s, period.deadline_s, now_s=period.now_s, generation=period.generation
+    )
+    outcome = build.build_outcome(finished_s, period.deadline_s, period.start_s)
+    total = observation.steps_total if observation is not None else status.get("stepsTotal")
+    status.update(
+        phase=build.PHASE_SUCCEEDED,
+        conditions=conditions,
+        outcome=outcome,
+        progress=1.0,
+        eta=None,
+        observedGeneration=period.generation,
+    )
+    if total:
+        status.update(stepsDone=int(total), stepsTotal=int(total))
+    if observation is not None:
+        status["controller"] = replace(
+            period.state, last_time_s=observation.time_s, last_steps=observation.steps_done
+        ).to_dict()
+    _completion_events(d, period, finished_s, outcome, before, conditions)
+    return d.finish(write=WriteStatus(force=True), keep_going=False)
+
+
+def _completion_events(
+    d: _Decision,
+    period: Period,
+    finished_s: float,
+    outcome: Mapping[str, Any],
+    before: Sequence[Mapping[str, Any]],
+    conditions: Sequence[Mapping[str, Any]],
+) -> None:
+    counts = f"{d.status.get('resizes', 0)} resizes, {d.status.get('restarts', 0)} restarts"
+    if period.spec.best_effort:
+        d.event(
+            build.EVENT_NORMAL,
+            build.EVENT_COMPLETED,
+            f"finished at {outcome['finishedAt']} (best effort), {counts}",
+        )
+        return
+    delta = finished_s - period.deadline_s
+    deviation = outcome.get("deviationPercent")
+    relative = (
+        f"deviation {deviation:+.2f}%"
+        if deviation is not None
+        else "the deadline was before the start"
+    )
+    d.event(
+        build.EVENT_NORMAL,
+        build.EVENT_COMPLETED,
+        f"finished at {outcome['finishedAt']}, {abs(delta):.1f}s "
+        f"{'after' if delta > 0 else 'before'} the deadline ({relative}), {counts}",
+    )
+    if build.became_true(before, conditions, control.DEADLINE_MISSED):
+        d.event(
+            build.EVENT_WARNING,
+            build.EVENT_DEADLINE_MISSED,
+            f"finished {delta:.1f}s after the deadline",
+        )
+
+
+# --- 3. after the planner: admission, a new trainer, a running one ---------------------------
+
+
+def capped(allocation: float, memory: Memory, now_s: float) -> float:
+    """``allocation``, no more than the fallback of an unschedulable pod while it holds."""
+    if memory.ceiling is None or now_s >= memory.ceiling[1]:
+        return allocation
+    return min(allocation, memory.ceiling[0])
+
+
+def hold(
+    period: Period, status: Mapping[str, Any], memory: Memory, grant: planner.Grant | None
+) -> Outcome:
+    """A pod that is not controllable yet: the planner's verdict is recorded, nothing more."""
+    d = _Decision(status, memory)
+    _note_admission(d, period, grant)
+    return d.finish(write=WriteStatus())
+
+
+def new_trainer_allocation(
+    period: Period, memory: Memory, grant: planner.Grant | None
+) -> float | None:
+    """What a new trainer is created with: the grant (the law's allocation when the planner
+    was not consulted), no more than a fallback's hold; None while the plan keeps the job
+    waiting (queued, preempted, or granted nothing)."""
+    allocation = grant.allocation if grant is not None else period.state.allocation
+    allocation = capped(allocation, memory, period.now_s)
+    if grant is not None and (grant.verdict in WAITING or allocation <= 0):
+        return None
+    return allocation
+
+
+def create(
+    period: Period,
+    status: Mapping[str, Any],
+    memory: Memory,
+    grant: planner.Grant | None,
+    allocation: float | None,
+    fits: bool,
+) -> Outcome:
+    """No trainer pod: record the verdict, and create one with ``allocation``
+    (:func:`new_trainer_allocation`) when the node has room for it now (``fits``);
+    otherwise the job waits (Queued when the plan says so)."""
+    d = _Decision(status, memory)
+    if allocation is not None and not fits and grant is not None:
+        grant = replace(grant, reason=f"{grant.reason}; waiting for the node to free room")
+    before = tuple(d.status.get("conditions") or period.conditions)
+    _note_admission(d, period, grant)
+    if allocation is None or not fits:
+        if grant is not None and grant.verdict in WAITING:
+            d.status["phase"] = build.PHASE_QUEUED
+        return d.finish(write=WriteStatus())
+    d.status["controller"] = replace(period.state, allocation=allocation).to_dict()
+    index = int(d.status.get("podsCreated") or 0)
+    return d.finish(create=CreateTrainer(allocation, index, before))
+
+
+def trainer_created(
+    period: Period, status: Mapping[str, Any], memory: Memory, created: TrainerCreated
+) -> Outcome:
+    """The trainer's pods exist: announced, and the status names them."""
+    d = _Decision(status, memory)
+    spec = period.spec
+    d.actions.append(CountActuation(ACTUATION_CREATE))
+    quantity = build.format_allocation(spec.resources.mode, created.allocation)
+    several = len(created.pods) > 1
+    noun = "pods" if several else "pod"
+    what = (
+        f"first trainer {noun}"
+        if created.index == 0
+        else f"trainer {noun} (resuming from the checkpoint)"
+    )
+    shares = "+".join(str(c) for c in created.counts) if several else quantity
+    unit = "CPU" if spec.resources.mode == "cpu" else "nvidia.com/gpu"
+    d.event(
+        build.EVENT_NORMAL,
+        build.EVENT_POD_CREATED,
+        f"created {what} {', '.join(created.pods)} with {shares} {unit}",
+    )
+    d.status.update(
+        podName=created.name,
+        podsCreated=created.index + 1,
+        desiredAllocation=quantity,
+        phase=build.PHASE_PENDING if created.index == 0 else build.PHASE_RESTARTING,
+    )
+    return d.finish(write=WriteStatus())
+
+
+def create_refused(
+    period: Period,
+    status: Mapping[str, Any],
+    memory: Memory,
+    answer: str,
+    conditions_before: Sequence[Mapping[str, Any]],
+) -> Outcome:
+    """The API server refused the trainer's pod (admission, quota, an invalid object;
+    ``answer``: its status and message): not a log line but a False Admitted condition
+    naming the answer, and one Warning Event per generation; the next periods try again
+    (quota may free up)."""
+    d = _Decision(status, memory)
+    message = f"the API server refused the trainer pod: {answer}"
+    if memory.create_refused_generation != period.generation:
+        d.remember(create_refused_generation=period.generation)
+        d.event(build.EVENT_WARNING, build.REASON_CREATE_REFUSED, message)
+    d.status["conditions"] = build.set_condition(
+        conditions_before,  # as the period found them: a refusal that goes on keeps its time
+        build.CONDITION_ADMITTED,
+        False,
+        build.REASON_CREATE_REFUSED,
+        message,
+        now_s=period.now_s,
+        generation=period.generation,
+    )
+    return d.finish(write=WriteStatus())
+
+
+def run_target(period: Period, memory: Memory, grant: planner.Grant | None) -> float:
+    """What a running trainer moves towards: the grant (the law's decision without a plan),
+    no more than a fallback's hold, and at least the minimum (a best-effort job squeezed to
+    nothing keeps its minimum; only preemption takes a pod away)."""
+    assert period.decision is not None
+    target = period.decision.allocation if grant is None else grant.allocation
+    return max(period.spec.resources.min, capped(target, memory, period.now_s))
+
+
+def growth_wanted(period: Period, memory: Memory, grant: planner.Grant | None) -> float:
+    """How much more than the trainer holds its move needs from the node's room now (cores
+    or GPUs; 0 when it does not grow). A GPU grow needs all of it, a CPU grow takes what
+    there is."""
+    view = period.view
+    if (
+        (grant is not None and grant.verdict == planner.PREEMPTED)
+        or view is None
+        or view.applied is None
+        or view.desired is None
+        or view.refused
+        or view.pending
+    ):
+        return 0.0
+    target, desired = run_target(period, memory, grant), view.desired
+    if period.spec.resources.mode == "gpu":
+        return target - desired if target - desired >= GPU_STEP else 0.0
+    if abs(target - desired) < CPU_EPSILON_CORES:
+        return 0.0
+    return max(0.0, target - max(desired, view.applied))
+
+
+def run(
+    period: Period,
+    status: Mapping[str, Any],
+    memory: Memory,
+    grant: planner.Grant | None,
+    grown_by: float,
+    settings: LifecycleSettings,
+) -> Outcome:
+    """A running trainer acts on its grant: preempted, or moved towards it (``grown_by``:
+    the room the node gave for :func:`growth_wanted`); the law follows what was applied,
+    and the conditions and status say where the job stands."""
+    d = _Decision(status, memory)
+    if grant is not None and grant.verdict == planner.PREEMPTED:
+        return _preempt(d, period, grant, settings)
+    decision, view, pod = period.decision, period.view, period.pod
+    assert decision is not None and view is not None and pod is not None
+    spec = period.spec
+    target, desired, phase = _move(d, period, run_target(period, memory, grant), grown_by, settings)
+    followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
+    if spec.best_effort:  # less than max is what best effort means, not a risk
+        followed = replace(
+            followed,
+            condition=decision.condition,
+            message=f"best effort: {target:g} of up to {spec.resources.max:g} "
+            "(capacity no deadline job needs)",
+        )
+    _note_admission(d, period, grant)
+    message = followed.message
+    if period.observation is None:
+        message = f"{d.memory.metrics_reason or 'no progress sample'}; holding {target:g}"
+    conditions = _run_conditions(d, period, followed.condition, message, settings)
+    d.status.update(
+        build.build_status(
+            phase=phase,
+            mode=spec.resources.mode,
+            start_s=period.start_s,
+            deadline_s=period.deadline_s,
+            state=followed.state,
+            applied=view.applied,
+            desired=desired,
+            observation=period.observation,
+            eta_s=followed.eta_s,
+            generation=period.generation,
+            conditions=conditions,
+            pod=pod["metadata"]["name"],
+            epochs_done=period.epochs_done,
+        )
+    )
+    return d.finish(write=WriteStatus())
+
+
+def _preempt(
+    d: _Decision, period: Period, grant: planner.Grant, settings: LifecycleSettings
+) -> Outcome:
+    """Give the node back to a higher-priority job: the trainer checkpoints and goes; the
+    job waits (Queued) and resumes from its checkpoint when admitted again."""
+    assert period.pod is not None
+    d.delete_trainer(period.pod, settings, None)
+    d.actions.append(CountActuation(ACTUATION_PREEMPT))
+    _note_admission(d, period, grant)
+    d.status["phase"] = build.PHASE_QUEUED
+    return d.finish(write=WriteStatus())
+
+
+def _move(
+    d: _Decision, period: Period, target: float, grown_by: float, settings: LifecycleSettings
+) -> tuple[float, float | None, str]:
+    """Move the pod towards ``target`` as far as the node's room allows (``grown_by``).
+    Returns the allocation the law should remember, the pod's desired allocation, and the
+    phase."""
+    decision, view, pod = period.decision, period.view, period.pod
+    assert decision is not None and view is not None and pod is not None
+    desired = view.desired
+    if view.applied is None or desired is None:
+        return decision.allocation, desired, build.PHASE_RUNNING
+    container = period.spec.trainer_container["name"]
+    if view.refused:
+        # Never leave a resize waiting: take the refused request back to what runs.
+        _warn_refusal(d, desired, view)
+        d.actions.append(ResizeCpu(pod["metadata"]["name"], container, view.applied))
+        return view.applied, view.applied, build.PHASE_RUNNING
+    if view.pending:  # a change is landing: stack nothing on it
+        return decision.allocation, desired, build.PHASE_RUNNING
+    if period.spec.resources.mode == "gpu":
+        if abs(target - desired) < GPU_STEP or (target > desired and grown_by <= 0):
+            return desired, desired, build.PHASE_RUNNING
+        _restart_for_gpus(d, period, desired, target, settings)
+        return target, target, build.PHASE_RESTARTING
+    if abs(target - desired) < CPU_EPSILON_CORES:
+        return target, desired, build.PHASE_RUNNING
+    held = max(desired, view.applied)
+    if target > held:  # a grow: only as far as the node has room now
+        target = max(desired, held + grown_by)
+    if abs(target - desired) >= CPU_EPSILON_CORES:
+        _resize(d, period, container, desired, target)
+    return target, target, build.PHASE_RUNNING
+
+
+def _warn_refusal(d: _Decision, desired: float, view: PodView) -> None:
+    quantity = build.format_allocation("cpu", desired)
+    if d.memory.refusal_warned == quantity:
+        return
+    d.remember(refusal_warned=quantity)
+    d.event(
+        build.EVENT_WARNING,
+        build.EVENT_RESIZE_INFEASIBLE,
+        f"the node did not apply {quantity} CPU ({view.refusal}); back to "
+        f"{build.format_allocation('cpu', view.applied or 0.0)}",
+    )
+
+
+def _resize(d: _Decision, period: Period, container: str, current: float, target: float) -> None:
+    assert period.pod is not None and period.decision is not None
+    d.actions.append(ResizeCpu(period.pod["metadata"]["name"], container, target))
+    d.status["resizes"] = int(d.status.get("resizes") or 0) + 1
+    d.actions.append(CountActuation(ACTUATION_RESIZE))
+    d.event(
+        build.EVENT_NORMAL,
+        build.EVENT_RESIZED,
+        f"cpu {build.format_allocation('cpu', current)} -> "
+        f"{build.format_allocation('cpu', target)} in place: {period.decision.message}",
+    )
+
+
+def _restart_for_gpus(
+    d: _Decision, period: Period, current: float, target: float, settings: LifecycleSettings
+) -> None:
+    # Deleting sends SIGTERM: the trainer checkpoints and exits; the next periods see the
+    # pods terminating, then gone, and create them with the new count (state.allocation).
+    assert period.pod is not None and period.decision is not None
+    d.delete_trainer(period.pod, settings, None)
+    d.status["restarts"] = int(d.status.get("restarts") or 0) + 1
+    d.actions.append(CountActuation(ACTUATION_RESTART))
+    d.event(
+        build.EVENT_NORMAL,
+        build.EVENT_RESTARTING,
+        f"nvidia.com/gpu {current:g} -> {target:g}: checkpoint, restart and resume "
+        f"({period.decision.message})",
+    )
+
+
+def _run_conditions(
+    d: _Decision,
+    period: Period,
+    condition: str,
+    message: str,
+    settings: LifecycleSettings,
+) -> list[dict[str, Any]]:
+    """The law's condition, Stalled and DeadlineMissed, with the Events of what turned."""
+    conditions = list(d.status.get("conditions") or period.conditions)
+    after = build.conditions_for_decision(
+        conditions,
+        condition,
+        message,
+        now_s=period.now_s,
+        generation=period.generation,
+        deadline_was_past=period.deadline_was_past,
+    )
+    after = _stall_conditions(d, period, after, settings)
+    _transition_events(d, conditions, after)
+    return after
+
+
+def _stall_conditions(
+    d: _Decision,
+    period: Period,
+    conditions: list[dict[str, Any]],
+    settings: LifecycleSettings,
+) -> list[dict[str, Any]]:
+    """Stalled: the trainer runs but its steps have not moved for the stall timeout.
+    DeadlineMissed: the deadline passed while steps remain, even with no progress read."""
+    observation, now_s = period.observation, period.now_s
+    if observation is not None and observation.steps_done != d.memory.last_steps:
+        d.remember(last_steps=observation.steps_done, last_progress_s=now_s)
+    last_progress_s = d.memory.last_progress_s
+    stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
+    stalled = observation is not None and stalled_for > settings.stall_timeout_s
+    before = build.condition_is_true(conditions, build.CONDITION_STALLED)
+    if stalled or before:
+        conditions = build.set_condition(
+            conditions,
+            build.CONDITION_STALLED,
+            stalled,
+            build.REASON_NO_NEW_STEPS if stalled else build.REASON_STEPS_MOVING,
+            f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
+            now_s=now_s,
+            generation=period.generation,
+        )
+        if stalled and not before:
+            d.event(
+                build.EVENT_WARNING,
+                build.EVENT_STALLED,
+                f"the trainer runs but completed no step for {stalled_for:.0f}s",
+            )
+    if (
+        observation is None
+        and not period.spec.best_effort
+        and now_s > period.deadline_s
+        and not build.condition_is_true(conditions, control.DEADLINE_MISSED)
+    ):
+        conditions = build.set_condition(
+            conditions,
+            control.DEADLINE_MISSED,
+            True,
+            build.REASON_DEADLINE_PASSED,
+            "the deadline passed and no progress can be read",
+            now_s=now_s,
+            generation=period.generation,
+        )
+    return conditions
+
+
+TRANSITION_EVENTS = (
+    (control.INFEASIBLE, build.EVENT_INFEASIBLE),
+    (control.AT_RISK, build.EVENT_AT_RISK),
+    (control.DEADLINE_MISSED, build.EVENT_DEADLINE_MISSED),
+    (control.METRICS_UNAVAILABLE, build.EVENT_METRICS_UNAVAILABLE),
+)
+"""Conditions announced by a Warning Event when they turn True."""
+
+
+def _transition_events(
+    d: _Decision, before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]
+) -> None:
+    for type_, reason in TRANSITION_EVENTS:
+        if not build.became_true(before, after, type_):
+            continue
+        condition = build.get_condition(after, type_) or {}
+        if condition.get("reason") == build.REASON_DEADLINE_IN_PAST:
+            continue  # announced when the deadline was set
+        if type_ == control.AT_RISK and build.condition_is_true(after, control.INFEASIBLE):
+            continue  # Infeasible says more (and was announced when it turned True)
+        d.event(build.EVENT_WARNING, reason, str(condition.get("message", "")))
+    if build.condition_is_true(before, control.METRICS_UNAVAILABLE) and not build.condition_is_true(
+        after, control.METRICS_UNAVAILABLE
+    ):
+        d.event(build.EVENT_NORMAL, build.EVENT_METRICS_RECOVERED, "progress is readable again")
+
+
+def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -> None:
+    """Record the planner's verdict in ``status.admission`` and the Admitted condition;
+    announce a job queued, admitted after waiting, displaced or shorted."""
+    if grant is None:
+        return
+    before = d.status.get("admission")
+    d.status["admission"] = grant.verdict
+    admitted = grant.verdict in (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
+    message = grant.reason
+    if grant.earliest_deadline_s is not None and "earliest deadline" not in message:
+        earliest = format_time(grant.earliest_deadline_s)
+        message = f"{message}; earliest deadline it could meet now: {earliest}"
+    d.status["conditions"] = build.set_condition(
+        list(d.status.get("conditions") or period.conditions),
+        build.CONDITION_ADMITTED,
+        admitted,
+        grant.verdict,
+        message,
+        now_s=period.now_s,
+        generation=period.generation,
+    )
+    if before == grant.verdict:
+        return
+    announced = {
+        planner.QUEUED: (build.EVENT_WARNING, build.EVENT_QUEUED),
+        planner.PREEMPTED: (build.EVENT_WARNING, build.EVENT_PREEMPTED),
+        planner.SHORTED: (build.EVENT_WARNING, build.EVENT_SHORTED),
+    }.get(grant.verdict)
+    if announced is None and before in WAITING:
+        announced = (build.EVENT_NORMAL, build.EVENT_ADMITTED)
+    if announced is not None:
+        d.event(*announced, message)
+
+
+# --- reading the trainer's pods ---------------------------------------------------------------
+
+
+def read_allocation(
+    spec: JobSpec, pod: Mapping[str, Any], workers: Sequence[Mapping[str, Any]]
+) -> PodView:
+    """What the trainer holds, asks for, and whether a CPU resize is landing or refused."""
+    container = spec.trainer_container["name"]
+    if spec.resources.mode == "gpu":
+        count = group_allocation(pod, workers, container, "gpu")
+        return PodView(applied=count, desired=count, pending=False)
+    desired = build.desired_cpu_cores(pod, container)
+    applied = build.applied_cpu_cores(pod, container)
+    resize = build.resize_state(pod)
+    if applied is None:  # a kubelet that does not report it: trust the spec when quiet
+        applied = desired if not resize.waiting else None
+    refused = resize.deferred or resize.infeasible
+    pending = resize.in_progress or (
+        not refused
+        and (applied is None or desired is None or abs(applied - desired) >= CPU_EPSILON_CORES)
+    )
+    return PodView(
+        applied=applied,
+        desired=desired,
+        pending=pending,
+        refused=refused,
+        refusal=("Infeasible" if resize.infeasible else "Deferred") + f": {resize.message}",
+    )
+
+
+def group_allocation(
+    leader: Mapping[str, Any], workers: Sequence[Mapping[str, Any]], container: str, mode: str
+) -> float | None:
+    """The allocation the trainer's pods hold together (None while unknown)."""
+    held = [build.pod_allocation(p, container, mode) for p in [leader, *workers]]
+    return None if any(h is None for h in held) else sum(h or 0.0 for h in held)
+
+
+def _observe(
+    pod: Mapping[str, Any],
+    view: PodView,
+    read: metrics.Progress | metrics.MetricsError | None,
+    now_s: float,
+) -> tuple[control.Observation | None, float | None, str]:
+    """A progress sample and epochs done, or why there is none (``""`` when there is)."""
+    if view.applied is None:
+        return None, None, "allocation in effect is not known yet"
+    if read is None:
+        return None, None, f"no progress read for pod {pod['metadata']['name']}"
+    if isinstance(read, metrics.MetricsError):
+        return None, None, str(read)
+    observation = metrics.observation_from_progress(read, now_s, view.applied, view.pending)
+    return observation, read.epochs_done, ""
+
+
+def _exited_early(status: Mapping[str, Any], pod: Mapping[str, Any], container: str) -> str | None:
+    """Why a trainer that exited 0 is not done (None: it is). Its termination message
+    (``steps=DONE/PLANNED``, written by decor_trainer) decides; without one, the last
+    progress read must have covered every planned step."""
+    steps = build.termination_steps(pod, container)
+    if steps is None:
+        done = float(status.get("stepsDone") or 0)
+        planned = float(status.get("stepsTotal") or 0)
+        if planned > 0 and done >= planned:
+            return None
+        seen = f"{done:.0f} of {planned:.0f}" if planned > 0 else "no progress"
+        return f"{build.REASON_EXITED_EARLY}: exited 0 with {seen} steps seen"
+    done, planned = steps
+    if done >= planned:
+        return None
+    return f"{build.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
+
+
+def _broken_worker(
+    leader: Mapping[str, Any], workers: Sequence[Mapping[str, Any]], container: str
+) -> str | None:
+    """Why a running group cannot go on (a worker pod failed or vanished), or None. A
+    world with a rank missing cannot take a step: the whole group is replaced."""
+    for pod in workers:
+        if build.pod_phase(pod) == "Failed":
+            return (
+                f"worker pod {pod['metadata']['name']} failed "
+                f"({build.pod_failure_reason(pod, container)})"
+            )
+    name = leader["metadata"]["name"]
+    expected = {group.worker_pod_name(name, i) for i in range(1, group.group_size(leader))}
+    gone = sorted(expected - {p["metadata"]["name"] for p in workers})
+    # Checked once the leader runs: its workers were created in the same period as it.
+    if gone and build.pod_phase(leader) == "Running":
+        return f"its worker pod {', '.join(gone)} is gone"
+    return None
+
+
+def node_of(pod: Mapping[str, Any]) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
