@@ -1,0 +1,372 @@
+"""The trainer's lifecycle as pure steps: given the job, its pods, its status, the
+controller's memory and the clock, the actions a period takes (``decor.lifecycle``).
+
+No cluster, no facade: each case builds the pods as the API server would show them and
+compares the actions and the status that follow.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decor import build, group, lifecycle, metrics, planner  # noqa: E402
+from decor.lifecycle import (  # noqa: E402
+    CountActuation,
+    DeletePod,
+    LifecycleSettings,
+    Memory,
+    Outcome,
+    Period,
+    PostEvent,
+    ResizeCpu,
+    WriteStatus,
+)
+from decor.model import format_time, parse_job  # noqa: E402
+from decor.policy import CheckpointStorage, TemplatePolicy  # noqa: E402
+from support.scenario import START_S, job_body  # noqa: E402
+
+NOW_S = START_S + 100.0
+SETTINGS = LifecycleSettings(
+    startup_grace_s=60.0,
+    max_pod_failures=2,
+    unschedulable_wait_s=60.0,
+    unschedulable_hold_s=300.0,
+    stall_timeout_s=30.0,
+    template_policy=TemplatePolicy(),
+)
+RUNNING = {"phase": "Running", "podName": "resnet-0", "podsCreated": 1, "podFailures": 0}
+
+
+def started(**body: Any) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+    """A job (``job_body`` options) whose first period ran at START_S: body, spec, status."""
+    manifest = job_body("resnet", **{"initial": "2", **body})
+    spec = parse_job(manifest)
+    opened, _ = lifecycle.begin({}, Memory(), manifest, spec, 1, START_S)
+    return manifest, spec, opened.status
+
+
+def period_of(status: dict[str, Any], **body: Any) -> tuple[Period, dict[str, Any]]:
+    """The period at NOW_S of a started job whose status also holds ``status``."""
+    manifest, spec, first = started(**body)
+    _, period = lifecycle.begin({**first, **status}, Memory(), manifest, spec, 1, NOW_S)
+    return period, {**first, **status}
+
+
+def trainer_pod(
+    period: Period,
+    name: str = "resnet-0",
+    *,
+    phase: str = "Running",
+    cores: float = 2.0,
+    restarts: int = 0,
+    **state: Any,
+) -> dict[str, Any]:
+    """The trainer pod as the API server shows it; ``state``: the container's state."""
+    pod = group.build_trainer_group(
+        period.body,
+        period.spec,
+        cores,
+        name,
+        rendezvous_ip=None,
+        sidecar_image=None,
+        checkpoint_storage=CheckpointStorage(volume="claim"),
+    )[0]
+    millis = f"{round(cores * 1000)}m"
+    pod["spec"]["nodeName"] = "node-a"
+    pod["status"] = {
+        "phase": phase,
+        "containerStatuses": [
+            {
+                "name": "trainer",
+                "restartCount": restarts,
+                "state": state or {"running": {"startedAt": format_time(START_S)}},
+                "resources": {"limits": {"cpu": millis}, "requests": {"cpu": millis}},
+            }
+        ],
+    }
+    return pod
+
+
+def progress(steps: float) -> dict[str, metrics.Progress]:
+    return {"resnet-0": metrics.Progress(steps, 1000.0, NOW_S - 1.0, epochs_done=steps / 100)}
+
+
+def pods_outcome(
+    period: Period,
+    status: dict[str, Any],
+    pods: list[dict[str, Any]],
+    memory: Memory | None = None,
+    read: dict[str, Any] | None = None,
+) -> Outcome:
+    return lifecycle.pods(period, status, memory or Memory(), pods, read or {}, SETTINGS)
+
+
+def events(outcome: Outcome) -> list[str]:
+    return [a.reason for a in outcome.actions if isinstance(a, PostEvent)]
+
+
+def kube_actions(outcome: Outcome) -> list[Any]:
+    """The actions without their Events' messages."""
+    return [
+        a.reason if isinstance(a, PostEvent) else a
+        for a in outcome.actions
+        if not isinstance(a, lifecycle.LogWarning)
+    ]
+
+
+# --- begin -----------------------------------------------------------------------------------
+
+
+def test_the_first_period_records_the_start_with_a_forced_write() -> None:
+    manifest = job_body("resnet", initial="2")
+    opened, period = lifecycle.begin({}, Memory(), manifest, parse_job(manifest), 1, START_S)
+    assert opened.actions == (WriteStatus(force=True),)
+    assert opened.status["phase"] == build.PHASE_PENDING
+    assert opened.status["startTime"] == format_time(START_S)
+    assert (period.state.allocation, period.deadline_s) == (2.0, START_S + 600.0)
+
+
+def test_a_moved_deadline_is_announced_without_a_write() -> None:
+    _, status = period_of({})
+    manifest = job_body("resnet", initial="2", duration="300s")
+    opened, period = lifecycle.begin(status, Memory(), manifest, parse_job(manifest), 2, NOW_S)
+    assert events(opened) == [build.EVENT_DEADLINE_CHANGED]
+    assert not any(isinstance(a, WriteStatus) for a in opened.actions)
+    assert period.deadline_s == START_S + 300.0
+
+
+# --- pods: what happens to the trainer --------------------------------------------------------
+
+
+def test_no_pod_yet_asks_the_planner_to_create_one() -> None:
+    period, status = period_of({})
+    outcome = pods_outcome(period, status, [])
+    assert outcome.actions == ()
+    assert outcome.plan is not None and outcome.plan.period.step == lifecycle.STEP_CREATE
+
+
+@pytest.mark.parametrize(
+    ("failures", "expected", "keep_going"),
+    [
+        (0, [build.EVENT_POD_LOST], None),  # recreated from its checkpoint
+        (2, [build.EVENT_FAILED, WriteStatus(force=True)], False),  # past the budget
+    ],
+)
+def test_a_pod_gone_unasked_is_replaced_until_the_budget_is_spent(
+    failures: int, expected: list[Any], keep_going: bool | None
+) -> None:
+    period, status = period_of({**RUNNING, "podFailures": failures})
+    outcome = pods_outcome(period, status, [])
+    assert kube_actions(outcome) == expected
+    assert outcome.status["podFailures"] == failures + 1
+    assert outcome.keep_going is keep_going
+    assert (outcome.plan is not None) is (keep_going is None)
+
+
+def test_a_pod_still_saving_its_checkpoint_is_waited_for_on_its_node() -> None:
+    period, status = period_of({**RUNNING, "phase": build.PHASE_RESTARTING})
+    going = trainer_pod(period)
+    going["metadata"]["deletionTimestamp"] = format_time(NOW_S + 20)
+    outcome = pods_outcome(period, status, [going])
+    assert outcome.actions == ()
+    assert outcome.plan is not None
+    assert (outcome.plan.period.step, outcome.plan.node) == (lifecycle.STEP_HOLD, "node-a")
+
+
+def test_only_one_trainer_runs_an_extra_pod_is_deleted() -> None:
+    period, status = period_of(RUNNING)
+    extra = trainer_pod(period, "resnet-7")
+    outcome = pods_outcome(period, status, [trainer_pod(period), extra])
+    assert outcome.actions[0] == DeletePod("resnet-7")
+
+
+def test_suspend_deletes_the_trainer_with_its_grace_period() -> None:
+    period, status = period_of(RUNNING, suspend=True)
+    outcome = pods_outcome(period, status, [trainer_pod(period)])
+    assert kube_actions(outcome) == [
+        DeletePod("resnet-0", 30),
+        CountActuation(lifecycle.ACTUATION_SUSPEND),
+        build.EVENT_SUSPENDED,
+        WriteStatus(),
+    ]
+    assert outcome.status["phase"] == build.PHASE_SUSPENDED and outcome.plan is None
+
+
+def test_a_failed_pod_is_deleted_at_once_and_replaced() -> None:
+    period, status = period_of(RUNNING)
+    failed = trainer_pod(period, phase="Failed")
+    failed["status"]["reason"] = "Evicted"
+    outcome = pods_outcome(period, status, [failed])
+    assert kube_actions(outcome) == [build.EVENT_POD_LOST, DeletePod("resnet-0", 0), WriteStatus()]
+    assert (outcome.status["phase"], outcome.status["podFailures"]) == (
+        build.PHASE_RESTARTING,
+        1,
+    )
+
+
+def test_a_trainer_crashing_past_the_budget_fails_the_job() -> None:
+    period, status = period_of(RUNNING)
+    crashing = trainer_pod(period, restarts=3, waiting={"reason": "CrashLoopBackOff"})
+    outcome = pods_outcome(period, status, [crashing])
+    assert kube_actions(outcome) == [
+        DeletePod("resnet-0", 0),
+        build.EVENT_FAILED,
+        WriteStatus(force=True),
+    ]
+    assert (outcome.status["phase"], outcome.keep_going) == (build.PHASE_FAILED, False)
+
+
+def test_a_trainer_that_exited_after_its_last_step_completes_the_job() -> None:
+    period, status = period_of(RUNNING)
+    terminated = {"exitCode": 0, "message": "steps=1000/1000", "finishedAt": format_time(NOW_S)}
+    outcome = pods_outcome(
+        period, status, [trainer_pod(period, phase="Succeeded", terminated=terminated)]
+    )
+    assert kube_actions(outcome) == [build.EVENT_COMPLETED, WriteStatus(force=True)]
+    assert (outcome.status["phase"], outcome.keep_going) == (build.PHASE_SUCCEEDED, False)
+
+
+def test_a_trainer_that_exited_early_is_a_failed_pod() -> None:
+    period, status = period_of(RUNNING)
+    terminated = {"exitCode": 0, "message": "steps=400/1000", "finishedAt": format_time(NOW_S)}
+    outcome = pods_outcome(
+        period, status, [trainer_pod(period, phase="Succeeded", terminated=terminated)]
+    )
+    assert events(outcome) == [build.EVENT_POD_LOST]
+    assert outcome.status["phase"] == build.PHASE_RESTARTING
+
+
+def test_a_pod_unschedulable_too_long_falls_back_and_holds_the_fallback() -> None:
+    period, status = period_of(
+        {**RUNNING, "ranWith": "1", "podName": "llm-1"},
+        mode="gpu",
+        minimum="1",
+        maximum="4",
+        initial="1",
+    )
+    pending = trainer_pod(period, "llm-1", phase="Pending", cores=3.0)
+    pending["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "lastTransitionTime": format_time(NOW_S - 61.0),
+            }
+        ],
+    }
+    outcome = pods_outcome(period, status, [pending])
+    assert kube_actions(outcome) == [
+        DeletePod("llm-1", 0),
+        build.EVENT_UNSCHEDULABLE,
+        WriteStatus(),
+    ]
+    assert outcome.memory.ceiling == (1.0, NOW_S + 300.0)
+    assert outcome.status["controller"]["allocation"] == 1.0
+    assert lifecycle.capped(4.0, outcome.memory, NOW_S + 299.0) == 1.0
+    assert lifecycle.capped(4.0, outcome.memory, NOW_S + 300.0) == 4.0
+
+
+def test_a_trainer_still_starting_holds_what_it_has() -> None:
+    period, status = period_of(RUNNING)
+    outcome = pods_outcome(period, status, [trainer_pod(period)])
+    assert outcome.actions == ()
+    assert outcome.plan is not None
+    assert (outcome.plan.period.step, outcome.plan.current) == (lifecycle.STEP_HOLD, 2.0)
+    assert outcome.memory.first_running_s == {"resnet-0": NOW_S}
+
+
+def test_a_running_trainer_with_progress_asks_what_the_law_decides() -> None:
+    period, status = period_of(RUNNING)
+    outcome = pods_outcome(period, status, [trainer_pod(period)], read=progress(100))
+    assert outcome.plan is not None
+    request = outcome.plan
+    assert request.period.step == lifecycle.STEP_RUN and request.period.decision is not None
+    assert request.need == request.period.decision.allocation
+    assert (request.current, request.node) == (2.0, "node-a")
+    assert outcome.memory.progress_seen == {"resnet-0"}
+
+
+# --- after the planner ------------------------------------------------------------------------
+
+
+def grant(verdict: str, allocation: float, reason: str = "r") -> planner.Grant:
+    return planner.Grant("ml/resnet", allocation, "node-a", verdict, reason)
+
+
+def test_a_queued_job_creates_nothing_and_says_so() -> None:
+    period, status = period_of({})
+    queued = grant(planner.QUEUED, 0.0)
+    assert lifecycle.new_trainer_allocation(period, Memory(), queued) is None
+    outcome = lifecycle.create(period, status, Memory(), queued, None, False)
+    assert kube_actions(outcome) == [build.EVENT_QUEUED, WriteStatus()]
+    assert outcome.create is None and outcome.status["phase"] == build.PHASE_QUEUED
+
+
+def test_an_admitted_job_with_room_creates_its_trainer_with_the_grant() -> None:
+    period, status = period_of({})
+    admitted = grant(planner.ADMITTED, 3.0)
+    allocation = lifecycle.new_trainer_allocation(period, Memory(), admitted)
+    outcome = lifecycle.create(period, status, Memory(), admitted, allocation, True)
+    assert outcome.create is not None
+    assert (outcome.create.allocation, outcome.create.index) == (3.0, 0)
+    assert outcome.status["controller"]["allocation"] == 3.0
+
+
+def running_period(cores: float = 2.0, steps: float = 100) -> tuple[Period, dict[str, Any]]:
+    period, status = period_of(RUNNING)
+    outcome = pods_outcome(period, status, [trainer_pod(period, cores=cores)], read=progress(steps))
+    assert outcome.plan is not None
+    return outcome.plan.period, outcome.status
+
+
+def test_a_preempted_trainer_is_deleted_and_the_job_queued() -> None:
+    period, status = running_period()
+    preempted = grant(planner.PREEMPTED, 0.0)
+    assert lifecycle.growth_wanted(period, Memory(), preempted) == 0.0
+    outcome = lifecycle.run(period, status, Memory(), preempted, 0.0, SETTINGS)
+    assert kube_actions(outcome) == [
+        DeletePod("resnet-0", 30),
+        CountActuation(lifecycle.ACTUATION_PREEMPT),
+        build.EVENT_PREEMPTED,
+        WriteStatus(),
+    ]
+    assert outcome.status["phase"] == build.PHASE_QUEUED
+
+
+@pytest.mark.parametrize(
+    ("granted", "room", "resized_to"),
+    [
+        (3.0, 1.0, 3.0),  # the node has room for the whole grow
+        (3.0, 0.5, 2.5),  # a grow only as far as the node has room now
+        (1.0, 0.0, 1.0),  # a shrink needs no room
+        (2.0, 0.0, None),  # what it holds: nothing to do
+    ],
+)
+def test_a_cpu_trainer_is_resized_in_place_as_far_as_the_room_allows(
+    granted: float, room: float, resized_to: float | None
+) -> None:
+    period, status = running_period()
+    admitted = grant(planner.ADMITTED, granted)
+    assert lifecycle.growth_wanted(period, Memory(), admitted) == max(0.0, granted - 2.0)
+    outcome = lifecycle.run(period, status, Memory(), admitted, room, SETTINGS)
+    resizes = [a for a in outcome.actions if isinstance(a, ResizeCpu)]
+    expected = [] if resized_to is None else [ResizeCpu("resnet-0", "trainer", resized_to)]
+    assert resizes == expected
+    assert outcome.actions[-1] == WriteStatus()
+
+
+def test_a_fallback_caps_the_grant_while_it_holds() -> None:
+    period, _ = running_period()
+    held = Memory(ceiling=(1.0, NOW_S + 10.0))
+    assert lifecycle.run_target(period, held, grant(planner.ADMITTED, 4.0)) == 1.0
+    expired = replace(held, ceiling=(1.0, NOW_S))
+    assert lifecycle.run_target(period, expired, grant(planner.ADMITTED, 4.0)) == 4.0
