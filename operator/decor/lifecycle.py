@@ -1200,34 +1200,14 @@ def _stall_conditions(
     conditions: list[dict[str, Any]],
     settings: LifecycleSettings,
 ) -> list[dict[str, Any]]:
-    """Stalled: the trainer runs but its steps have not moved for the stall timeout.
+    """Stalled: the trainer runs but its steps have not moved for the stall timeout (a
+    period with no progress sample says nothing about steps: Stalled stays as it is).
     DeadlineMissed: the deadline passed while steps remain, even with no progress read."""
     observation, now_s = period.observation, period.now_s
-    if observation is not None and observation.steps_done != d.memory.last_steps:
-        d.remember(last_steps=observation.steps_done, last_progress_s=now_s)
-    last_progress_s = d.memory.last_progress_s
-    stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
-    stalled = observation is not None and stalled_for > settings.stall_timeout_s
-    before = build.condition_is_true(conditions, build.CONDITION_STALLED)
-    if stalled or before:
-        conditions = build.set_condition(
-            conditions,
-            build.CONDITION_STALLED,
-            stalled,
-            build.REASON_NO_NEW_STEPS if stalled else build.REASON_STEPS_MOVING,
-            f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
-            now_s=now_s,
-            generation=period.generation,
-        )
-        if stalled and not before:
-            d.event(
-                build.EVENT_WARNING,
-                build.EVENT_STALLED,
-                f"the trainer runs but completed no step for {stalled_for:.0f}s",
-            )
+    if observation is not None:
+        return _stalled(d, period, observation, conditions, settings)
     if (
-        observation is None
-        and not period.spec.best_effort
+        not period.spec.best_effort
         and now_s > period.deadline_s
         and not build.condition_is_true(conditions, control.DEADLINE_MISSED)
     ):
@@ -1241,6 +1221,41 @@ def _stall_conditions(
             generation=period.generation,
         )
     return conditions
+
+
+def _stalled(
+    d: _Decision,
+    period: Period,
+    observation: control.Observation,
+    conditions: list[dict[str, Any]],
+    settings: LifecycleSettings,
+) -> list[dict[str, Any]]:
+    """Stalled turns True when the steps seen have not moved for the stall timeout (with a
+    Warning Event), and False once they move again."""
+    now_s = period.now_s
+    if observation.steps_done != d.memory.last_steps:
+        d.remember(last_steps=observation.steps_done, last_progress_s=now_s)
+    last_progress_s = d.memory.last_progress_s
+    stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
+    stalled = stalled_for > settings.stall_timeout_s
+    before = build.condition_is_true(conditions, build.CONDITION_STALLED)
+    if not stalled and not before:
+        return conditions
+    if stalled and not before:
+        d.event(
+            build.EVENT_WARNING,
+            build.EVENT_STALLED,
+            f"the trainer runs but completed no step for {stalled_for:.0f}s",
+        )
+    return build.set_condition(
+        conditions,
+        build.CONDITION_STALLED,
+        stalled,
+        build.REASON_NO_NEW_STEPS if stalled else build.REASON_STEPS_MOVING,
+        f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
+        now_s=now_s,
+        generation=period.generation,
+    )
 
 
 TRANSITION_EVENTS = (

@@ -485,6 +485,7 @@ def test_a_stalled_trainer_and_unreadable_progress_are_reported() -> None:
         s for s in patches if condition(s, "MetricsUnavailable") == ("True", "NoProgressSample")
     )
     assert unreadable["allocation"] == "2000m"  # held while nothing can be read
+    assert condition(unreadable, "Stalled") == ("True", "NoNewSteps")  # no sample, no news
     assert condition(bench.status("resnet"), "MetricsUnavailable") == ("False", "ProgressSampled")
 
 
