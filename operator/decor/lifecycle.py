@@ -41,6 +41,10 @@ BEST_EFFORT_HORIZON_S = 30 * 86400.0
 """The horizon a best-effort job's law plans over (it has no deadline)."""
 GPU_STEP = 0.5
 """GPU counts closer than half a GPU are the same count."""
+FALLBACK_HOLD = "fallback"
+"""Key in ``status.controller`` of the hold after an unschedulable pod, while it holds:
+``{"allocation": the allocation fallen back to, "untilSeconds": Unix s it caps until}``
+(kept in the status so that a restarted operator does not ask again at once)."""
 
 # Kinds of actuation counted by decor_operator_actuations_total.
 ACTUATION_RESIZE = "resize"  # in-place CPU resize requested
@@ -169,7 +173,8 @@ class Memory:
     metrics_reason: str = ""  # why the period has no progress sample ("" when it has one)
     last_steps: float | None = None  # steps at the last change (stall detection)
     last_progress_s: float | None = None  # when the steps last changed
-    # After an unschedulable pod: (the allocation fallen back to, until when it caps).
+    # After an unschedulable pod: (the allocation fallen back to, until when it caps); kept
+    # in the status too (FALLBACK_HOLD), read back by begin() after an operator restart.
     ceiling: tuple[float, float] | None = None
 
 
@@ -241,6 +246,7 @@ class _Decision:
         self.status: dict[str, Any] = copy.deepcopy(dict(status))
         self.memory = memory
         self.actions: list[Action] = []
+        self.hold_stored = stored_hold(self.status) is not None
 
     def remember(self, **changes: Any) -> None:
         self.memory = replace(self.memory, **changes)
@@ -270,8 +276,21 @@ class _Decision:
         plan: PlanRequest | None = None,
         create: CreateTrainer | None = None,
     ) -> Outcome:
+        self._store_hold()
         actions = [*self.actions, write] if write is not None else self.actions
         return Outcome(tuple(actions), self.status, self.memory, keep_going, plan, create)
+
+    def _store_hold(self) -> None:
+        """Keep the fallback's hold in ``status.controller`` while it holds; once over, a
+        None deletes it (status is merge-patched)."""
+        controller = self.status.get("controller")
+        if not isinstance(controller, dict):
+            return
+        if self.memory.ceiling is not None:
+            allocation, until_s = self.memory.ceiling
+            controller[FALLBACK_HOLD] = {"allocation": allocation, "untilSeconds": until_s}
+        elif self.hold_stored:
+            controller[FALLBACK_HOLD] = None
 
     def plan(
         self, period: Period, *, current: float | None, node: str | None, need: float | None = None
@@ -363,6 +382,7 @@ def begin(
         )
     else:
         state = _loaded_state(d, settings)
+        d.remember(ceiling=_hold_now(d.memory.ceiling or stored_hold(d.status), now_s))
         if d.status.get("deadline") != deadline_text:
             deadline_was_past = _deadline_moved(d, deadline_text, deadline_s, generation, now_s)
         else:
@@ -444,6 +464,22 @@ def _loaded_state(d: _Decision, settings: control.Settings) -> control.State:
         fresh = control.initial_state(settings, current)
         return replace(fresh, allocation=current, integral=current)
     return state
+
+
+def stored_hold(status: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The fallback's hold as ``status.controller`` keeps it (None: none, or unreadable)."""
+    raw = (status.get("controller") or {}).get(FALLBACK_HOLD)
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return float(raw["allocation"]), float(raw["untilSeconds"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _hold_now(hold: tuple[float, float] | None, now_s: float) -> tuple[float, float] | None:
+    """``hold`` while it still caps at ``now_s``."""
+    return hold if hold is not None and now_s < hold[1] else None
 
 
 def _deadline_moved(

@@ -206,6 +206,41 @@ def test_a_pod_unschedulable_for_too_long_falls_back_to_what_last_ran() -> None:
     assert limits(bench, "llm-2") == {gpu: "1"}
 
 
+def fallback_held_across_restart() -> Bench:
+    """As ``gpu_pod_unschedulable``, and the operator restarts right after the fallback: the
+    new controller reads the hold from the job's status and still asks no more than the
+    fallback until it ends."""
+    config = scenario_config(unschedulable_wait_s=60.0, unschedulable_hold_s=300.0)
+    bench = Bench(GPU_NODE, config)
+    trainer = FakeTrainer(1000, 100, linear_speed(0.5), mode="gpu")
+    bench.apply(
+        job_body("llm", mode="gpu", minimum="1", maximum="4", initial="1", duration="900s"),
+        trainer,
+    )
+    bench.run_until(lambda: bench.status("llm").get("restarts") == 1, most=10)
+    bench.kube.unschedulable = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    bench.run_until(lambda: bench.status("llm").get("podsCreated") == 3, most=12)
+    bench.kube.unschedulable = None
+    bench.period()
+    bench.restart_operator()
+    for _ in range(6):
+        bench.period()
+    return bench
+
+
+def test_a_fallback_hold_survives_an_operator_restart() -> None:
+    bench = recorded(fallback_held_across_restart)
+    gpu = "nvidia.com/gpu"
+    restarted = bench.kube.record.index({"scenario": "operator restarted"})
+    after = bench.kube.record[restarted:]
+    assert not [e for e in after if e.get("call") in ("create_pod", "delete_pod")]
+    assert created(bench) == [("llm-0", {gpu: "1"}), ("llm-1", {gpu: "3"}), ("llm-2", {gpu: "1"})]
+    status = bench.status("llm")
+    assert (status["phase"], status["allocation"], status["podName"]) == ("Running", "1", "llm-2")
+    assert status["controller"]["fallback"]["allocation"] == 1.0
+    assert condition(status, "AtRisk") == ("True", "NeedsNearMax")  # capped at the fallback
+
+
 # --- a trainer pod's lifecycle --------------------------------------------------------------
 
 

@@ -370,3 +370,20 @@ def test_a_fallback_caps_the_grant_while_it_holds() -> None:
     assert lifecycle.run_target(period, held, grant(planner.ADMITTED, 4.0)) == 1.0
     expired = replace(held, ceiling=(1.0, NOW_S))
     assert lifecycle.run_target(period, expired, grant(planner.ADMITTED, 4.0)) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("until_s", "ceiling", "stored"),
+    [
+        (NOW_S + 10.0, (1.0, NOW_S + 10.0), {"allocation": 1.0, "untilSeconds": NOW_S + 10.0}),
+        (NOW_S, None, None),  # over: deleted from the status (merge patch)
+    ],
+)
+def test_the_fallback_hold_is_read_back_from_the_status(
+    until_s: float, ceiling: tuple[float, float] | None, stored: dict[str, float] | None
+) -> None:
+    manifest, spec, status = started()
+    status["controller"][lifecycle.FALLBACK_HOLD] = {"allocation": 1.0, "untilSeconds": until_s}
+    opened, _ = lifecycle.begin(status, Memory(), manifest, spec, 1, NOW_S)  # a new controller
+    assert opened.memory.ceiling == ceiling
+    assert opened.status["controller"][lifecycle.FALLBACK_HOLD] == stored
