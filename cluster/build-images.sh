@@ -10,7 +10,8 @@
 # by a hash of its inputs; images are OCI archives made by cluster/oci-pack.py (uncompressed
 # layers: the apt/pip stages, then the project's code) and imported with `ctr images import`. Equivalent to
 # trainer_image/Dockerfile and operator/Dockerfile (what `make kind-up` builds with Docker).
-# Options: --no-import (only build the archives).
+# Options: --no-import (only build the archives; their paths are printed on stdout as
+# `archive NAME PATH` lines, which cluster/push-images.sh reads to push them to a registry).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -181,6 +182,7 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
          --workdir / --label "org.opencontainers.image.title=$short" --label "dev.decor.key=$key")
   if [ "$do_import" = 0 ]; then
     local archive=$IMG/$short-$key.oci.tar
+    ARCHIVES+=("$short $archive")
     if [ -f "$archive" ]; then log "$short: cached archive $archive"; return 0; fi
     t=$SECONDS
     python3 "$here/oci-pack.py" "${args[@]}" --out "$archive"
@@ -188,7 +190,7 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
     log "$short: archive $archive in $((SECONDS - t))s ($(du -h "$archive" | cut -f1))"
     return 0
   fi
-  containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first"
+  containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first, or push the images to a registry instead: make images REGISTRY=host:port/prefix"
   if [ "$(image_key_in_containerd "$name")" = "$key" ]; then
     log "$short: $name already in containerd (key $key)"
     return 0
@@ -208,6 +210,8 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
   find "$IMG" -maxdepth 1 -name "$short-*.oci.tar" -delete  # --no-import archives are stale now
   log "$short: imported in $((SECONDS - t))s"
 }
+
+ARCHIVES=()  # "NAME PATH" of each archive --no-import built or found
 
 # trainer: the decor_trainer package, importable as `decor_trainer`
 tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$odir"' EXIT
@@ -246,3 +250,4 @@ if [ "$do_import" = 1 ]; then
   done
 fi
 log "images ready in $((SECONDS - t_all))s: $TRAINER_IMAGE, $OPERATOR_IMAGE"
+for a in ${ARCHIVES[@]+"${ARCHIVES[@]}"}; do echo "archive $a"; done

@@ -2,7 +2,8 @@
 # Tear the test bed down: stop every process it started (pods, shims, daemons), unmount what
 # lies under the kubelet/containerd directories, delete the interfaces, iptables chains and
 # cgroups it made, and wipe the cluster's data (etcd, kubelet). Kept: the certificates, the
-# containerd image store (so a later cluster-up is fast) and the logs. Safe to run twice.
+# containerd image store (so a later cluster-up is fast), the registry's images and the logs.
+# Safe to run twice.
 # `cluster-down.sh --purge` also removes the image store and the whole state dir.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,6 +67,7 @@ fi
 stop_daemons 30 kubelet
 stop_daemons 5 kube-proxy kube-scheduler kube-controller-manager kube-apiserver
 stop_daemons 10 etcd
+bash "$here/registry.sh" down  # its images stay (--purge deletes them)
 
 # 3. Whatever containers are left: kill them through containerd, then the shims.
 if [ -n "$(pid_of containerd || true)" ]; then

@@ -13,6 +13,7 @@ for n in containerd etcd kube-apiserver kube-controller-manager kube-scheduler k
     printf '  %-24s stopped\n' "$n"
   fi
 done
+bash "$here/registry.sh" status || true
 echo "  KUBECONFIG=$KUBECONFIG_ADMIN"
 echo "  logs: $LOGS"
 [ $up -gt 0 ] && [ -x "$TOOLS_BIN/kubectl" ] || { echo "cluster: down"; exit 1; }

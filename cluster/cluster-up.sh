@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Bring up DECOR's single-node Kubernetes test bed on this machine (no Docker needed):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, kubelet and
-# Debian's containerd + runc + CNI bridge. Idempotent: when the node is already Ready it only
-# re-checks the GPU capacity. See docs/cluster.md.
+# Debian's containerd + runc + CNI bridge, and an image registry on 127.0.0.1:5000 that containerd
+# pulls from (cluster/registry.sh). Idempotent: when the node is already Ready it only
+# re-checks the GPU capacity and that the registry runs. See docs/cluster.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export LOG_TAG=cluster-up
@@ -83,6 +84,7 @@ all_running() {
 # Fast path: already up.
 if [ -x "$TOOLS_BIN/kubectl" ] && all_running && node_ready; then
   gpu_capacity_ok || patch_gpu_capacity
+  bash "$here/registry.sh" up
   log "cluster already up: node $NODE_NAME Ready ($(kc get node "$NODE_NAME" -o jsonpath='{.status.nodeInfo.kubeletVersion}'))"
   log "KUBECONFIG=$KUBECONFIG_ADMIN   logs: $LOGS"
   echo "$KUBECONFIG_ADMIN"
@@ -161,6 +163,8 @@ cat > "$CNI_CONF_DIR/10-decor.conflist" <<EOF
 EOF
 
 # ------------------------------------------------------------------------------ containerd
+# Registries containerd pulls from: only the test bed's own ($BED_REGISTRY, plain HTTP).
+bash "$here/registry.sh" hosts "$CONTAINERD_HOSTS_DIR"
 cat > "$cfg/containerd.toml" <<EOF
 version = 2
 root = "$CONTAINERD_ROOT"
@@ -201,9 +205,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$CNI_CONF_DIR"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$CONTAINERD_HOSTS_DIR"
 EOF
 start_daemon containerd /usr/bin/containerd --config "$cfg/containerd.toml"
 wait_for "containerd socket" 30 /usr/bin/ctr --address "$CONTAINERD_SOCK" version || { dump_log containerd; die "containerd did not start"; }
+bash "$here/registry.sh" up
 
 # pause image: a static C binary, built once per source hash, imported when missing
 ctr_k8s() { /usr/bin/ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }

@@ -16,8 +16,10 @@ cluster-purge: ## cluster-down, and also delete the image store, certificates an
 cluster-status: ## show the test bed's processes, node and pods
 	@bash cluster/cluster-status.sh
 
-images: ## build the trainer/operator images without Docker and import them (needs cluster-up)
-	@bash cluster/build-images.sh
+# REGISTRY=host:port/prefix pushes them there instead (cluster/push-images.sh; skopeo, TLS
+# verified unless REGISTRY_INSECURE=1; credentials from `skopeo login HOST`; IMAGE_TAG).
+images: ## build the trainer/operator images without Docker and import them (needs cluster-up); REGISTRY=host:port/prefix: push them there
+	@if [ -n "$(REGISTRY)" ]; then bash cluster/push-images.sh "$(REGISTRY)"; else bash cluster/build-images.sh; fi
 
 kind-up: ## (machines with Docker) the same e2e environment on kind
 	@bash cluster/kind-up.sh >/dev/null

@@ -34,6 +34,11 @@ KUBERNETES_SVC_IP=10.96.0.1
 BRIDGE=cni0
 APISERVER_PORT=6443
 GPU_CAPACITY=${DECOR_GPU_CAPACITY:-8}
+# The test bed's image registry (cluster/registry.sh): loopback only, plain HTTP; containerd
+# pulls from it through the hosts directory cluster-up.sh writes (config_path).
+BED_REGISTRY=127.0.0.1:5000
+REGISTRY_DATA=$CLUSTER_STATE/registry
+CONTAINERD_HOSTS_DIR=$CLUSTER_STATE/config/containerd-hosts
 
 PAUSE_IMAGE=localhost/decor/pause:3.10
 
@@ -42,10 +47,10 @@ die()  { printf '[%s %s] ERROR: %s\n' "$(date +%H:%M:%S)" "${LOG_TAG:-cluster}" 
 
 need_root() { [ "$(id -u)" = 0 ] || die "must run as root (it starts containerd and the kubelet)"; }
 
-# The Debian packages the test bed runs on (cluster-up.sh) and builds its images with
-# (build-images.sh: debootstrap). .ci/run installs them before its background builds start,
-# so that no two apt-get runs meet.
-CLUSTER_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev prometheus debootstrap)
+# The Debian packages the test bed runs on (cluster-up.sh, registry.sh), builds its images with
+# (build-images.sh: debootstrap) and pushes them with (push-images.sh: skopeo). .ci/run
+# installs them before its background builds start, so that no two apt-get runs meet.
+CLUSTER_PACKAGES=(containerd runc containernetworking-plugins iptables conntrack ethtool socat kmod procps curl openssl gcc libc6-dev prometheus debootstrap docker-registry skopeo)
 
 # apt-get install only what is missing; keeps services from starting (no systemd here anyway).
 apt_ensure() {

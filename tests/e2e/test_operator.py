@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -1055,6 +1056,41 @@ def helm_values() -> dict[str, Any]:
     return dict(yaml.safe_load((CHART / "values.yaml").read_text()))
 
 
+# The test bed's registry (cluster/registry.sh; containerd pulls from it over plain HTTP). The
+# Helm test pushes both images there and installs from it. Set DECOR_E2E_REGISTRY empty where
+# the nodes cannot reach it (kind): the test then installs the images loaded into the nodes.
+REGISTRY = os.environ.get("DECOR_E2E_REGISTRY", "127.0.0.1:5000")
+
+
+def push_images(registry: str) -> dict[str, str]:
+    """``make images REGISTRY=... REGISTRY_INSECURE=1``, as docs/operations.md tells a user
+    (builds both images, from cache here, and pushes them; niced, so that the other lane's
+    jobs keep their pace): the chart values of the ``helm install`` lines it prints."""
+    result = subprocess.run(
+        ["nice", "-n", "19", "make", "-s", "images", f"REGISTRY={registry}",
+         "REGISTRY_INSECURE=1"],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"make images REGISTRY={registry}:\n{result.stderr[-4000:]}"
+    return dict(re.findall(r"--set ([\w.]+)=(\S+)", result.stdout))
+
+
+def registry_tags(registry: str, repository: str) -> list[str]:
+    """The tags the registry holds for ``repository`` (its HTTP API, plain HTTP)."""
+    url = f"http://{registry}/v2/{repository}/tags/list"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return list(json.load(response).get("tags") or [])
+
+
+def pulled(kube: Any, namespace: str, pod: str, image: str) -> bool:
+    """The kubelet pulled ``image`` for ``pod`` (a Pulled Event: the runtime resolved the name
+    at its registry, which ``imagePullPolicy: Always`` makes it do even for a present image)."""
+    events = kube.core.list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={pod},reason=Pulled"
+    ).items
+    return any((e.message or "").startswith(f'Successfully pulled image "{image}"') for e in events)
+
+
 def test_helm_installed_operator_runs_a_job_with_least_privilege(
     kube: Any, namespace: str, crd: None, trainer_image: str, operator_image: str
 ) -> None:
@@ -1064,12 +1100,24 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)
-    repository, tag = operator_image.rsplit(":", 1)
+    if REGISTRY:  # from the registry, pulled: what a real cluster does
+        images = push_images(REGISTRY)
+        repository, tag = images["image.repository"], images["image.tag"]
+        job_image, pull_policy = images["trainer.sidecarImage"], "Always"
+        assert repository == f"{REGISTRY}/decor/operator", images
+        assert job_image == f"{REGISTRY}/decor/trainer:{tag}", images
+        for name in ("decor/operator", "decor/trainer"):
+            assert tag in registry_tags(REGISTRY, name), f"{name}:{tag} not in {REGISTRY}"
+        registry_values = ["--set", f"trainer.sidecarImage={job_image}"]
+    else:  # the images loaded into the nodes
+        repository, tag = operator_image.rsplit(":", 1)
+        job_image, pull_policy, registry_values = trainer_image, "Never", []
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
     subprocess.run(
         [*base, "install", "decor", str(CHART), "--set", f"watchNamespace={namespace}",
          "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-         "--set", "image.pullPolicy=Never", "--set", "logLevel=DEBUG",
+         "--set", f"image.pullPolicy={pull_policy}", *registry_values,
+         "--set", "logLevel=DEBUG",
          # the test bed has no volume provisioner (test_policy.py covers claims)
          "--set", "trainer.checkpoint.volume=hostPath"],
         check=True, capture_output=True, text=True, timeout=120,
@@ -1078,7 +1126,20 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         kube.kubectl(
             "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
         )
-        honest = job_manifest("helm-job", trainer_image, epochs=3, duration="90s")
+        (operator_pod,) = kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/name=decor"
+        ).items
+        assert operator_pod.spec.containers[0].image == f"{repository}:{tag}"
+        if REGISTRY:
+            operator_image_ref = f"{repository}:{tag}"
+            kube.wait_for(
+                lambda: pulled(kube, namespace, operator_pod.metadata.name, operator_image_ref),
+                60, f"a Pulled Event of {operator_image_ref} for the operator's pod",
+            )  # fmt: skip
+            print(f"operator pulled from {REGISTRY}: imageID "
+                  f"{operator_pod.status.container_statuses[0].image_id}")  # fmt: skip
+        honest = job_manifest("helm-job", job_image, epochs=3, duration="90s")
+        honest["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = pull_policy
         # Explicit nulls are unset: the pod still gets every restricted default.
         honest["spec"]["template"]["spec"]["securityContext"] = {
             "runAsUser": None, "runAsNonRoot": None, "seccompProfile": None,
@@ -1099,6 +1160,14 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         )
         assert pod.spec.security_context.run_as_non_root is True
         assert pod.spec.security_context.run_as_user == build.TRAINER_UID
+        if REGISTRY:  # the trainer and its metrics sidecar, from the registry too
+            assert pod.spec.containers[0].image == job_image
+            sidecars = [c for c in pod.spec.init_containers or [] if c.name == build.SIDECAR_NAME]
+            assert [c.image for c in sidecars] == [job_image]
+            kube.wait_for(
+                lambda: pulled(kube, namespace, pod.metadata.name, job_image),
+                180, f"a Pulled Event of {job_image} for the trainer's pod",
+            )  # fmt: skip
         assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
         trainer = pod.spec.containers[0].security_context
         assert trainer.allow_privilege_escalation is False
