@@ -64,7 +64,8 @@ def test_exact_gpu_need_counts_the_restart_of_a_change() -> None:
 
 
 def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
-    assert cs.main(["--quick", "--out", str(tmp_path)]) == 0
+    note = "2 cores shared with other work"
+    assert cs.main(["--quick", "--out", str(tmp_path), "--note", note]) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     records = data["records"]
     sims = [r for r in records if r["kind"] == "simulation"]
@@ -75,6 +76,11 @@ def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
               "late_admitted", "resource_seconds", "best_effort_work", "planner_ms_p50",
               "planner_ms_p99"}  # fmt: skip
     assert all(fields <= set(r) for r in records)
+    assert data["note"] == note
+    for r in sims:  # an admitted job is met, late by at most 1 %, or later
+        if r["admitted"]:
+            met_admitted = round(r["admitted_met_ratio"] * r["admitted"])
+            assert met_admitted + r["late_within_tolerance"] + r["late_admitted"] == r["admitted"]
     for r in sims:
         assert 0.0 <= r["met_ratio"] <= 1.0 and r["planner_ms_p99"] >= r["planner_ms_p50"] > 0
     by = {(r["trace"], r["policy"]): r for r in sims}
@@ -91,7 +97,37 @@ def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
         assert all(by[(t, p)]["met"] <= b["met"] for p in cs.POLICIES)
     readme = (tmp_path / "README.md").read_text()
     assert "SIMULATION" in readme and "## quick-cpu" in readme and "## Targets" in readme
+    timing = [line for line in readme.splitlines() if line.startswith("Planner time only")]
+    assert len(timing) == 2 and all(line.endswith(f"; {note}.") for line in timing)
     assert "## Clairvoyant bound" in readme
     assert all(
         (tmp_path / f"{m}.png").stat().st_size > 0 for m in ("met_ratio", "best_effort_work")
     )
+
+
+def test_a_selection_runs_only_its_traces_and_policies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cs.main(["--quick", "--traces", "quick-gpu", "--policies", "decor,elasticflow"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    runs = [line.split()[:2] for line in lines if " met " in line]
+    assert runs == [["quick-gpu", "decor"], ["quick-gpu", "elasticflow"],
+                    ["quick-gpu", cs.BOUND_POLICY]]  # fmt: skip
+    assert not any(line.startswith("scale") for line in lines)  # no timing at scale
+    out = tmp_path / "sel"
+    assert (
+        cs.main(["--quick", "--traces", "quick-cpu", "--policies", "decor", "--out", str(out)]) == 0
+    )
+    records = json.loads((out / "results.json").read_text())["records"]
+    assert [(r["trace"], r["policy"]) for r in records] == [
+        ("quick-cpu", "decor"), ("quick-cpu", cs.BOUND_POLICY)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args", [["--traces", "nope"], ["--policies", "decor,nope"], ["--traces", ","]]
+)
+def test_an_unknown_selection_is_refused(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cs.main(["--quick", *args])
+    assert e.value.code == 2
