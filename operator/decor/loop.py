@@ -28,16 +28,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from decor import build, group, metrics, planner
+from decor.config import OperatorConfig
 from decor.job import JobController, Room
 from decor.kube import Kube, KubeError
 from decor.model import DEFAULT_METRICS_PATH, DEFAULT_METRICS_PORT
+from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView, Key, NodeCapacity, Snapshot, free_capacity, pod_charge
-
-if TYPE_CHECKING:  # pragma: no cover
-    from decor.handlers import OperatorConfig, OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 

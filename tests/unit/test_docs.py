@@ -352,7 +352,7 @@ def test_every_condition_type_is_documented() -> None:
 @cache
 def operator_metric_names() -> frozenset[str]:
     """Every sample name the operator exposes, from a fresh registry."""
-    from decor.handlers import OperatorMetrics
+    from decor.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -419,11 +419,11 @@ def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
 
 def operator_variables() -> set[str]:
     """Every ``DECOR_*`` variable the operator reads (the ENV_ constants of its config)."""
-    from decor import handlers, policy
+    from decor import config, policy
 
     return {
         value
-        for module in (handlers, policy)
+        for module in (config, policy)
         for name, value in vars(module).items()
         if name.startswith("ENV_") and isinstance(value, str) and value.startswith("DECOR_")
     }

@@ -175,7 +175,7 @@ def published_series() -> set[str]:
         f"{n}_total" if n in (exposition.STEPS_COMPLETED, exposition.SAMPLES_COMPLETED) else n
         for n in trainer
     }
-    from decor.handlers import OperatorMetrics
+    from decor.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
