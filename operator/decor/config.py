@@ -73,8 +73,6 @@ STALL_TIMEOUT_S = 120.0
 """A running trainer that completes no step for this long is reported Stalled."""
 MAX_POD_FAILURES = 5
 """Trainer pods lost or failed that are recreated before the job is marked Failed."""
-FINALIZER = "decor.dev/finalizer"
-ANNOTATION_PREFIX = "decor.dev"
 
 
 @dataclass(frozen=True)

@@ -21,16 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from decor import build, planner
+from decor import build, planner, vocabulary
 from decor.model import JobSpec
 from decor.policy import CheckpointStorage
 
-LABEL_ROLE = "decor.dev/role"
-"""Label on the pods of a several-pod job: ``leader`` (global rank 0) or ``worker``."""
-ROLE_LEADER = "leader"
-ROLE_WORKER = "worker"
-LABEL_LEADER = "decor.dev/leader"
-"""Label on a worker pod: the name of its group's leader pod."""
 ENV_GROUP_PODS = "DECOR_GROUP_PODS"
 """On every trainer pod's trainer container: how many pods its group has (itself included).
 Read back by :func:`group_size` from the pod's spec, which DECOR writes and nobody can
@@ -117,13 +111,15 @@ def build_trainer_group(
             env = build.upsert_env(env, key, value)
         trainer["env"] = env
         meta = pod["metadata"]
-        meta["labels"][LABEL_ROLE] = ROLE_LEADER if is_leader else ROLE_WORKER
+        meta["labels"][vocabulary.LABEL_ROLE] = (
+            vocabulary.ROLE_LEADER if is_leader else vocabulary.ROLE_WORKER
+        )
         if is_leader:
             trainer.setdefault("ports", []).append(
                 {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
             )
         else:
-            meta["labels"][LABEL_LEADER] = leader
+            meta["labels"][vocabulary.LABEL_LEADER] = leader
             meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
         pods.append(pod)
         offset += count
@@ -139,12 +135,18 @@ def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": rendezvous_service_name(meta["name"]),
             "namespace": meta.get("namespace") or "default",
-            "labels": {build.LABEL_JOB: meta["name"], build.LABEL_MANAGED_BY: build.MANAGED_BY},
+            "labels": {
+                vocabulary.LABEL_JOB: meta["name"],
+                vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
+            },
             "ownerReferences": [build.owner_reference(job)],
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {build.LABEL_JOB: meta["name"], LABEL_ROLE: ROLE_LEADER},
+            "selector": {
+                vocabulary.LABEL_JOB: meta["name"],
+                vocabulary.LABEL_ROLE: vocabulary.ROLE_LEADER,
+            },
             "ports": [
                 {
                     "name": "rendezvous",

@@ -31,9 +31,8 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry
 
-from decor import build
+from decor import vocabulary
 from decor.config import (
-    ANNOTATION_PREFIX,
     DEFAULT_OPERATOR_METRICS_PORT,
     ENV_HEALTH_ADDRESS,
     ENV_HEALTH_PORT,
@@ -42,12 +41,10 @@ from decor.config import (
     ENV_METRICS_PORT,
     ENV_PROMETHEUS_URL,
     ENV_WATCH_NAMESPACE,
-    FINALIZER,
     OperatorConfig,
 )
 from decor.kube import Kube
 from decor.loop import IDLE_PERIOD_S, ControlLoop
-from decor.model import API_GROUP, API_VERSION, PLURAL
 from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView
 from decor.watch import ClusterWatch
@@ -108,12 +105,12 @@ def set_runtime(value: Runtime | None) -> None:
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     """Keep kopf's bookkeeping out of status; post only warnings as Events; no CRD scanning."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
+        prefix=vocabulary.ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        prefix=vocabulary.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = vocabulary.FINALIZER
     # Our own Events describe what the controller did; kopf posts only handler failures.
     settings.posting.level = logging.WARNING
     # Serve only what exists at start-up: no list/watch on CRDs or namespaces (least RBAC).
@@ -174,7 +171,7 @@ def _spec_seen(body: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.event(vocabulary.API_GROUP, vocabulary.API_VERSION, vocabulary.PLURAL)
 async def dtj_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) -> None:
     """Keep the view of jobs current; a changed deadline, suspend or allocation bounds
     makes the job due at once (a moved deadline is acted on within a period)."""
@@ -206,7 +203,7 @@ async def dtj_pod_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) 
 
 def register_pod_events() -> None:
     """Watch DECOR's trainer pods through kopf (only without the cluster-wide watch)."""
-    kopf.on.event("", "v1", "pods", labels={build.LABEL_JOB: kopf.PRESENT})(dtj_pod_event)
+    kopf.on.event("", "v1", "pods", labels={vocabulary.LABEL_JOB: kopf.PRESENT})(dtj_pod_event)
 
 
 # ============================================================================================

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from decor import build, control, group, lifecycle, metrics, planner, policy
+from decor import build, control, group, lifecycle, metrics, planner, policy, vocabulary
 from decor.actuate import Actuator
 from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
@@ -193,7 +193,7 @@ class JobController:
         if not self.loaded:
             self.status = copy.deepcopy(dict(body.get("status") or {}))
             self.loaded = True
-        if self.status.get("phase") in build.TERMINAL_PHASES:
+        if self.status.get("phase") in vocabulary.TERMINAL_PHASES:
             self.metrics.job_phase(self.key, self.status["phase"])
             return self._finish_period(False)
         generation = (body.get("metadata") or {}).get("generation")

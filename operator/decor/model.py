@@ -16,10 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-API_GROUP = "decor.dev"
-API_VERSION = "v1alpha1"
-KIND = "DeadlineTrainingJob"
-PLURAL = "deadlinetrainingjobs"
+from decor import vocabulary
 
 Mode = Literal["cpu", "gpu"]
 Policy = Literal["decor", "decor-nn"]
@@ -538,10 +535,13 @@ def parse_job(manifest: Any) -> JobSpec:
     if not isinstance(manifest, dict):
         raise ManifestError("(document)", "must be a mapping with apiVersion, kind, metadata, spec")
     api_version = manifest.get("apiVersion")
-    if api_version != f"{API_GROUP}/{API_VERSION}":
-        raise ManifestError("apiVersion", f"must be {API_GROUP}/{API_VERSION}, got {api_version!r}")
-    if manifest.get("kind") != KIND:
-        raise ManifestError("kind", f"must be {KIND}, got {manifest.get('kind')!r}")
+    if api_version != f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}":
+        raise ManifestError(
+            "apiVersion",
+            f"must be {vocabulary.API_GROUP}/{vocabulary.API_VERSION}, got {api_version!r}",
+        )
+    if manifest.get("kind") != vocabulary.KIND:
+        raise ManifestError("kind", f"must be {vocabulary.KIND}, got {manifest.get('kind')!r}")
     metadata = _mapping(manifest.get("metadata"), "metadata")
     name = metadata.get("name")
     if (

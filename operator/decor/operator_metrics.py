@@ -12,8 +12,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from decor import build
-from decor.lifecycle import ACTUATIONS
+from decor import vocabulary
 
 
 class OperatorMetrics:
@@ -22,48 +21,48 @@ class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.actuations = Counter(
-            "decor_operator_actuations",
+            vocabulary.METRIC_ACTUATIONS,
             "Allocation changes and pod lifecycle actions the operator carried out, by kind "
             "(resize, restart, create, suspend).",
             ["kind"],
             registry=registry,
         )
         self.reconcile_errors = Counter(
-            "decor_operator_reconcile_errors",
+            vocabulary.METRIC_RECONCILE_ERRORS,
             "Control periods that ended in an error (API or unexpected); the job is retried "
             "next period.",
             registry=registry,
         )
         self.jobs = Gauge(
-            "decor_operator_jobs",
+            vocabulary.METRIC_JOBS,
             "DeadlineTrainingJobs this operator serves, by phase.",
             ["phase"],
             registry=registry,
         )
         self.reconcile_seconds = Histogram(
-            "decor_operator_reconcile_duration_seconds",
+            vocabulary.METRIC_RECONCILE_DURATION,
             "Wall time of one job's actuation and status write in a control period.",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
             registry=registry,
         )
         self.period_lateness = Histogram(
-            "decor_operator_period_lateness_seconds",
+            vocabulary.METRIC_PERIOD_LATENESS,
             "How late a job's control period ran after it was due.",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=registry,
         )
         self.plan_seconds = Histogram(
-            "decor_operator_plan_duration_seconds",
+            vocabulary.METRIC_PLAN_DURATION,
             "Wall time of one planner call over every active job.",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
         self.jobs_total = Gauge(
-            "decor_operator_jobs_tracked",
+            vocabulary.METRIC_JOBS_TRACKED,
             "DeadlineTrainingJobs in the operator's view (any phase).",
             registry=registry,
         )
-        for kind in ACTUATIONS:
+        for kind in vocabulary.ACTUATIONS:
             self.actuations.labels(kind=kind)
         self._phases: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
@@ -79,7 +78,7 @@ class OperatorMetrics:
             self._publish()
 
     def _publish(self) -> None:
-        counts = dict.fromkeys(build.PHASES, 0)
+        counts = dict.fromkeys(vocabulary.PHASES, 0)
         for phase in self._phases.values():
             counts[phase] = counts.get(phase, 0) + 1
         for phase, count in counts.items():

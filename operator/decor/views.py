@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from decor import build
+from decor import build, vocabulary
 from decor.model import (
     MAX_TEMPLATE_BYTES,
     OVERSIZED_TEMPLATE_KEY,
@@ -66,7 +66,7 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 
 def job_label(pod: Mapping[str, Any]) -> str | None:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(build.LABEL_JOB)
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(vocabulary.LABEL_JOB)
 
 
 def _cores(value: Any) -> float:

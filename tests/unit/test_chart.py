@@ -406,7 +406,7 @@ def test_alerts_read_only_series_that_exist(helm: str) -> None:
     for alert in alerts.values():
         series = set(re.findall(r"\b(decor_[a-z_]+)", alert["expr"]))
         assert series and series <= exported, (alert["alert"], series - exported)
-    from decor.build import CONDITION_TYPES
+    from decor.vocabulary import CONDITION_TYPES
 
     for alert in ("DecorJobAtRisk", "DecorJobMetricsUnavailable"):
         (condition,) = re.findall(r'type="(\w+)"', alerts[alert]["expr"])

@@ -34,6 +34,7 @@ from functools import cache
 from pathlib import Path
 
 import yaml
+from decor import vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -257,29 +258,21 @@ def test_every_chart_value_named_exists() -> None:
 
 
 @cache
-def vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """(condition types, condition reasons, event reasons), from the operator's constants."""
-    from decor import build, planner, policy
+def documented_vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(condition types, condition reasons, event reasons), from the operator's vocabulary."""
 
-    def constants(module: object, prefix: str) -> set[str]:
+    def constants(prefix: str) -> set[str]:
         return {
             value
-            for name, value in vars(module).items()
+            for name, value in vars(vocabulary).items()
             if name.startswith(prefix) and isinstance(value, str)
         }
 
-    verdicts = {
-        planner.ADMITTED,
-        planner.QUEUED,
-        planner.PREEMPTED,
-        planner.SHORTED,
-        planner.BEST_EFFORT,
-    }  # the Admitted condition's reasons
-    conditions = frozenset(build.CONDITION_TYPES)
-    reasons = frozenset(constants(build, "REASON_") | constants(policy, "REASON_") | verdicts)
+    conditions = frozenset(vocabulary.CONDITION_TYPES)
+    reasons = frozenset(constants("REASON_") | constants("VERDICT_"))  # verdicts: Admitted's
     events = frozenset(
-        (constants(build, "EVENT_") - {build.EVENT_NORMAL, build.EVENT_WARNING})
-        | {policy.REASON_TEMPLATE_REFUSED, build.REASON_CREATE_REFUSED}
+        (constants("EVENT_") - {vocabulary.EVENT_NORMAL, vocabulary.EVENT_WARNING})
+        | {vocabulary.REASON_TEMPLATE_REFUSED, vocabulary.REASON_CREATE_REFUSED}
     )
     return conditions, reasons, events
 
@@ -327,7 +320,7 @@ def named_conditions_and_reasons() -> Iterator[tuple[str, str, str]]:
 
 
 def test_every_condition_and_reason_named_exists() -> None:
-    conditions, reasons, events = vocabulary()
+    conditions, reasons, events = documented_vocabulary()
     known = {
         "condition": conditions | EXTERNAL_CONDITIONS,
         "reason": reasons | events,
@@ -341,7 +334,7 @@ def test_every_condition_and_reason_named_exists() -> None:
 
 
 def test_every_condition_type_is_documented() -> None:
-    conditions, _, _ = vocabulary()
+    conditions, _, _ = documented_vocabulary()
     documented = {n for _, kind, n in named_conditions_and_reasons() if kind == "condition"}
     assert conditions <= documented, sorted(conditions - documented)
 
@@ -397,7 +390,6 @@ def test_every_metric_named_exists() -> None:
 
 
 def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
-    from decor.lifecycle import ACTUATIONS
 
     operations = text_of(REPO / "docs" / "operations.md")
     table = {
@@ -411,7 +403,10 @@ def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
     documented = {n.removesuffix("_total") for n in table}
     assert families <= documented, sorted(families - documented)
     actuations = table["decor_operator_actuations_total"][2]
-    assert all(kind in actuations for kind in ACTUATIONS), (actuations, ACTUATIONS)
+    assert all(kind in actuations for kind in vocabulary.ACTUATIONS), (
+        actuations,
+        vocabulary.ACTUATIONS,
+    )
 
 
 # --- the operator's environment --------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, group
+from decor import build, group, vocabulary
 from decor.model import ManifestError, parse_job
 from test_build_workers import job_body
 
@@ -59,8 +59,8 @@ def test_each_pod_gets_its_share_of_one_world() -> None:
 
 def test_roles_are_labelled_and_only_the_leader_is_scraped() -> None:
     leader, worker = pods_for(SPREAD, 4.0)
-    assert leader["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_LEADER
-    assert worker["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_WORKER
+    assert leader["metadata"]["labels"][vocabulary.LABEL_ROLE] == vocabulary.ROLE_LEADER
+    assert worker["metadata"]["labels"][vocabulary.LABEL_ROLE] == vocabulary.ROLE_WORKER
     assert group.leader_of(worker) == "lm-3" and group.is_worker(worker)
     assert group.leader_of(leader) is None and not group.is_worker(leader)
     assert group.group_size(leader) == 2
@@ -114,7 +114,10 @@ def test_the_rendezvous_service_selects_the_leader_and_belongs_to_the_job() -> N
     assert service["metadata"]["name"] == "lm-rendezvous"
     assert service["metadata"]["namespace"] == "ml"
     assert service["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert service["spec"]["selector"] == {build.LABEL_JOB: "lm", group.LABEL_ROLE: "leader"}
+    assert service["spec"]["selector"] == {
+        vocabulary.LABEL_JOB: "lm",
+        vocabulary.LABEL_ROLE: "leader",
+    }
     assert service["spec"]["ports"][0]["port"] == group.RENDEZVOUS_PORT
     leader = pods_for(SPREAD, 4.0)[0]
     labels = leader["metadata"]["labels"]
@@ -164,9 +167,11 @@ def test_role_and_leader_come_from_the_pods_name_not_its_labels() -> None:
     """Labels can be patched by anyone who may patch pods; a pod's name cannot change."""
     leader, worker = pods_for(SPREAD, 4.0)
     for pod in (leader, worker):  # a later patch swaps the labels
-        pod["metadata"]["labels"][group.LABEL_ROLE] = group.ROLE_WORKER
-        pod["metadata"]["labels"][group.LABEL_LEADER] = "someone-else-0"
+        pod["metadata"]["labels"][vocabulary.LABEL_ROLE] = vocabulary.ROLE_WORKER
+        pod["metadata"]["labels"][vocabulary.LABEL_LEADER] = "someone-else-0"
     assert not group.is_worker(leader) and group.leader_of(leader) is None
     assert group.is_worker(worker) and group.leader_of(worker) == "lm-3"
-    one = {"metadata": {"name": "a-w1-0", "labels": {group.LABEL_ROLE: group.ROLE_WORKER}}}
+    one = {
+        "metadata": {"name": "a-w1-0", "labels": {vocabulary.LABEL_ROLE: vocabulary.ROLE_WORKER}}
+    }
     assert not group.is_worker(one)  # a job named a-w1: its pod a-w1-0 is no worker
