@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from decor_trainer import contract
+
 from decor import control, podsecurity, vocabulary
 from decor.model import (
     GPU_RESOURCE,
@@ -80,18 +82,11 @@ a namespace whose ResourceQuota covers ``limits.cpu`` accepts the pod. Measured:
 imports in ~0.1 CPU-second and holds ~20 MiB; a scrape costs about a millisecond."""
 PROGRESS_VOLUME_SIZE = "1Mi"
 
-# Environment the trainer reads (docs/contract.md).
-ENV_EPOCHS = "DECOR_EPOCHS"
-ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
-ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
-ENV_METRICS_PORT = "DECOR_METRICS_PORT"
-ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
-ENV_WORKERS = "DECOR_WORKERS"
-"""GPU mode: worker processes the trainer runs, = the allocated GPU count (one per GPU; on
-nodes without real devices, such as the test bed's fake GPUs, that many CPU workers)."""
-ENV_BATCH_POLICY = "DECOR_BATCH_POLICY"
-"""GPU mode: spec.resources.batchPolicy in the trainer's words (decor_trainer.distributed)."""
-BATCH_POLICY_NAMES = {"fixedGlobal": "fixed-global", "scaleWithWorkers": "scale-with-workers"}
+BATCH_POLICY_NAMES = {
+    "fixedGlobal": contract.POLICY_FIXED_GLOBAL,
+    "scaleWithWorkers": contract.POLICY_SCALE_WITH_WORKERS,
+}
+"""spec.resources.batchPolicy in the trainer's words (decor_trainer.distributed)."""
 
 EVENT_MESSAGE_MAX_CHARS = 1024
 
@@ -405,18 +400,18 @@ def _trainer_env(
     """The trainer's environment (docs/contract.md); ours replace same-named entries of the
     template."""
     env = [dict(e) for e in trainer.get("env") or []]
-    env = upsert_env(env, ENV_EPOCHS, str(spec.epochs))
+    env = upsert_env(env, contract.ENV_EPOCHS, str(spec.epochs))
     if spec.steps_per_epoch is not None:
-        env = upsert_env(env, ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
+        env = upsert_env(env, contract.ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
     if spec.checkpoint.path:
-        env = upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
-    env = upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
-    env = upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
+        env = upsert_env(env, contract.ENV_CHECKPOINT_DIR, spec.checkpoint.path)
+    env = upsert_env(env, contract.ENV_METRICS_PORT, str(spec.metrics.port))
+    env = upsert_env(env, contract.ENV_PROGRESS_FILE, PROGRESS_FILE)
     if spec.resources.mode == "gpu":
-        env = upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
+        env = upsert_env(env, contract.ENV_WORKERS, format_allocation("gpu", allocation))
         if spec.resources.batch_policy is not None:
             policy = BATCH_POLICY_NAMES[spec.resources.batch_policy]
-            env = upsert_env(env, ENV_BATCH_POLICY, policy)
+            env = upsert_env(env, contract.ENV_BATCH_POLICY, policy)
     return env
 
 

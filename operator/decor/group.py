@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from decor_trainer import contract
+
 from decor import build, planner, vocabulary
 from decor.model import JobSpec
 from decor.policy import CheckpointStorage
@@ -30,14 +32,6 @@ ENV_GROUP_PODS = "DECOR_GROUP_PODS"
 Read back by :func:`group_size` from the pod's spec, which DECOR writes and nobody can
 change after creation; never from metadata, which anyone who may patch pods can write."""
 
-ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
-"""Workers across all of the job's pods (the trainer's WORLD_SIZE)."""
-ENV_RANK_OFFSET = "DECOR_RANK_OFFSET"
-"""Global rank of this pod's first worker."""
-ENV_MASTER_ADDR = "MASTER_ADDR"
-ENV_MASTER_PORT = "MASTER_PORT"
-RENDEZVOUS_PORT = 29500
-"""TCP port of the c10d store on the leader (torch.distributed's customary default)."""
 LEADER_ADDRESS = "127.0.0.1"
 """The leader's own workers reach the store in their pod, not through the Service."""
 RENDEZVOUS_SUFFIX = "-rendezvous"
@@ -102,10 +96,10 @@ def build_trainer_group(
         trainer = pod["spec"]["containers"][0]
         env = trainer["env"]
         for key, value in (
-            (ENV_WORLD_SIZE, str(world)),
-            (ENV_RANK_OFFSET, str(offset)),
-            (ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
-            (ENV_MASTER_PORT, str(RENDEZVOUS_PORT)),
+            (contract.ENV_WORLD_SIZE, str(world)),
+            (contract.ENV_RANK_OFFSET, str(offset)),
+            (contract.ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
+            (contract.ENV_MASTER_PORT, str(contract.DEFAULT_MASTER_PORT)),
             (ENV_GROUP_PODS, str(len(counts))),
         ):
             env = build.upsert_env(env, key, value)
@@ -116,7 +110,11 @@ def build_trainer_group(
         )
         if is_leader:
             trainer.setdefault("ports", []).append(
-                {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+                {
+                    "name": "rendezvous",
+                    "containerPort": contract.DEFAULT_MASTER_PORT,
+                    "protocol": "TCP",
+                }
             )
         else:
             meta["labels"][vocabulary.LABEL_LEADER] = leader
@@ -150,8 +148,8 @@ def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
             "ports": [
                 {
                     "name": "rendezvous",
-                    "port": RENDEZVOUS_PORT,
-                    "targetPort": RENDEZVOUS_PORT,
+                    "port": contract.DEFAULT_MASTER_PORT,
+                    "targetPort": contract.DEFAULT_MASTER_PORT,
                     "protocol": "TCP",
                 }
             ],

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from decor_trainer import contract
+
 from decor import control, planner, vocabulary
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
@@ -160,19 +162,19 @@ def trainer_env(
             env[str(item["name"])] = str(item["value"])
     env.update(
         {
-            "DECOR_EPOCHS": str(job.epochs),
-            "DECOR_METRICS_PORT": str(port),
-            "DECOR_METRICS_ADDRESS": METRICS_HOST,
-            "DECOR_METRICS_LINGER_S": str(METRICS_LINGER_S),
+            contract.ENV_EPOCHS: str(job.epochs),
+            contract.ENV_METRICS_PORT: str(port),
+            contract.ENV_METRICS_ADDRESS: METRICS_HOST,
+            contract.ENV_METRICS_LINGER_S: str(METRICS_LINGER_S),
             "PYTHONUNBUFFERED": "1",
         }
     )
-    env.pop("DECOR_PROGRESS_FILE", None)  # locally the trainer serves /metrics itself
+    env.pop(contract.ENV_PROGRESS_FILE, None)  # locally the trainer serves /metrics itself
     # `python3` in the job's command means this environment's Python (it has the trainer).
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if job.steps_per_epoch is not None:
-        env["DECOR_STEPS_PER_EPOCH"] = str(job.steps_per_epoch)
-    env["DECOR_CHECKPOINT_DIR"] = job.checkpoint.path or str(checkpoint_dir)
+        env[contract.ENV_STEPS_PER_EPOCH] = str(job.steps_per_epoch)
+    env[contract.ENV_CHECKPOINT_DIR] = job.checkpoint.path or str(checkpoint_dir)
     env.update(extra)
     return env
 

@@ -60,7 +60,7 @@ class Snapshot:
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "DeadlineTrainingJob":
+        if ref.get("kind") == vocabulary.KIND:
             return str(ref.get("uid"))
     return None
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import yaml
 from decor import vocabulary
+from decor_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -359,12 +360,10 @@ def operator_metric_names() -> frozenset[str]:
 
 @cache
 def other_metric_names() -> frozenset[str]:
-    """The trainers' metrics (decor_trainer.exposition) and the kube-state-metrics series of
+    """The trainers' metrics (decor_trainer.contract) and the kube-state-metrics series of
     helm/decor/files/kube-state-metrics-decor.yaml (decor_job_*)."""
-    from decor_trainer import exposition
-
-    counters = {exposition.STEPS_COMPLETED, exposition.SAMPLES_COMPLETED}
-    names = {v for v in vars(exposition).values() if isinstance(v, str) and v.startswith("decor_")}
+    counters = {contract.STEPS_COMPLETED, contract.SAMPLES_COMPLETED}
+    names = {v for v in vars(contract).values() if isinstance(v, str) and v.startswith("decor_")}
     names |= {c + "_total" for c in counters}
     config = yaml.safe_load((REPO / "helm/decor/files/kube-state-metrics-decor.yaml").read_text())
     for resource in config["spec"]["resources"]:

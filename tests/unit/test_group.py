@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from decor import build, group, vocabulary
 from decor.model import ManifestError, parse_job
+from decor_trainer import contract
 from test_build_workers import job_body
 
 SPREAD = {"mode": "gpu", "min": 1, "max": 6, "initial": 1, "gpusPerPod": 2}
@@ -46,14 +47,18 @@ def test_a_count_above_gpus_per_pod_runs_as_several_pods(
 
 def test_each_pod_gets_its_share_of_one_world() -> None:
     leader, worker1, worker2 = pods_for(SPREAD, 5.0)
-    assert [env(p)[build.ENV_WORKERS] for p in (leader, worker1, worker2)] == ["2", "2", "1"]
-    assert {env(p)[group.ENV_WORLD_SIZE] for p in (leader, worker1, worker2)} == {"5"}
-    assert [env(p)[group.ENV_RANK_OFFSET] for p in (leader, worker1, worker2)] == ["0", "2", "4"]
+    assert [env(p)[contract.ENV_WORKERS] for p in (leader, worker1, worker2)] == ["2", "2", "1"]
+    assert {env(p)[contract.ENV_WORLD_SIZE] for p in (leader, worker1, worker2)} == {"5"}
+    assert [env(p)[contract.ENV_RANK_OFFSET] for p in (leader, worker1, worker2)] == ["0", "2", "4"]
     # The leader serves the c10d store; the workers reach it through the Service's address.
-    assert env(leader)[group.ENV_MASTER_ADDR] == group.LEADER_ADDRESS
-    assert env(worker1)[group.ENV_MASTER_ADDR] == env(worker2)[group.ENV_MASTER_ADDR] == "10.0.0.7"
-    assert {env(p)[group.ENV_MASTER_PORT] for p in (leader, worker1)} == {
-        str(group.RENDEZVOUS_PORT)
+    assert env(leader)[contract.ENV_MASTER_ADDR] == group.LEADER_ADDRESS
+    assert (
+        env(worker1)[contract.ENV_MASTER_ADDR]
+        == env(worker2)[contract.ENV_MASTER_ADDR]
+        == "10.0.0.7"
+    )
+    assert {env(p)[contract.ENV_MASTER_PORT] for p in (leader, worker1)} == {
+        str(contract.DEFAULT_MASTER_PORT)
     }
 
 
@@ -82,7 +87,7 @@ def test_one_pod_is_todays_trainer_pod() -> None:
     alone["spec"]["containers"][0]["env"].append({"name": group.ENV_GROUP_PODS, "value": "1"})
     assert pod == alone
     assert group.group_size(pod) == 1 and not group.is_worker(pod)
-    assert group.ENV_WORLD_SIZE not in env(pod)
+    assert contract.ENV_WORLD_SIZE not in env(pod)
 
 
 @pytest.mark.parametrize("allocation", [4.0, 1.0])
@@ -118,7 +123,7 @@ def test_the_rendezvous_service_selects_the_leader_and_belongs_to_the_job() -> N
         vocabulary.LABEL_JOB: "lm",
         vocabulary.LABEL_ROLE: "leader",
     }
-    assert service["spec"]["ports"][0]["port"] == group.RENDEZVOUS_PORT
+    assert service["spec"]["ports"][0]["port"] == contract.DEFAULT_MASTER_PORT
     leader = pods_for(SPREAD, 4.0)[0]
     labels = leader["metadata"]["labels"]
     assert all(labels[k] == v for k, v in service["spec"]["selector"].items())
