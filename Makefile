@@ -30,10 +30,11 @@ demo: ## run a reference training job to a 90 s deadline on this machine
 crds: ## copy the CRD (single source: crds/) into the chart
 	cp crds/*.yaml helm/decor/crds/
 
-lint: ## ruff + mypy
+lint: ## ruff + mypy + the import contract (.importlinter)
 	$(VENV)/bin/ruff check operator trainer_image tests bench
 	$(VENV)/bin/ruff format --check operator trainer_image tests bench
 	$(VENV)/bin/mypy operator/decor
+	PYTHONPATH=operator:trainer_image $(VENV)/bin/lint-imports
 
 # Where `make install` links the commands: PREFIX/bin (override, e.g. make install PREFIX=~/.local).
 PREFIX ?= /usr/local

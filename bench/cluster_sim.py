@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 import clairvoyant  # noqa: E402
-from decor import control  # noqa: E402
+from decor import control, vocabulary  # noqa: E402
 from decor import planner as pl  # noqa: E402
 
 OUT_DIR = ROOT / "docs" / "benchmarks" / "cluster"
@@ -415,7 +415,7 @@ def _apply(job: SimJob, grant: pl.Grant) -> None:
         job.pause_s = job.restart_cost_s  # checkpoint, restart at the new count
     job.allocation = new
     job.node = grant.node if new > 0 else None
-    job.admitted = grant.verdict in (pl.ADMITTED, pl.SHORTED)
+    job.admitted = grant.verdict in (vocabulary.VERDICT_ADMITTED, vocabulary.VERDICT_SHORTED)
     job.ever_admitted = job.ever_admitted or (job.admitted and job.deadline_s is not None)
     job.allocations.append(new)
 

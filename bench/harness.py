@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
+from decor import vocabulary  # noqa: E402
 from decor.local import LocalOptions, RunSummary, request_deadline, run_local
 from decor.model import parse_job
 from decor.trace import read_trace
@@ -254,8 +255,8 @@ def manifest(
     if initial is not None:
         resources["initial"] = f"{round(initial * 1000)}m"
     doc = {
-        "apiVersion": "decor.dev/v1alpha1",
-        "kind": "DeadlineTrainingJob",
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "metadata": {"name": JOB_NAME},
         "spec": {
             "duration": f"{deadline_s:.3f}s",

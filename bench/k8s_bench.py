@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import benchlib as bl
-from decor import build
+from decor import build, vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
-API_GROUP, API_VERSION, PLURAL = "decor.dev", "v1alpha1", "deadlinetrainingjobs"
 TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
 # The cluster subset of the benchmark: the three reference workloads, the feasible
 # settings, both controllers, two repetitions (60 runs, about 45 min on a 2-core machine).
@@ -181,7 +180,7 @@ def outcome_of(status: dict[str, Any]) -> Outcome | None:
     outcome or has failed."""
     outcome = status.get("outcome")
     phase = status.get("phase") or ""
-    if not outcome and phase != "Failed":
+    if not outcome and phase != vocabulary.PHASE_FAILED:
         return None
     start = parse_rfc3339(status["startTime"]) if status.get("startTime") else math.nan
     finished = None
@@ -271,7 +270,12 @@ class Cluster:
 
     def apply_crd(self) -> None:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{API_GROUP}")
+        kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            f"crd/{vocabulary.PLURAL}.{vocabulary.API_GROUP}",
+        )
 
     def create_namespace(self, hint: str) -> str:
         from kubernetes import client
@@ -288,7 +292,7 @@ class Cluster:
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(
-            API_GROUP, API_VERSION, namespace, PLURAL, name
+            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name
         )
 
     def trainer_pod(self, namespace: str, name: str, pod_name: str | None) -> dict[str, Any] | None:
@@ -307,21 +311,21 @@ class Cluster:
         namespace; strip a finalizer that stays, so nothing hangs in Terminating."""
         try:
             self.custom.delete_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL, job
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, job
             )
         except Exception:  # noqa: BLE001 - already gone
             pass
 
         def gone() -> bool:
             items = self.custom.list_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL
             )["items"]
             return not items
 
         try:
             wait(gone, 60, "job deletion")
         except TimeoutError:
-            kubectl("-n", namespace, "patch", f"{PLURAL}.{API_GROUP}", job, "--type=merge",
+            kubectl("-n", namespace, "patch", f"{vocabulary.PLURAL}.{vocabulary.API_GROUP}", job, "--type=merge",
                     "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
         from kubernetes import client
 
@@ -470,7 +474,7 @@ def run_job(
                 if what == "move":
                     assert scenario.move_to is not None
                     new_s = scenario.move_to * deadline_s
-                    kubectl("-n", namespace, "patch", f"{PLURAL}.{API_GROUP}", job_name,
+                    kubectl("-n", namespace, "patch", f"{vocabulary.PLURAL}.{vocabulary.API_GROUP}", job_name,
                             "--type=merge", "-p", deadline_patch(new_s))  # fmt: skip
                     run.notes["moved_at_s"] = round(time.time() - start_s, 3)
                     run.deadline_s = new_s
@@ -484,7 +488,7 @@ def run_job(
             outcome = outcome_of(status)
             if outcome is not None:
                 run.outcome = outcome
-                if outcome.phase == "Failed":
+                if outcome.phase == vocabulary.PHASE_FAILED:
                     run.error = f"job failed: {_conditions(status)}"
                 break
             if now - created > timeout_s:

@@ -5,7 +5,7 @@
 #                                   python3-prometheus-client, python3-yaml + decor_trainer
 #   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml
 #                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
-#                                   + the decor package
+#                                   + the decor package and decor_trainer.contract
 # Root filesystems come from debootstrap; each stage is cached under $DECOR_CACHE/images keyed
 # by a hash of its inputs; images are OCI archives made by cluster/oci-pack.py (uncompressed
 # layers: the apt/pip stages, then the project's code) and imported with `ctr images import`. Equivalent to
@@ -230,6 +230,9 @@ build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' 
 [ -d "$root/operator/decor" ] || die "operator/decor not found in $root"
 mkdir -p "$odir/$SITE" "$odir/usr/local/bin"
 cp -r "$root/operator/decor" "$odir/$SITE/"
+# the trainer's contract (the names both sides share); nothing else of decor_trainer
+mkdir -p "$odir/$SITE/decor_trainer"
+cp "$root/trainer_image/decor_trainer/__init__.py" "$root/trainer_image/decor_trainer/contract.py" "$odir/$SITE/decor_trainer/"
 find "$odir" -name '__pycache__' -prune -exec rm -rf {} +
 printf '#!/usr/bin/python3\nimport sys\nfrom decor.cli import main\nsys.exit(main())\n' > "$odir/usr/local/bin/decor"
 chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"

@@ -53,6 +53,7 @@ sys.path.insert(0, str(HERE))
 
 import fleet  # noqa: E402
 import measure  # noqa: E402
+from decor import vocabulary  # noqa: E402
 
 OPERATOR_USER = "decor-operator"
 NAMESPACE = "scale"
@@ -126,10 +127,10 @@ class Api:
     def jobs(self) -> list[dict[str, Any]]:
         body = self.raw(
             self.custom.list_namespaced_custom_object,
-            "decor.dev",
-            "v1alpha1",
+            vocabulary.API_GROUP,
+            vocabulary.API_VERSION,
             NAMESPACE,
-            "deadlinetrainingjobs",
+            vocabulary.PLURAL,
         )
         return list(body.get("items") or [])
 
@@ -173,14 +174,14 @@ class ResizeWatch:
         threading.Thread(
             target=watch_forever,
             args=(self.stopped, self.api.core.list_namespaced_pod, (NAMESPACE,), self._seen),
-            kwargs={"label_selector": "decor.dev/job"},
+            kwargs={"label_selector": vocabulary.LABEL_JOB},
             daemon=True,
             name="resize-watch",
         ).start()
 
     def _seen(self, kind: str | None, pod: dict[str, Any], now: float) -> None:
         meta = pod.get("metadata") or {}
-        job = (meta.get("labels") or {}).get("decor.dev/job")
+        job = (meta.get("labels") or {}).get(vocabulary.LABEL_JOB)
         if not job:
             return
         gpus = fleet.gpus_of(pod)
@@ -224,7 +225,7 @@ class AnswerWatch:
             args=(
                 self.stopped,
                 self.api.custom.list_namespaced_custom_object,
-                ("decor.dev", "v1alpha1", NAMESPACE, "deadlinetrainingjobs"),
+                (vocabulary.API_GROUP, vocabulary.API_VERSION, NAMESPACE, "deadlinetrainingjobs"),
                 self._seen,
             ),
             daemon=True,
@@ -340,10 +341,10 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         for plan in plans:
             driver.raw(
                 driver.custom.create_namespaced_custom_object,
-                "decor.dev",
-                "v1alpha1",
+                vocabulary.API_GROUP,
+                vocabulary.API_VERSION,
                 NAMESPACE,
-                "deadlinetrainingjobs",
+                vocabulary.PLURAL,
                 measure.job_manifest(plan, NAMESPACE, args.period_s),
             )
         created_s = time.time()
@@ -360,7 +361,11 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
                 stop_sampling.wait(PROC_SAMPLE_S)
 
         time.sleep(max(0.0, created_s + size.warmup_s - time.time()))  # a fixed warm-up
-        running = sum(1 for j in driver.jobs() if (j.get("status") or {}).get("phase") == "Running")
+        running = sum(
+            1
+            for j in driver.jobs()
+            if (j.get("status") or {}).get("phase") == vocabulary.PHASE_RUNNING
+        )
         print(f"  window starts: {running}/{size.jobs} jobs Running", flush=True)
         operator_before = measure.parse_metrics(
             http_text(f"http://127.0.0.1:{metrics_port}/metrics")
@@ -386,7 +391,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             "every job to end",
             max(0.0, horizon_s - time.time()),
             lambda: all(
-                (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                (j.get("status") or {}).get("phase") in vocabulary.TERMINAL_PHASES
                 for j in driver.jobs()
             ),
         )
@@ -436,8 +441,8 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     ) - measure.metric_sum(prom_before, "prometheus_http_requests_total", handler=query)
     loop_costs: dict[str, Any] = {}
     for key, name in (
-        ("commit", "decor_operator_reconcile_duration_seconds"),
-        ("plan", "decor_operator_plan_duration_seconds"),
+        ("commit", vocabulary.METRIC_RECONCILE_DURATION),
+        ("plan", vocabulary.METRIC_PLAN_DURATION),
     ):
         count, total = measure.histogram_mean_delta(operator_before, operator_after, name)
         loop_costs[f"{key}s_in_window"] = int(count)
@@ -452,7 +457,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
         all_requests=all_requests,
         prometheus_queries=queries,
         lateness_buckets=measure.histogram_delta(
-            operator_before, operator_after, "decor_operator_period_lateness_seconds"
+            operator_before, operator_after, vocabulary.METRIC_PERIOD_LATENESS
         ),
         patches=patch_detail,
         resize_timeout_s=args.resize_timeout_s,
@@ -509,15 +514,15 @@ def schedule_patches(
             time.sleep(max(0.0, at_s - time.time()))  # the patch's scheduled time
             job = api.raw(
                 api.custom.get_namespaced_custom_object,
-                "decor.dev",
-                "v1alpha1",
+                vocabulary.API_GROUP,
+                vocabulary.API_VERSION,
                 NAMESPACE,
-                "deadlinetrainingjobs",
+                vocabulary.PLURAL,
                 plan.name,
             )
             status = job.get("status") or {}
             started = status.get("startTime")
-            if not started or status.get("phase") != "Running":
+            if not started or status.get("phase") != vocabulary.PHASE_RUNNING:
                 continue
             elapsed_s = time.time() - measure.parse_time_s(started)
             remaining_s = max(10.0, plan.duration_s - elapsed_s)
@@ -535,10 +540,10 @@ def schedule_patches(
             sent_s = time.time()
             api.raw(
                 api.custom.patch_namespaced_custom_object,
-                "decor.dev",
-                "v1alpha1",
+                vocabulary.API_GROUP,
+                vocabulary.API_VERSION,
                 NAMESPACE,
-                "deadlinetrainingjobs",
+                vocabulary.PLURAL,
                 plan.name,
                 {"spec": {"duration": f"{duration_s}s"}},
                 _content_type="application/merge-patch+json",

@@ -17,6 +17,7 @@ from typing import Any
 
 from decor import build
 from decor.control import thread_cores
+from decor_trainer import contract
 
 GPU_RESOURCE = build.GPU_RESOURCE
 CPU_SCALING_EXPONENT_BOUNDS = (0.3, 1.0)
@@ -220,8 +221,8 @@ def container_env(container: Mapping[str, Any]) -> dict[str, str]:
 def planned_steps(pod: Mapping[str, Any]) -> tuple[int, int]:
     """(steps planned, steps per epoch) from the environment the operator gives the trainer."""
     env = container_env(trainer_container(pod))
-    epochs = int(env.get(build.ENV_EPOCHS) or 0)
-    per_epoch = int(env.get(build.ENV_STEPS_PER_EPOCH) or 0)
+    epochs = int(env.get(contract.ENV_EPOCHS) or 0)
+    per_epoch = int(env.get(contract.ENV_STEPS_PER_EPOCH) or 0)
     return epochs * per_epoch, per_epoch
 
 

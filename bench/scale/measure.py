@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from decor import vocabulary
+
 RESULT_FIELDS = (
     "jobs",
     "period_s",
@@ -155,8 +157,8 @@ def job_manifest(plan: JobPlan, namespace: str, period_s: float) -> dict[str, An
         pod_spec["volumes"] = [{"name": "checkpoint", "emptyDir": {}}]
         spec["checkpoint"] = {"path": CHECKPOINT_PATH}
     return {
-        "apiVersion": "decor.dev/v1alpha1",
-        "kind": "DeadlineTrainingJob",
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "metadata": {"name": plan.name, "namespace": namespace},
         "spec": spec,
     }

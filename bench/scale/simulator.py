@@ -39,7 +39,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fleet  # noqa: E402  (bench/scale is not a package)
-from decor import build  # noqa: E402
+from decor import (
+    build,  # noqa: E402
+    vocabulary,
+)
 
 log = logging.getLogger("decor.scale.simulator")
 
@@ -237,7 +240,7 @@ def _job_uid(pod: Mapping[str, Any]) -> str:
 def watch_pods(sim: Fleet, core: Any, stopped: threading.Event) -> None:
     from kubernetes import watch
 
-    selector = build.LABEL_JOB
+    selector = vocabulary.LABEL_JOB
     while not stopped.is_set():
         try:
             listed = core.list_pod_for_all_namespaces(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from decor import build, group, policy
+from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
 from decor.lifecycle import (
     Action,
@@ -24,9 +25,7 @@ from decor.lifecycle import (
     WriteStatus,
 )
 from decor.model import JobSpec
-
-if TYPE_CHECKING:  # pragma: no cover
-    from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 

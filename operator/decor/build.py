@@ -17,12 +17,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from decor import control, podsecurity
+from decor_trainer import contract
+
+from decor import control, podsecurity, vocabulary
 from decor.model import (
-    API_GROUP,
-    API_VERSION,
     GPU_RESOURCE,
-    KIND,
     JobSpec,
     ManifestError,
     format_cpu,
@@ -41,16 +40,6 @@ from decor.policy import (
 )
 
 # --- names shared with the cluster ---------------------------------------------------------
-
-LABEL_JOB = "decor.dev/job"
-"""Label on every trainer pod: the name of its DeadlineTrainingJob."""
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "decor-operator"
-LABEL_JOB_UID = "decor.dev/job-uid"
-"""Label on a checkpoint claim DECOR made: the uid of the job it was made for (a claim is a
-job's only when this matches: a leftover of an earlier job of the same name is not)."""
-ANNOTATION_ALLOCATION = "decor.dev/allocation"
-"""Annotation on a trainer pod: the allocation it was created with (informational)."""
 
 SIDECAR_NAME = "decor-metrics"
 SIDECAR_MODULE = "decor_trainer.sidecar"
@@ -93,108 +82,12 @@ a namespace whose ResourceQuota covers ``limits.cpu`` accepts the pod. Measured:
 imports in ~0.1 CPU-second and holds ~20 MiB; a scrape costs about a millisecond."""
 PROGRESS_VOLUME_SIZE = "1Mi"
 
-# Environment the trainer reads (docs/contract.md).
-ENV_EPOCHS = "DECOR_EPOCHS"
-ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
-ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
-ENV_METRICS_PORT = "DECOR_METRICS_PORT"
-ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
-ENV_WORKERS = "DECOR_WORKERS"
-"""GPU mode: worker processes the trainer runs, = the allocated GPU count (one per GPU; on
-nodes without real devices, such as the test bed's fake GPUs, that many CPU workers)."""
-ENV_BATCH_POLICY = "DECOR_BATCH_POLICY"
-"""GPU mode: spec.resources.batchPolicy in the trainer's words (decor_trainer.distributed)."""
-BATCH_POLICY_NAMES = {"fixedGlobal": "fixed-global", "scaleWithWorkers": "scale-with-workers"}
+BATCH_POLICY_NAMES = {
+    "fixedGlobal": contract.POLICY_FIXED_GLOBAL,
+    "scaleWithWorkers": contract.POLICY_SCALE_WITH_WORKERS,
+}
+"""spec.resources.batchPolicy in the trainer's words (decor_trainer.distributed)."""
 
-# --- phases ----------------------------------------------------------------------------------
-
-PHASE_PENDING = "Pending"  # no trainer pod running yet (created, scheduling, starting)
-PHASE_RUNNING = "Running"  # the trainer runs and the controller acts every period
-PHASE_RESTARTING = "Restarting"  # the trainer pod is being replaced (GPU change, pod lost)
-PHASE_SUSPENDED = "Suspended"  # spec.suspend: no pod, controller state kept
-PHASE_SUCCEEDED = "Succeeded"  # all planned steps done (see status.outcome)
-PHASE_FAILED = "Failed"  # the trainer failed more often than the operator retries
-PHASE_QUEUED = "Queued"  # not admitted (yet): the planner cannot meet its deadline now
-PHASES: tuple[str, ...] = (
-    PHASE_QUEUED,
-    PHASE_PENDING,
-    PHASE_RUNNING,
-    PHASE_RESTARTING,
-    PHASE_SUSPENDED,
-    PHASE_SUCCEEDED,
-    PHASE_FAILED,
-)
-TERMINAL_PHASES = frozenset({PHASE_SUCCEEDED, PHASE_FAILED})
-
-# --- condition types (the controller's, shared with control.py) ----------------------------
-
-CONDITION_ADMITTED = "Admitted"  # the planner's verdict; reason = planner.ADMITTED, QUEUED, ...
-CONDITION_STALLED = "Stalled"  # the trainer runs but has completed no step for a while
-CONDITION_TYPES: tuple[str, ...] = (
-    CONDITION_ADMITTED,
-    CONDITION_STALLED,
-    control.ON_TRACK,
-    control.AT_RISK,
-    control.INFEASIBLE,
-    control.METRICS_UNAVAILABLE,
-    control.COMPLETE,
-    control.DEADLINE_MISSED,
-)
-
-# --- condition reasons ------------------------------------------------------------------------
-
-REASON_MEASURING_SPEED = "MeasuringSpeed"  # too little progress seen yet to predict anything
-REASON_PREDICTED_ON_TIME = "PredictedOnTime"  # the plan finishes by the deadline with headroom
-REASON_NEEDS_NEAR_MAX = "NeedsNearMax"  # the plan needs more than 90% of resources.max
-REASON_BEHIND_AT_MAX = "BehindAtMax"  # decor-nn: behind the set point while at resources.max
-REASON_EVEN_MAX_TOO_SLOW = "EvenMaxTooSlow"  # the speed model says max finishes late
-REASON_DEADLINE_IN_PAST = "DeadlineInPast"  # the deadline had passed when it was set
-REASON_FEASIBLE = "Feasible"  # Infeasible cleared: max (or less) makes the deadline
-REASON_NO_PROGRESS_SAMPLE = "NoProgressSample"  # /metrics or Prometheus gave no usable sample
-REASON_METRICS_OK = "ProgressSampled"  # MetricsUnavailable cleared: a sample was read
-REASON_DEADLINE_PASSED = "DeadlinePassed"  # now is past the deadline and steps remain
-REASON_BEFORE_DEADLINE = "BeforeDeadline"  # DeadlineMissed cleared (e.g. deadline moved later)
-REASON_FINISHED = "AllStepsDone"  # Complete: every planned step is done
-REASON_FINISHED_LATE = "FinishedLate"  # DeadlineMissed at completion: finished after it
-REASON_FINISHED_ON_TIME = "FinishedOnTime"  # DeadlineMissed cleared at completion
-REASON_RUNNING = "Running"  # Complete is False while steps remain
-REASON_INVALID_SPEC = "InvalidSpec"  # the spec passed the API server but not the model
-REASON_CREATE_REFUSED = "CreateRefused"  # the API refused a trainer pod (admission, quota, 422)
-REASON_TRAINER_FAILED = "TrainerFailed"  # the trainer pod failed more than the retry budget
-REASON_EXITED_EARLY = "ExitedEarly"  # the trainer exited 0 before its planned steps
-REASON_CRASH_LOOP = "CrashLoop"  # the trainer crashed (restarted in place) past the budget
-REASON_UNSCHEDULABLE = "Unschedulable"  # a pod could not be placed: back to what last ran
-REASON_NO_NEW_STEPS = "NoNewSteps"  # Stalled: the trainer runs but completes no step
-REASON_STEPS_MOVING = "StepsMoving"  # Stalled cleared
-
-# --- event reasons ----------------------------------------------------------------------------
-
-EVENT_POD_CREATED = "PodCreated"  # a trainer pod was created (first start or recreation)
-EVENT_RESIZED = "Resized"  # an in-place CPU resize was requested
-EVENT_RESIZE_INFEASIBLE = "ResizeInfeasible"  # the kubelet cannot fit a resize on the node
-EVENT_RESTARTING = "Restarting"  # the trainer pod was deleted to change the GPU count
-EVENT_POD_LOST = "PodLost"  # the trainer pod vanished or failed; recreated from checkpoint
-EVENT_UNSCHEDULABLE = REASON_UNSCHEDULABLE  # a pod waited too long to be placed; fell back
-EVENT_STALLED = CONDITION_STALLED  # the trainer completes no step
-EVENT_QUEUED = "Queued"  # not admitted: its deadline cannot be met without making another late
-EVENT_ADMITTED = "Admitted"  # admitted after waiting in the queue
-EVENT_PREEMPTED = "Preempted"  # gave its capacity to a higher-priority job; waits in the queue
-EVENT_SHORTED = "Shorted"  # admitted, but its node cannot hold what it needs now
-EVENT_SUSPENDED = "Suspended"  # spec.suspend: the trainer pod was deleted
-EVENT_RESUMED = "Resumed"  # spec.suspend cleared: a pod resumes from the checkpoint
-EVENT_DEADLINE_CHANGED = "DeadlineChanged"  # spec.deadline/duration moved the deadline
-EVENT_DEADLINE_IN_PAST = REASON_DEADLINE_IN_PAST  # Infeasible at admission: runs at max
-EVENT_INFEASIBLE = control.INFEASIBLE  # the speed model says even max finishes late
-EVENT_AT_RISK = control.AT_RISK  # the plan needs nearly all of resources.max
-EVENT_DEADLINE_MISSED = control.DEADLINE_MISSED  # the deadline passed with steps remaining
-EVENT_METRICS_UNAVAILABLE = control.METRICS_UNAVAILABLE  # progress unreadable; holding
-EVENT_METRICS_RECOVERED = "MetricsRecovered"  # progress readable again
-EVENT_COMPLETED = "Completed"  # all steps done; message gives the deviation
-EVENT_FAILED = "Failed"  # gave up after repeated trainer failures
-EVENT_INVALID_SPEC = REASON_INVALID_SPEC
-
-EVENT_NORMAL = "Normal"
-EVENT_WARNING = "Warning"
 EVENT_MESSAGE_MAX_CHARS = 1024
 
 
@@ -261,8 +154,8 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
     """
     meta = job["metadata"]
     return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
@@ -326,9 +219,9 @@ def build_checkpoint_claim(
         "name": checkpoint_claim_name(meta["name"]),
         "namespace": meta.get("namespace") or spec.namespace,
         "labels": {
-            LABEL_JOB: meta["name"],
-            LABEL_JOB_UID: meta["uid"],
-            LABEL_MANAGED_BY: MANAGED_BY,
+            vocabulary.LABEL_JOB: meta["name"],
+            vocabulary.LABEL_JOB_UID: meta["uid"],
+            vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
         },
     }
     if not spec.checkpoint.keep:
@@ -351,7 +244,10 @@ def claim_is_jobs(claim: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
     """Whether ``claim`` was made by DECOR for ``job`` itself (its uid), not for an earlier
     job of the same name (``keep``) nor by anyone else."""
     labels = (claim.get("metadata") or {}).get("labels") or {}
-    return bool(labels.get(LABEL_JOB_UID)) and labels.get(LABEL_JOB_UID) == job["metadata"]["uid"]
+    return (
+        bool(labels.get(vocabulary.LABEL_JOB_UID))
+        and labels.get(vocabulary.LABEL_JOB_UID) == job["metadata"]["uid"]
+    )
 
 
 def _restricted_container(container: Mapping[str, Any]) -> dict[str, Any]:
@@ -457,15 +353,15 @@ def build_trainer_pod(
     job_meta = job["metadata"]
     labels = {
         **(template_meta.get("labels") or {}),
-        LABEL_JOB: job_meta["name"],
-        LABEL_MANAGED_BY: MANAGED_BY,
+        vocabulary.LABEL_JOB: job_meta["name"],
+        vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
     }
     annotations = {
         **(template_meta.get("annotations") or {}),
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(spec.metrics.port),
         "prometheus.io/path": spec.metrics.path,
-        ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
+        vocabulary.ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
     }
     return {
         "apiVersion": "v1",
@@ -504,18 +400,18 @@ def _trainer_env(
     """The trainer's environment (docs/contract.md); ours replace same-named entries of the
     template."""
     env = [dict(e) for e in trainer.get("env") or []]
-    env = upsert_env(env, ENV_EPOCHS, str(spec.epochs))
+    env = upsert_env(env, contract.ENV_EPOCHS, str(spec.epochs))
     if spec.steps_per_epoch is not None:
-        env = upsert_env(env, ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
+        env = upsert_env(env, contract.ENV_STEPS_PER_EPOCH, str(spec.steps_per_epoch))
     if spec.checkpoint.path:
-        env = upsert_env(env, ENV_CHECKPOINT_DIR, spec.checkpoint.path)
-    env = upsert_env(env, ENV_METRICS_PORT, str(spec.metrics.port))
-    env = upsert_env(env, ENV_PROGRESS_FILE, PROGRESS_FILE)
+        env = upsert_env(env, contract.ENV_CHECKPOINT_DIR, spec.checkpoint.path)
+    env = upsert_env(env, contract.ENV_METRICS_PORT, str(spec.metrics.port))
+    env = upsert_env(env, contract.ENV_PROGRESS_FILE, PROGRESS_FILE)
     if spec.resources.mode == "gpu":
-        env = upsert_env(env, ENV_WORKERS, format_allocation("gpu", allocation))
+        env = upsert_env(env, contract.ENV_WORKERS, format_allocation("gpu", allocation))
         if spec.resources.batch_policy is not None:
             policy = BATCH_POLICY_NAMES[spec.resources.batch_policy]
-            env = upsert_env(env, ENV_BATCH_POLICY, policy)
+            env = upsert_env(env, contract.ENV_BATCH_POLICY, policy)
     return env
 
 
@@ -745,54 +641,87 @@ def conditions_for_decision(
             result, type_, status, reason, text, now_s=now_s, generation=generation
         )
 
-    if decision_condition == control.METRICS_UNAVAILABLE:
-        put(control.METRICS_UNAVAILABLE, True, REASON_NO_PROGRESS_SAMPLE, message)
+    if decision_condition == vocabulary.CONDITION_METRICS_UNAVAILABLE:
+        put(
+            vocabulary.CONDITION_METRICS_UNAVAILABLE,
+            True,
+            vocabulary.REASON_NO_PROGRESS_SAMPLE,
+            message,
+        )
         return result
-    put(control.METRICS_UNAVAILABLE, False, REASON_METRICS_OK, "progress was sampled")
-    put(control.COMPLETE, False, REASON_RUNNING, "steps remain")
+    put(
+        vocabulary.CONDITION_METRICS_UNAVAILABLE,
+        False,
+        vocabulary.REASON_METRICS_OK,
+        "progress was sampled",
+    )
+    put(vocabulary.CONDITION_COMPLETE, False, vocabulary.REASON_RUNNING, "steps remain")
     if deadline_was_past:
         infeasible: tuple[bool, str, str] = (
             True,
-            REASON_DEADLINE_IN_PAST,
+            vocabulary.REASON_DEADLINE_IN_PAST,
             "the deadline had passed when it was set; running at max",
         )
     else:
-        infeasible = (False, REASON_FEASIBLE, "max is enough to make the deadline")
-    if decision_condition == control.STARTING:
-        put(control.ON_TRACK, None, REASON_MEASURING_SPEED, message)
+        infeasible = (False, vocabulary.REASON_FEASIBLE, "max is enough to make the deadline")
+    if decision_condition == vocabulary.DECISION_STARTING:
+        put(vocabulary.CONDITION_ON_TRACK, None, vocabulary.REASON_MEASURING_SPEED, message)
         if deadline_was_past:
-            put(control.INFEASIBLE, *infeasible)
-    elif decision_condition == control.ON_TRACK:
-        put(control.ON_TRACK, True, REASON_PREDICTED_ON_TIME, message)
-        put(control.AT_RISK, False, REASON_PREDICTED_ON_TIME, message)
-        put(control.INFEASIBLE, *infeasible)
-        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
-    elif decision_condition == control.AT_RISK:
-        reason = REASON_BEHIND_AT_MAX if "set point" in message else REASON_NEEDS_NEAR_MAX
-        put(control.ON_TRACK, False, reason, message)
-        put(control.AT_RISK, True, reason, message)
-        put(control.INFEASIBLE, *infeasible)
-        put(control.DEADLINE_MISSED, False, REASON_BEFORE_DEADLINE, "the deadline has not passed")
-    elif decision_condition == control.INFEASIBLE:
-        reason = REASON_DEADLINE_IN_PAST if deadline_was_past else REASON_EVEN_MAX_TOO_SLOW
-        put(control.ON_TRACK, False, reason, message)
-        put(control.AT_RISK, True, reason, message)
-        put(control.INFEASIBLE, True, reason, message)
+            put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
+    elif decision_condition == vocabulary.CONDITION_ON_TRACK:
+        put(vocabulary.CONDITION_ON_TRACK, True, vocabulary.REASON_PREDICTED_ON_TIME, message)
+        put(vocabulary.CONDITION_AT_RISK, False, vocabulary.REASON_PREDICTED_ON_TIME, message)
+        put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
+        put(
+            vocabulary.CONDITION_DEADLINE_MISSED,
+            False,
+            vocabulary.REASON_BEFORE_DEADLINE,
+            "the deadline has not passed",
+        )
+    elif decision_condition == vocabulary.CONDITION_AT_RISK:
+        reason = (
+            vocabulary.REASON_BEHIND_AT_MAX
+            if "set point" in message
+            else vocabulary.REASON_NEEDS_NEAR_MAX
+        )
+        put(vocabulary.CONDITION_ON_TRACK, False, reason, message)
+        put(vocabulary.CONDITION_AT_RISK, True, reason, message)
+        put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
+        put(
+            vocabulary.CONDITION_DEADLINE_MISSED,
+            False,
+            vocabulary.REASON_BEFORE_DEADLINE,
+            "the deadline has not passed",
+        )
+    elif decision_condition == vocabulary.CONDITION_INFEASIBLE:
+        reason = (
+            vocabulary.REASON_DEADLINE_IN_PAST
+            if deadline_was_past
+            else vocabulary.REASON_EVEN_MAX_TOO_SLOW
+        )
+        put(vocabulary.CONDITION_ON_TRACK, False, reason, message)
+        put(vocabulary.CONDITION_AT_RISK, True, reason, message)
+        put(vocabulary.CONDITION_INFEASIBLE, True, reason, message)
         if deadline_was_past:
-            put(control.DEADLINE_MISSED, True, REASON_DEADLINE_PASSED, "the deadline has passed")
+            put(
+                vocabulary.CONDITION_DEADLINE_MISSED,
+                True,
+                vocabulary.REASON_DEADLINE_PASSED,
+                "the deadline has passed",
+            )
         else:
             put(
-                control.DEADLINE_MISSED,
+                vocabulary.CONDITION_DEADLINE_MISSED,
                 False,
-                REASON_BEFORE_DEADLINE,
+                vocabulary.REASON_BEFORE_DEADLINE,
                 "the deadline has not passed",
             )
-    elif decision_condition == control.DEADLINE_MISSED:
-        put(control.ON_TRACK, False, REASON_DEADLINE_PASSED, message)
-        put(control.AT_RISK, True, REASON_DEADLINE_PASSED, message)
+    elif decision_condition == vocabulary.CONDITION_DEADLINE_MISSED:
+        put(vocabulary.CONDITION_ON_TRACK, False, vocabulary.REASON_DEADLINE_PASSED, message)
+        put(vocabulary.CONDITION_AT_RISK, True, vocabulary.REASON_DEADLINE_PASSED, message)
         if deadline_was_past:
-            put(control.INFEASIBLE, *infeasible)
-        put(control.DEADLINE_MISSED, True, REASON_DEADLINE_PASSED, message)
+            put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
+        put(vocabulary.CONDITION_DEADLINE_MISSED, True, vocabulary.REASON_DEADLINE_PASSED, message)
     return result
 
 
@@ -809,16 +738,16 @@ def conditions_for_deadline(
     it is visible even while the trainer pod is still starting; moving it to the future again
     clears that (other Infeasible reasons are the controller's to clear).
     """
-    current = get_condition(conditions, control.INFEASIBLE) or {}
+    current = get_condition(conditions, vocabulary.CONDITION_INFEASIBLE) or {}
     if deadline_was_past:
         return set_condition(
-            conditions, control.INFEASIBLE, True, REASON_DEADLINE_IN_PAST,
+            conditions, vocabulary.CONDITION_INFEASIBLE, True, vocabulary.REASON_DEADLINE_IN_PAST,
             "the deadline had passed when it was set; running at max",
             now_s=now_s, generation=generation,
         )  # fmt: skip
-    if current.get("reason") == REASON_DEADLINE_IN_PAST:
+    if current.get("reason") == vocabulary.REASON_DEADLINE_IN_PAST:
         return set_condition(
-            conditions, control.INFEASIBLE, False, REASON_FEASIBLE, "the deadline moved to the future",
+            conditions, vocabulary.CONDITION_INFEASIBLE, False, vocabulary.REASON_FEASIBLE, "the deadline moved to the future",
             now_s=now_s, generation=generation,
         )  # fmt: skip
     return [dict(c) for c in conditions]
@@ -829,7 +758,7 @@ def conditions_at_admission(
 ) -> list[dict[str, Any]]:
     """Conditions of a job the operator has just taken on (no progress seen yet)."""
     conditions = set_condition(
-        [], control.ON_TRACK, None, REASON_MEASURING_SPEED, "waiting for the first progress sample",
+        [], vocabulary.CONDITION_ON_TRACK, None, vocabulary.REASON_MEASURING_SPEED, "waiting for the first progress sample",
         now_s=now_s, generation=generation,
     )  # fmt: skip
     return conditions_for_deadline(
@@ -855,16 +784,21 @@ def conditions_for_completion(
         else "no deadline (best effort)"
     )
     for type_, status, reason, message in (
-        (control.COMPLETE, True, REASON_FINISHED, f"all planned steps done, {when}"),
         (
-            control.DEADLINE_MISSED,
+            vocabulary.CONDITION_COMPLETE,
+            True,
+            vocabulary.REASON_FINISHED,
+            f"all planned steps done, {when}",
+        ),
+        (
+            vocabulary.CONDITION_DEADLINE_MISSED,
             late,
-            REASON_FINISHED_LATE if late else REASON_FINISHED_ON_TIME,
+            vocabulary.REASON_FINISHED_LATE if late else vocabulary.REASON_FINISHED_ON_TIME,
             when,
         ),
-        (control.ON_TRACK, False, REASON_FINISHED, "finished"),
-        (control.AT_RISK, False, REASON_FINISHED, "finished"),
-        (control.METRICS_UNAVAILABLE, False, REASON_FINISHED, "finished"),
+        (vocabulary.CONDITION_ON_TRACK, False, vocabulary.REASON_FINISHED, "finished"),
+        (vocabulary.CONDITION_AT_RISK, False, vocabulary.REASON_FINISHED, "finished"),
+        (vocabulary.CONDITION_METRICS_UNAVAILABLE, False, vocabulary.REASON_FINISHED, "finished"),
     ):
         result = set_condition(
             result, type_, status, reason, message, now_s=now_s, generation=generation
@@ -1004,7 +938,7 @@ def build_event(
     message: str,
     *,
     now_s: float,
-    component: str = MANAGED_BY,
+    component: str = vocabulary.MANAGED_BY,
     instance: str = "",
     action: str | None = None,
 ) -> dict[str, Any]:
@@ -1017,8 +951,8 @@ def build_event(
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
         "involvedObject": {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": KIND,
+            "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+            "kind": vocabulary.KIND,
             "name": meta["name"],
             "namespace": namespace,
             "uid": meta.get("uid"),
@@ -1030,7 +964,7 @@ def build_event(
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,
-        "reportingComponent": f"{API_GROUP}/{component}",
+        "reportingComponent": f"{vocabulary.API_GROUP}/{component}",
         "reportingInstance": instance or component,
     }
     if action:

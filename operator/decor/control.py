@@ -30,14 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-# Condition types the controller reports (also the Kubernetes condition types).
-ON_TRACK = "OnTrack"  # the job is predicted to finish by its deadline with headroom
-AT_RISK = "AtRisk"  # it needs more than 90% of MAX to make the deadline
-INFEASIBLE = "Infeasible"  # even MAX cannot make the deadline; running at MAX
-METRICS_UNAVAILABLE = "MetricsUnavailable"  # no usable progress sample; allocation held
-COMPLETE = "Complete"  # all planned steps are done
-DEADLINE_MISSED = "DeadlineMissed"  # the deadline passed before the job completed
-STARTING = "Starting"  # not enough progress seen yet to predict anything
+from decor import vocabulary
 
 STATE_VERSION = 2
 """Version of the stored controller state (1: before it carried a version)."""
@@ -356,14 +349,14 @@ def decide(
         return Decision(
             allocation=state.allocation,
             state=state,
-            condition=METRICS_UNAVAILABLE,
+            condition=vocabulary.CONDITION_METRICS_UNAVAILABLE,
             message=f"no progress sample; holding {state.allocation:g}",
         )
     if observation.complete:
         return Decision(
             allocation=state.allocation,
             state=replace(state, last_time_s=observation.time_s, last_steps=observation.steps_done),
-            condition=COMPLETE,
+            condition=vocabulary.CONDITION_COMPLETE,
             message="all planned steps done",
             eta_s=observation.time_s,
         )
@@ -390,7 +383,7 @@ def _decide_decor_nn(state: State, obs: Observation, settings: Settings, now: fl
         return Decision(
             allocation=state.allocation,
             state=replace(state, integral=integral, decisions=state.decisions + 1),
-            condition=ON_TRACK,
+            condition=vocabulary.CONDITION_ON_TRACK,
             message="GPU change pending",
         )
     integral += u_p * settings.period_s / settings.ti_s
@@ -416,10 +409,13 @@ def _nn_condition(
     settings: Settings, obs: Observation, now: float, error: float, u: float
 ) -> tuple[str, str]:
     if now > settings.deadline_s:
-        return DEADLINE_MISSED, f"deadline passed at {obs.progress:.1%} progress"
+        return (
+            vocabulary.CONDITION_DEADLINE_MISSED,
+            f"deadline passed at {obs.progress:.1%} progress",
+        )
     if error > 0.05 and u >= settings.max_allocation:
-        return AT_RISK, f"{error:.1%} behind the set point at MAX"
-    return ON_TRACK, f"{error:+.2%} from the set point"
+        return vocabulary.CONDITION_AT_RISK, f"{error:.1%} behind the set point at MAX"
+    return vocabulary.CONDITION_ON_TRACK, f"{error:+.2%} from the set point"
 
 
 # ---------------------------------------------------------------------------------------
@@ -460,7 +456,9 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     plan = _cpu_plan(period)
     target = _damped(period, plan, learned.settled_now)
     condition = (
-        AT_RISK if plan.wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation else ON_TRACK
+        vocabulary.CONDITION_AT_RISK
+        if plan.wanted > AT_RISK_FRACTION_OF_MAX * settings.max_allocation
+        else vocabulary.CONDITION_ON_TRACK
     )
     eta = obs.time_s + period.remaining * step_time(target)
     message = (
@@ -580,26 +578,43 @@ def _unplanned(
             settings.max_allocation,
             now,
             obs,
-            INFEASIBLE,
+            vocabulary.CONDITION_INFEASIBLE,
             "the deadline was already past when the job started; running at MAX",
             None,
         )
     if step_time is None:
         return Decision(
-            allocation=state.allocation, state=base, condition=STARTING, message="measuring speed"
+            allocation=state.allocation,
+            state=base,
+            condition=vocabulary.DECISION_STARTING,
+            message="measuring speed",
         )
     remaining = obs.steps_total - obs.steps_done
     eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
     if now >= settings.deadline_s:
         message = f"deadline passed at {obs.progress:.1%}; running at MAX"
         return _hold_or_change(
-            base, settings, settings.max_allocation, now, obs, DEADLINE_MISSED, message, eta_at_max
+            base,
+            settings,
+            settings.max_allocation,
+            now,
+            obs,
+            vocabulary.CONDITION_DEADLINE_MISSED,
+            message,
+            eta_at_max,
         )
     if eta_at_max > settings.deadline_s:
         late_by = eta_at_max - settings.deadline_s
         message = f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX"
         return _hold_or_change(
-            base, settings, settings.max_allocation, now, obs, INFEASIBLE, message, eta_at_max
+            base,
+            settings,
+            settings.max_allocation,
+            now,
+            obs,
+            vocabulary.CONDITION_INFEASIBLE,
+            message,
+            eta_at_max,
         )
     return None
 
@@ -969,7 +984,7 @@ def _decide_gpu(
     current = base.allocation
     if obs.pending or base.change_pending_since_s is not None:
         eta = obs.time_s + remaining * step_time(current)
-        return Decision(current, base, ON_TRACK, "GPU change pending", eta)
+        return Decision(current, base, vocabulary.CONDITION_ON_TRACK, "GPU change pending", eta)
     target_s = settings.target_s
 
     def finish(g: float) -> float:
@@ -1015,7 +1030,9 @@ def _decide_gpu(
     else:
         choice = min(candidates, key=finish)
     condition = (
-        AT_RISK if choice >= settings.max_allocation and finish(choice) > target_s else ON_TRACK
+        vocabulary.CONDITION_AT_RISK
+        if choice >= settings.max_allocation and finish(choice) > target_s
+        else vocabulary.CONDITION_ON_TRACK
     )
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
@@ -1092,6 +1109,6 @@ def follow_grant(
     condition, message = decision.condition, decision.message
     if granted < decision.allocation - 1e-9:
         message = f"granted {granted:g} of the {decision.allocation:g} needed; {message}"
-        if condition == ON_TRACK:
-            condition = AT_RISK
+        if condition == vocabulary.CONDITION_ON_TRACK:
+            condition = vocabulary.CONDITION_AT_RISK
     return replace(decision, allocation=granted, state=state, condition=condition, message=message)

@@ -21,29 +21,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from decor import build, planner
+from decor_trainer import contract
+
+from decor import build, planner, vocabulary
 from decor.model import JobSpec
 from decor.policy import CheckpointStorage
 
-LABEL_ROLE = "decor.dev/role"
-"""Label on the pods of a several-pod job: ``leader`` (global rank 0) or ``worker``."""
-ROLE_LEADER = "leader"
-ROLE_WORKER = "worker"
-LABEL_LEADER = "decor.dev/leader"
-"""Label on a worker pod: the name of its group's leader pod."""
 ENV_GROUP_PODS = "DECOR_GROUP_PODS"
 """On every trainer pod's trainer container: how many pods its group has (itself included).
 Read back by :func:`group_size` from the pod's spec, which DECOR writes and nobody can
 change after creation; never from metadata, which anyone who may patch pods can write."""
 
-ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
-"""Workers across all of the job's pods (the trainer's WORLD_SIZE)."""
-ENV_RANK_OFFSET = "DECOR_RANK_OFFSET"
-"""Global rank of this pod's first worker."""
-ENV_MASTER_ADDR = "MASTER_ADDR"
-ENV_MASTER_PORT = "MASTER_PORT"
-RENDEZVOUS_PORT = 29500
-"""TCP port of the c10d store on the leader (torch.distributed's customary default)."""
 LEADER_ADDRESS = "127.0.0.1"
 """The leader's own workers reach the store in their pod, not through the Service."""
 RENDEZVOUS_SUFFIX = "-rendezvous"
@@ -108,22 +96,28 @@ def build_trainer_group(
         trainer = pod["spec"]["containers"][0]
         env = trainer["env"]
         for key, value in (
-            (ENV_WORLD_SIZE, str(world)),
-            (ENV_RANK_OFFSET, str(offset)),
-            (ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
-            (ENV_MASTER_PORT, str(RENDEZVOUS_PORT)),
+            (contract.ENV_WORLD_SIZE, str(world)),
+            (contract.ENV_RANK_OFFSET, str(offset)),
+            (contract.ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
+            (contract.ENV_MASTER_PORT, str(contract.DEFAULT_MASTER_PORT)),
             (ENV_GROUP_PODS, str(len(counts))),
         ):
             env = build.upsert_env(env, key, value)
         trainer["env"] = env
         meta = pod["metadata"]
-        meta["labels"][LABEL_ROLE] = ROLE_LEADER if is_leader else ROLE_WORKER
+        meta["labels"][vocabulary.LABEL_ROLE] = (
+            vocabulary.ROLE_LEADER if is_leader else vocabulary.ROLE_WORKER
+        )
         if is_leader:
             trainer.setdefault("ports", []).append(
-                {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+                {
+                    "name": "rendezvous",
+                    "containerPort": contract.DEFAULT_MASTER_PORT,
+                    "protocol": "TCP",
+                }
             )
         else:
-            meta["labels"][LABEL_LEADER] = leader
+            meta["labels"][vocabulary.LABEL_LEADER] = leader
             meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
         pods.append(pod)
         offset += count
@@ -139,17 +133,23 @@ def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": rendezvous_service_name(meta["name"]),
             "namespace": meta.get("namespace") or "default",
-            "labels": {build.LABEL_JOB: meta["name"], build.LABEL_MANAGED_BY: build.MANAGED_BY},
+            "labels": {
+                vocabulary.LABEL_JOB: meta["name"],
+                vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
+            },
             "ownerReferences": [build.owner_reference(job)],
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {build.LABEL_JOB: meta["name"], LABEL_ROLE: ROLE_LEADER},
+            "selector": {
+                vocabulary.LABEL_JOB: meta["name"],
+                vocabulary.LABEL_ROLE: vocabulary.ROLE_LEADER,
+            },
             "ports": [
                 {
                     "name": "rendezvous",
-                    "port": RENDEZVOUS_PORT,
-                    "targetPort": RENDEZVOUS_PORT,
+                    "port": contract.DEFAULT_MASTER_PORT,
+                    "targetPort": contract.DEFAULT_MASTER_PORT,
                     "protocol": "TCP",
                 }
             ],

@@ -12,10 +12,9 @@ Where status goes, on purpose: the loop writes ``status`` itself through the sta
 subresource (every field is declared in the CRD); handlers return None, so kopf writes no
 ``status.<handler_id>``; kopf's own bookkeeping goes to ``decor.dev/`` annotations.
 
-Operator metrics (prometheus_client, no per-job labels): ``decor_operator_actuations_total``
-{kind}, ``decor_operator_reconcile_errors_total``, ``decor_operator_jobs`` {phase},
-``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
-``decor_operator_plan_duration_seconds``.
+Configuration lives in :mod:`decor.config`, the operator's own metrics in
+:mod:`decor.operator_metrics`; this module is the only one that imports kopf, and only the
+entry point (``decor operator``) imports it.
 """
 
 from __future__ import annotations
@@ -24,203 +23,33 @@ import argparse
 import asyncio
 import logging
 import os
-import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
-from decor import build, metrics, planner
+from decor import vocabulary
+from decor.config import (
+    DEFAULT_OPERATOR_METRICS_PORT,
+    ENV_HEALTH_ADDRESS,
+    ENV_HEALTH_PORT,
+    ENV_LOG_LEVEL,
+    ENV_METRICS_ADDRESS,
+    ENV_METRICS_PORT,
+    ENV_PROMETHEUS_URL,
+    ENV_WATCH_NAMESPACE,
+    OperatorConfig,
+)
 from decor.kube import Kube
-from decor.lifecycle import ACTUATIONS
 from decor.loop import IDLE_PERIOD_S, ControlLoop
-from decor.model import API_GROUP, API_VERSION, PLURAL
-from decor.policy import CheckpointStorage, TemplatePolicy
+from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView
 from decor.watch import ClusterWatch
 
 log = logging.getLogger("decor.operator")
-
-# --- configuration (environment) -----------------------------------------------------------
-
-ENV_PROMETHEUS_URL = "DECOR_PROMETHEUS_URL"
-"""Base URL of a Prometheus server to read progress from; unset: scrape pods directly."""
-ENV_METRICS_PORT = "DECOR_METRICS_PORT"
-"""Port of the operator's own /metrics (0 disables it)."""
-ENV_LOG_LEVEL = "DECOR_LOG_LEVEL"
-"""DEBUG, INFO (default), WARNING or ERROR."""
-ENV_SIDECAR_IMAGE = "DECOR_SIDECAR_IMAGE"
-"""Image of the metrics sidecar; unset: the trainer's own image."""
-ENV_METRICS_ADDRESS = "DECOR_METRICS_ADDRESS"
-"""Address the operator's own /metrics binds to (default 0.0.0.0)."""
-ENV_HEALTH_ADDRESS = "DECOR_HEALTH_ADDRESS"
-"""Address kopf's liveness endpoint binds to (default 0.0.0.0)."""
-ENV_HEALTH_PORT = "DECOR_HEALTH_PORT"
-"""Port of kopf's liveness endpoint /healthz (unset: none)."""
-ENV_SCRAPE_VIA = "DECOR_SCRAPE_VIA"
-"""How to reach a trainer's /metrics without Prometheus: ``direct`` (pod IP, the default) or
-``apiserver`` (the API server's pod proxy: for an operator outside the pod network)."""
-SCRAPE_DIRECT = "direct"
-SCRAPE_APISERVER = "apiserver"
-ENV_WATCH_NAMESPACE = "DECOR_WATCH_NAMESPACE"
-"""Serve only this namespace when run_operator is given none (empty: all namespaces)."""
-ENV_WATCH_NODES = "DECOR_WATCH_NODES"
-"""``true`` (default): watch nodes and every pod cluster-wide so the planner knows capacity;
-``false``: no arbitration (each job gets what its law asks; for a namespaced install)."""
-ENV_PLANNER_POLICY = "DECOR_PLANNER_POLICY"
-"""The planner's policy: decor (default), elasticflow, edf, decor-nn or none."""
-ENV_STALL_TIMEOUT_S = "DECOR_STALL_TIMEOUT_SECONDS"
-"""A running trainer that completes no step for this long is reported Stalled (default 120)."""
-ENV_UNSCHEDULABLE_WAIT_S = "DECOR_UNSCHEDULABLE_WAIT_SECONDS"
-"""How long a trainer pod may stay unschedulable before the job falls back (default 120)."""
-ENV_MAX_POD_FAILURES = "DECOR_MAX_POD_FAILURES"
-"""Trainer crashes, or pods lost, a job survives before it is Failed (default 5)."""
-ENV_MIN_PERIOD_S = "DECOR_MIN_PERIOD_SECONDS"
-"""The shortest control period any job runs at (the admin's floor over spec.control)."""
-
-DEFAULT_OPERATOR_METRICS_PORT = 8080
-DEFAULT_MIN_PERIOD_S = 1.0
-READ_TIMEOUT_S = 2.0
-"""Total time one progress read may take (a Prometheus query or one trainer's /metrics)."""
-COMMIT_WORKERS = 8
-"""Jobs whose actuation and status write run at once in a period (API calls wait on the
-network, so a thousand jobs' commits one after another would outlast a 10 s period)."""
-SCRAPE_WORKERS = 16
-"""Trainer endpoints scraped at once when there is no Prometheus."""
-STARTUP_GRACE_S = 180.0
-"""How long a new trainer pod may run without a progress sample before MetricsUnavailable.
-
-Importing PyTorch and building the model takes tens of seconds on a small VM; until the
-first sample the allocation stays where the pod started, which is what the law wants.
-"""
-UNSCHEDULABLE_WAIT_S = 120.0
-"""How long a trainer pod may stay unschedulable before the job falls back to what last ran."""
-UNSCHEDULABLE_HOLD_S = 600.0
-"""After such a fallback, how long the job asks for no more than what it fell back to."""
-STALL_TIMEOUT_S = 120.0
-"""A running trainer that completes no step for this long is reported Stalled."""
-MAX_POD_FAILURES = 5
-"""Trainer pods lost or failed that are recreated before the job is marked Failed."""
-FINALIZER = "decor.dev/finalizer"
-ANNOTATION_PREFIX = "decor.dev"
-
-
-@dataclass(frozen=True)
-class OperatorConfig:
-    """How the operator reads progress and builds pods (from the environment by default)."""
-
-    prometheus_url: str | None = None
-    sidecar_image: str | None = None
-    checkpoint_storage: CheckpointStorage = field(default_factory=CheckpointStorage)
-    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
-    startup_grace_s: float = STARTUP_GRACE_S
-    max_pod_failures: int = MAX_POD_FAILURES
-    unschedulable_wait_s: float = UNSCHEDULABLE_WAIT_S
-    unschedulable_hold_s: float = UNSCHEDULABLE_HOLD_S
-    stall_timeout_s: float = STALL_TIMEOUT_S
-    scrape_via: str = SCRAPE_DIRECT
-    instance: str = field(default_factory=socket.gethostname)
-    watch_nodes: bool = True
-    planner_policy: str = planner.POLICY_DECOR
-    min_period_s: float = DEFAULT_MIN_PERIOD_S
-    read_timeout_s: float = READ_TIMEOUT_S
-    read_wait_s: float = metrics.READ_WAIT_S
-    scrape_workers: int = SCRAPE_WORKERS
-    commit_workers: int = COMMIT_WORKERS
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OperatorConfig:
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {
-            "prometheus_url": env.get(ENV_PROMETHEUS_URL) or None,
-            "sidecar_image": env.get(ENV_SIDECAR_IMAGE) or None,
-            "checkpoint_storage": CheckpointStorage.from_env(env),
-            "template_policy": TemplatePolicy.from_env(env),
-            "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
-            "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
-            "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
-            "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
-            "stall_timeout_s": float(env.get(ENV_STALL_TIMEOUT_S) or STALL_TIMEOUT_S),
-            "unschedulable_wait_s": float(
-                env.get(ENV_UNSCHEDULABLE_WAIT_S) or UNSCHEDULABLE_WAIT_S
-            ),
-            "max_pod_failures": int(env.get(ENV_MAX_POD_FAILURES) or MAX_POD_FAILURES),
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-
-class OperatorMetrics:
-    """The operator's own Prometheus metrics, in ``registry``. No per-job labels."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.registry = registry
-        self.actuations = Counter(
-            "decor_operator_actuations",
-            "Allocation changes and pod lifecycle actions the operator carried out, by kind "
-            "(resize, restart, create, suspend).",
-            ["kind"],
-            registry=registry,
-        )
-        self.reconcile_errors = Counter(
-            "decor_operator_reconcile_errors",
-            "Control periods that ended in an error (API or unexpected); the job is retried "
-            "next period.",
-            registry=registry,
-        )
-        self.jobs = Gauge(
-            "decor_operator_jobs",
-            "DeadlineTrainingJobs this operator serves, by phase.",
-            ["phase"],
-            registry=registry,
-        )
-        self.reconcile_seconds = Histogram(
-            "decor_operator_reconcile_duration_seconds",
-            "Wall time of one job's actuation and status write in a control period.",
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-            registry=registry,
-        )
-        self.period_lateness = Histogram(
-            "decor_operator_period_lateness_seconds",
-            "How late a job's control period ran after it was due.",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-            registry=registry,
-        )
-        self.plan_seconds = Histogram(
-            "decor_operator_plan_duration_seconds",
-            "Wall time of one planner call over every active job.",
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
-            registry=registry,
-        )
-        self.jobs_total = Gauge(
-            "decor_operator_jobs_tracked",
-            "DeadlineTrainingJobs in the operator's view (any phase).",
-            registry=registry,
-        )
-        for kind in ACTUATIONS:
-            self.actuations.labels(kind=kind)
-        self._phases: dict[tuple[str, str], str] = {}
-        self._lock = threading.Lock()
-        self._publish()
-
-    def job_phase(self, key: tuple[str, str], phase: str | None) -> None:
-        """Record a job's phase (None: the job is gone)."""
-        with self._lock:
-            if phase is None:
-                self._phases.pop(key, None)
-            else:
-                self._phases[key] = phase
-            self._publish()
-
-    def _publish(self) -> None:
-        counts = dict.fromkeys(build.PHASES, 0)
-        for phase in self._phases.values():
-            counts[phase] = counts.get(phase, 0) + 1
-        for phase, count in counts.items():
-            self.jobs.labels(phase=phase).set(count)
 
 
 @dataclass
@@ -276,12 +105,12 @@ def set_runtime(value: Runtime | None) -> None:
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     """Keep kopf's bookkeeping out of status; post only warnings as Events; no CRD scanning."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
+        prefix=vocabulary.ANNOTATION_PREFIX
     )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+        prefix=vocabulary.ANNOTATION_PREFIX, key="last-handled-configuration"
     )
-    settings.persistence.finalizer = FINALIZER
+    settings.persistence.finalizer = vocabulary.FINALIZER
     # Our own Events describe what the controller did; kopf posts only handler failures.
     settings.posting.level = logging.WARNING
     # Serve only what exists at start-up: no list/watch on CRDs or namespaces (least RBAC).
@@ -342,7 +171,7 @@ def _spec_seen(body: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+@kopf.on.event(vocabulary.API_GROUP, vocabulary.API_VERSION, vocabulary.PLURAL)
 async def dtj_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) -> None:
     """Keep the view of jobs current; a changed deadline, suspend or allocation bounds
     makes the job due at once (a moved deadline is acted on within a period)."""
@@ -374,7 +203,7 @@ async def dtj_pod_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) 
 
 def register_pod_events() -> None:
     """Watch DECOR's trainer pods through kopf (only without the cluster-wide watch)."""
-    kopf.on.event("", "v1", "pods", labels={build.LABEL_JOB: kopf.PRESENT})(dtj_pod_event)
+    kopf.on.event("", "v1", "pods", labels={vocabulary.LABEL_JOB: kopf.PRESENT})(dtj_pod_event)
 
 
 # ============================================================================================

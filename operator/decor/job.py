@@ -21,16 +21,15 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from decor import build, control, group, lifecycle, metrics, planner, policy
+from decor import build, control, group, lifecycle, metrics, planner, policy, vocabulary
 from decor.actuate import Actuator
+from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
 from decor.lifecycle import LifecycleSettings, Memory, Outcome, Period, PlanRequest, WriteStatus
 from decor.model import JobSpec, ManifestError, parse_job, parse_time
-
-if TYPE_CHECKING:  # pragma: no cover
-    from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.operator_metrics import OperatorMetrics
 
 MIN_PERIOD_S = 0.2
 """Shortest control period a job runs (protects the API server from a tiny spec value)."""
@@ -194,7 +193,7 @@ class JobController:
         if not self.loaded:
             self.status = copy.deepcopy(dict(body.get("status") or {}))
             self.loaded = True
-        if self.status.get("phase") in build.TERMINAL_PHASES:
+        if self.status.get("phase") in vocabulary.TERMINAL_PHASES:
             self.metrics.job_phase(self.key, self.status["phase"])
             return self._finish_period(False)
         generation = (body.get("metadata") or {}).get("generation")

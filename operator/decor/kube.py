@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from decor.build import build_resize_patch
-from decor.model import API_GROUP, API_VERSION, PLURAL
+from decor.vocabulary import API_GROUP, API_VERSION, PLURAL
 
 log = logging.getLogger(__name__)
 

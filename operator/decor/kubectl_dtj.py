@@ -30,11 +30,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-GROUP = "decor.dev"
-VERSION = "v1alpha1"
-PLURAL = "deadlinetrainingjobs"
-LABEL_JOB = "decor.dev/job"
-ADMISSION_CONDITIONS = ("Admitted", "Queued")
+from decor import vocabulary
+
+ADMISSION_CONDITIONS = (vocabulary.CONDITION_ADMITTED, vocabulary.VERDICT_QUEUED)
 """Condition types that carry the planner's admission verdict, in order of preference."""
 PROMETHEUS_TIMEOUT_S = 10.0
 PLOT_POINTS = 200
@@ -158,7 +156,7 @@ def admission(status: Mapping[str, Any]) -> str:
     for kind in ADMISSION_CONDITIONS:
         condition = _condition(status, kind)
         if condition is not None:
-            if kind == "Admitted" and condition.get("status") != "True":
+            if kind == vocabulary.CONDITION_ADMITTED and condition.get("status") != "True":
                 return str(condition.get("reason") or "NotAdmitted")
             return kind if condition.get("status") == "True" else f"Not{kind}"
     return "-"
@@ -166,12 +164,22 @@ def admission(status: Mapping[str, Any]) -> str:
 
 def health(status: Mapping[str, Any]) -> str:
     """The law's verdict: the first true condition among the control conditions."""
-    for kind in ("Complete", "DeadlineMissed", "Infeasible", "AtRisk", "MetricsUnavailable"):
+    for kind in (
+        vocabulary.CONDITION_COMPLETE,
+        vocabulary.CONDITION_DEADLINE_MISSED,
+        vocabulary.CONDITION_INFEASIBLE,
+        vocabulary.CONDITION_AT_RISK,
+        vocabulary.CONDITION_METRICS_UNAVAILABLE,
+    ):
         condition = _condition(status, kind)
         if condition is not None and condition.get("status") == "True":
             return kind
-    condition = _condition(status, "OnTrack")
-    return "OnTrack" if condition is not None and condition.get("status") == "True" else "-"
+    condition = _condition(status, vocabulary.CONDITION_ON_TRACK)
+    return (
+        vocabulary.CONDITION_ON_TRACK
+        if condition is not None and condition.get("status") == "True"
+        else "-"
+    )
 
 
 HEADER = ("NAMESPACE", "NAME", "PHASE", "PROGRESS", "ETA-DEADLINE", "ALLOCATION", "STATE",
@@ -410,19 +418,27 @@ class Cluster:
         self.default_namespace = (active.get("context") or {}).get("namespace") or "default"
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
-        body: Any = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        body: Any = self.api.get_namespaced_custom_object(
+            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name
+        )
         return dict(body)
 
     def list(self, namespace: str | None) -> list[dict[str, Any]]:
         body: Any
         if namespace is None:
-            body = self.api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
+            body = self.api.list_cluster_custom_object(
+                vocabulary.API_GROUP, vocabulary.API_VERSION, vocabulary.PLURAL
+            )
         else:
-            body = self.api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            body = self.api.list_namespaced_custom_object(
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL
+            )
         return list(body.get("items") or [])
 
     def patch(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        self.api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+        self.api.patch_namespaced_custom_object(
+            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name, patch
+        )
 
 
 def run(args: argparse.Namespace, cluster: Cluster, now_s: float) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decor import build, control, group, metrics, planner, policy
+from decor import build, control, group, metrics, planner, policy, vocabulary
 from decor.model import JobSpec, format_time, parse_time
 
 CPU_EPSILON_CORES = 0.0005
@@ -47,25 +47,13 @@ FALLBACK_HOLD = "fallback"
 (kept in the status so that a restarted operator does not ask again at once)."""
 
 # Kinds of actuation counted by decor_operator_actuations_total.
-ACTUATION_RESIZE = "resize"  # in-place CPU resize requested
-ACTUATION_RESTART = "restart"  # trainer pod deleted to change the GPU count
-ACTUATION_CREATE = "create"  # trainer pod created (first start, resume, recreation)
-ACTUATION_SUSPEND = "suspend"  # trainer pod deleted because of spec.suspend
-ACTUATION_PREEMPT = "preempt"  # trainer pod deleted because a higher priority job needs room
-ACTUATIONS = (
-    ACTUATION_RESIZE,
-    ACTUATION_RESTART,
-    ACTUATION_CREATE,
-    ACTUATION_SUSPEND,
-    ACTUATION_PREEMPT,
-)
 
 # What pods() found; the step after the planner acts on it.
 STEP_CREATE = "create"  # no trainer pod: create one once admitted and there is room
 STEP_HOLD = "hold"  # a pod exists but is not controllable yet (pending, starting, replaced)
 STEP_RUN = "run"  # the law decided; act on the grant
 
-WAITING = (planner.QUEUED, planner.PREEMPTED)
+WAITING = (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
 """Verdicts under which a job holds no pod."""
 
 
@@ -76,7 +64,7 @@ WAITING = (planner.QUEUED, planner.PREEMPTED)
 class PostEvent:
     """A Kubernetes Event about the job."""
 
-    type: str  # build.EVENT_NORMAL | build.EVENT_WARNING
+    type: str  # EVENT_NORMAL or EVENT_WARNING
     reason: str
     message: str
 
@@ -100,7 +88,7 @@ class ResizeCpu:
 
 @dataclass(frozen=True)
 class CountActuation:
-    """Count one actuation of ``kind`` (one of :data:`ACTUATIONS`)."""
+    """Count one actuation of ``kind`` (one of :data:`vocabulary.ACTUATIONS`)."""
 
     kind: str
 
@@ -309,12 +297,12 @@ def invalid_spec(
     d = _Decision(status, memory)
     if memory.invalid_generation != generation:
         d.remember(invalid_generation=generation)
-        d.event(build.EVENT_WARNING, build.EVENT_INVALID_SPEC, message)
+        d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_INVALID_SPEC, message)
     d.status["conditions"] = build.set_condition(
         d.status.get("conditions") or [],
-        control.ON_TRACK,
+        vocabulary.CONDITION_ON_TRACK,
         None,
-        build.REASON_INVALID_SPEC,
+        vocabulary.REASON_INVALID_SPEC,
         message,
         now_s=now_s,
         generation=generation,
@@ -336,12 +324,12 @@ def template_refused(
     d = _Decision(status, memory)
     if memory.invalid_generation != generation:
         d.remember(invalid_generation=generation)
-        d.event(build.EVENT_WARNING, policy.REASON_TEMPLATE_REFUSED, message)
+        d.event(vocabulary.EVENT_WARNING, vocabulary.REASON_TEMPLATE_REFUSED, message)
     d.status["conditions"] = build.set_condition(
         d.status.get("conditions") or [],
-        build.CONDITION_ADMITTED,
+        vocabulary.CONDITION_ADMITTED,
         False,
-        policy.REASON_TEMPLATE_REFUSED,
+        vocabulary.REASON_TEMPLATE_REFUSED,
         message,
         now_s=now_s,
         generation=generation,
@@ -386,10 +374,12 @@ def begin(
         if d.status.get("deadline") != deadline_text:
             deadline_was_past = _deadline_moved(d, deadline_text, deadline_s, generation, now_s)
         else:
-            infeasible = build.get_condition(d.status.get("conditions") or [], control.INFEASIBLE)
+            infeasible = build.get_condition(
+                d.status.get("conditions") or [], vocabulary.CONDITION_INFEASIBLE
+            )
             deadline_was_past = (infeasible or {}).get("status") == "True" and (
                 infeasible or {}
-            ).get("reason") == build.REASON_DEADLINE_IN_PAST
+            ).get("reason") == vocabulary.REASON_DEADLINE_IN_PAST
     period = Period(
         step=STEP_HOLD,
         body=body,
@@ -427,7 +417,7 @@ def _record_start(
     )
     state = control.initial_state(settings, settings.max_allocation if deadline_was_past else start)
     d.status.update(
-        phase=build.PHASE_PENDING,
+        phase=vocabulary.PHASE_PENDING,
         startTime=format_time(start_s),
         deadline=deadline_text,
         controller=state.to_dict(),
@@ -438,8 +428,8 @@ def _record_start(
     )
     if deadline_was_past:
         d.event(
-            build.EVENT_WARNING,
-            build.EVENT_DEADLINE_IN_PAST,
+            vocabulary.EVENT_WARNING,
+            vocabulary.EVENT_DEADLINE_IN_PAST,
             f"deadline {deadline_text} had already passed; running at max "
             f"({build.format_allocation(spec.resources.mode, settings.max_allocation)})",
         )
@@ -491,14 +481,14 @@ def _deadline_moved(
 ) -> bool:
     deadline_was_past = deadline_s <= now_s
     d.event(
-        build.EVENT_NORMAL,
-        build.EVENT_DEADLINE_CHANGED,
+        vocabulary.EVENT_NORMAL,
+        vocabulary.EVENT_DEADLINE_CHANGED,
         f"deadline moved from {d.status.get('deadline')} to {deadline_text}",
     )
     if deadline_was_past:
         d.event(
-            build.EVENT_WARNING,
-            build.EVENT_DEADLINE_IN_PAST,
+            vocabulary.EVENT_WARNING,
+            vocabulary.EVENT_DEADLINE_IN_PAST,
             f"new deadline {deadline_text} has already passed; running at max",
         )
     d.status["deadline"] = deadline_text
@@ -539,9 +529,9 @@ def pods(
         d.actions.append(DeletePod(extra["metadata"]["name"]))
     if period.spec.suspend:
         return _suspend(d, trainer.leader, settings)
-    if d.status.get("phase") == build.PHASE_SUSPENDED:
-        d.event(build.EVENT_NORMAL, build.EVENT_RESUMED, "spec.suspend cleared; resuming")
-        d.status["phase"] = build.PHASE_RESTARTING
+    if d.status.get("phase") == vocabulary.PHASE_SUSPENDED:
+        d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_RESUMED, "spec.suspend cleared; resuming")
+        d.status["phase"] = vocabulary.PHASE_RESTARTING
     if trainer.leader is None:
         return _no_trainer(d, period, trainer, settings)
     return _trainer_found(d, period, trainer.leader, trainer.workers, progress, settings)
@@ -579,14 +569,14 @@ def _suspend(
 ) -> Outcome:
     if leader is not None:
         d.delete_trainer(leader, settings, None)
-        d.actions.append(CountActuation(ACTUATION_SUSPEND))
-    if d.status.get("phase") != build.PHASE_SUSPENDED:
+        d.actions.append(CountActuation(vocabulary.ACTUATION_SUSPEND))
+    if d.status.get("phase") != vocabulary.PHASE_SUSPENDED:
         d.event(
-            build.EVENT_NORMAL,
-            build.EVENT_SUSPENDED,
+            vocabulary.EVENT_NORMAL,
+            vocabulary.EVENT_SUSPENDED,
             "spec.suspend: trainer pod deleted (it checkpoints); controller state kept",
         )
-    d.status["phase"] = build.PHASE_SUSPENDED
+    d.status["phase"] = vocabulary.PHASE_SUSPENDED
     return d.finish(write=WriteStatus())
 
 
@@ -597,9 +587,9 @@ def _no_trainer(
     (wait for it), or one is to be created."""
     previous = d.status.get("podName")
     if previous and d.status.get("phase") not in (
-        build.PHASE_RESTARTING,
-        build.PHASE_SUSPENDED,
-        build.PHASE_QUEUED,
+        vocabulary.PHASE_RESTARTING,
+        vocabulary.PHASE_SUSPENDED,
+        vocabulary.PHASE_QUEUED,
     ):
         # The trainer is going or gone without us asking (evicted, deleted, node lost).
         lost = _pod_lost(d, period, str(previous), settings)
@@ -617,12 +607,12 @@ def _pod_lost(
     """Count a trainer pod that went away unasked; the job's end once past the budget."""
     failures = int(d.status.get("podFailures") or 0) + 1
     d.status["podFailures"] = failures
-    d.status["phase"] = build.PHASE_RESTARTING
+    d.status["phase"] = vocabulary.PHASE_RESTARTING
     if failures > settings.max_pod_failures:
         return _give_up(d, period, f"trainer pod lost {failures} times")
     d.event(
-        build.EVENT_WARNING,
-        build.EVENT_POD_LOST,
+        vocabulary.EVENT_WARNING,
+        vocabulary.EVENT_POD_LOST,
         f"trainer pod {pod_name} is gone; recreating it from the last checkpoint",
     )
     return None
@@ -651,7 +641,7 @@ def _trainer_found(
     recreated = int(d.status.get("podsCreated") or 0) > 1 or restarts > 0
     held = group_allocation(leader, workers, container, spec.resources.mode)
     if build.pod_phase(leader) != "Running" or not build.container_running(leader, container):
-        d.status["phase"] = build.PHASE_RESTARTING if recreated else build.PHASE_PENDING
+        d.status["phase"] = vocabulary.PHASE_RESTARTING if recreated else vocabulary.PHASE_PENDING
         d.status["podName"] = name
         return d.plan(period, current=held, node=node_of(leader))
     return _trainer_running(d, period, progress.get(name), recreated, held, settings)
@@ -691,7 +681,7 @@ def _trainer_broken(
             d,
             period,
             f"trainer crashed {crashes} times in pod {leader['metadata']['name']} "
-            f"({build.REASON_CRASH_LOOP}: {build.pod_failure_reason(leader, container)}); "
+            f"({vocabulary.REASON_CRASH_LOOP}: {build.pod_failure_reason(leader, container)}); "
             "pod deleted",
         )
     broken = _broken_worker(leader, period.workers, container)
@@ -736,7 +726,7 @@ def _trainer_running(
     elif not seen and now_s - first_running_s < settings.startup_grace_s:
         # Still starting (importing, building the model): nothing to control yet.
         d.status.update(
-            phase=build.PHASE_RESTARTING if recreated else build.PHASE_RUNNING,
+            phase=vocabulary.PHASE_RESTARTING if recreated else vocabulary.PHASE_RUNNING,
             podName=name,
             allocation=build.format_allocation(
                 period.spec.resources.mode, view.applied or period.state.allocation
@@ -761,7 +751,9 @@ def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
         decision = replace(
             decision,
             allocation=period.settings.max_allocation,
-            condition=control.ON_TRACK if observation is not None else decision.condition,
+            condition=vocabulary.CONDITION_ON_TRACK
+            if observation is not None
+            else decision.condition,
             message="best effort: trains on capacity no deadline job needs",
             eta_s=None,
         )
@@ -790,27 +782,27 @@ def _pod_failed(
     if failures > settings.max_pod_failures:
         return _give_up(d, period, f"trainer pod {pod_name} failed ({reason}); {failures} failures")
     d.event(
-        build.EVENT_WARNING,
-        build.EVENT_POD_LOST,
+        vocabulary.EVENT_WARNING,
+        vocabulary.EVENT_POD_LOST,
         f"trainer pod {pod_name} failed ({reason}); recreating it from the last checkpoint",
     )
     d.delete_trainer(pod, settings, 0)
-    d.status["phase"] = build.PHASE_RESTARTING
+    d.status["phase"] = vocabulary.PHASE_RESTARTING
     return d.finish(write=WriteStatus())
 
 
 def _give_up(d: _Decision, period: Period, why: str) -> Outcome:
-    d.status["phase"] = build.PHASE_FAILED
+    d.status["phase"] = vocabulary.PHASE_FAILED
     d.status["conditions"] = build.set_condition(
         d.status.get("conditions") or [],
-        control.COMPLETE,
+        vocabulary.CONDITION_COMPLETE,
         False,
-        build.REASON_TRAINER_FAILED,
+        vocabulary.REASON_TRAINER_FAILED,
         why,
         now_s=period.now_s,
         generation=period.generation,
     )
-    d.event(build.EVENT_WARNING, build.EVENT_FAILED, why)
+    d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_FAILED, why)
     return d.finish(write=WriteStatus(force=True), keep_going=False)
 
 
@@ -836,14 +828,14 @@ def _fall_back(
         f"asking no more for {hold_s:.0f}s"
     )
     d.delete_trainer(leader, settings, 0)
-    d.event(build.EVENT_WARNING, build.EVENT_UNSCHEDULABLE, why)
+    d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_UNSCHEDULABLE, why)
     d.status["controller"] = state.to_dict()
-    d.status["phase"] = build.PHASE_RESTARTING
+    d.status["phase"] = vocabulary.PHASE_RESTARTING
     d.status["conditions"] = build.set_condition(
         d.status.get("conditions") or period.conditions,
-        control.AT_RISK,
+        vocabulary.CONDITION_AT_RISK,
         True,
-        build.REASON_UNSCHEDULABLE,
+        vocabulary.REASON_UNSCHEDULABLE,
         why,
         now_s=now_s,
         generation=period.generation,
@@ -866,7 +858,7 @@ def _complete(
     outcome = build.build_outcome(finished_s, period.deadline_s, period.start_s)
     total = observation.steps_total if observation is not None else status.get("stepsTotal")
     status.update(
-        phase=build.PHASE_SUCCEEDED,
+        phase=vocabulary.PHASE_SUCCEEDED,
         conditions=conditions,
         outcome=outcome,
         progress=1.0,
@@ -894,8 +886,8 @@ def _completion_events(
     counts = f"{d.status.get('resizes', 0)} resizes, {d.status.get('restarts', 0)} restarts"
     if period.spec.best_effort:
         d.event(
-            build.EVENT_NORMAL,
-            build.EVENT_COMPLETED,
+            vocabulary.EVENT_NORMAL,
+            vocabulary.EVENT_COMPLETED,
             f"finished at {outcome['finishedAt']} (best effort), {counts}",
         )
         return
@@ -907,15 +899,15 @@ def _completion_events(
         else "the deadline was before the start"
     )
     d.event(
-        build.EVENT_NORMAL,
-        build.EVENT_COMPLETED,
+        vocabulary.EVENT_NORMAL,
+        vocabulary.EVENT_COMPLETED,
         f"finished at {outcome['finishedAt']}, {abs(delta):.1f}s "
         f"{'after' if delta > 0 else 'before'} the deadline ({relative}), {counts}",
     )
-    if build.became_true(before, conditions, control.DEADLINE_MISSED):
+    if build.became_true(before, conditions, vocabulary.CONDITION_DEADLINE_MISSED):
         d.event(
-            build.EVENT_WARNING,
-            build.EVENT_DEADLINE_MISSED,
+            vocabulary.EVENT_WARNING,
+            vocabulary.EVENT_DEADLINE_MISSED,
             f"finished {delta:.1f}s after the deadline",
         )
 
@@ -970,7 +962,7 @@ def create(
     _note_admission(d, period, grant)
     if allocation is None or not fits:
         if grant is not None and grant.verdict in WAITING:
-            d.status["phase"] = build.PHASE_QUEUED
+            d.status["phase"] = vocabulary.PHASE_QUEUED
         return d.finish(write=WriteStatus())
     d.status["controller"] = replace(period.state, allocation=allocation).to_dict()
     index = int(d.status.get("podsCreated") or 0)
@@ -983,7 +975,7 @@ def trainer_created(
     """The trainer's pods exist: announced, and the status names them."""
     d = _Decision(status, memory)
     spec = period.spec
-    d.actions.append(CountActuation(ACTUATION_CREATE))
+    d.actions.append(CountActuation(vocabulary.ACTUATION_CREATE))
     quantity = build.format_allocation(spec.resources.mode, created.allocation)
     several = len(created.pods) > 1
     noun = "pods" if several else "pod"
@@ -995,15 +987,15 @@ def trainer_created(
     shares = "+".join(str(c) for c in created.counts) if several else quantity
     unit = "CPU" if spec.resources.mode == "cpu" else "nvidia.com/gpu"
     d.event(
-        build.EVENT_NORMAL,
-        build.EVENT_POD_CREATED,
+        vocabulary.EVENT_NORMAL,
+        vocabulary.EVENT_POD_CREATED,
         f"created {what} {', '.join(created.pods)} with {shares} {unit}",
     )
     d.status.update(
         podName=created.name,
         podsCreated=created.index + 1,
         desiredAllocation=quantity,
-        phase=build.PHASE_PENDING if created.index == 0 else build.PHASE_RESTARTING,
+        phase=vocabulary.PHASE_PENDING if created.index == 0 else vocabulary.PHASE_RESTARTING,
     )
     return d.finish(write=WriteStatus())
 
@@ -1023,12 +1015,12 @@ def create_refused(
     message = f"the API server refused the trainer pod: {answer}"
     if memory.create_refused_generation != period.generation:
         d.remember(create_refused_generation=period.generation)
-        d.event(build.EVENT_WARNING, build.REASON_CREATE_REFUSED, message)
+        d.event(vocabulary.EVENT_WARNING, vocabulary.REASON_CREATE_REFUSED, message)
     d.status["conditions"] = build.set_condition(
         conditions_before,  # as the period found them: a refusal that goes on keeps its time
-        build.CONDITION_ADMITTED,
+        vocabulary.CONDITION_ADMITTED,
         False,
-        build.REASON_CREATE_REFUSED,
+        vocabulary.REASON_CREATE_REFUSED,
         message,
         now_s=period.now_s,
         generation=period.generation,
@@ -1051,7 +1043,7 @@ def growth_wanted(period: Period, memory: Memory, grant: planner.Grant | None) -
     there is."""
     view = period.view
     if (
-        (grant is not None and grant.verdict == planner.PREEMPTED)
+        (grant is not None and grant.verdict == vocabulary.VERDICT_PREEMPTED)
         or view is None
         or view.applied is None
         or view.desired is None
@@ -1079,7 +1071,7 @@ def run(
     the room the node gave for :func:`growth_wanted`); the law follows what was applied,
     and the conditions and status say where the job stands."""
     d = _Decision(status, memory)
-    if grant is not None and grant.verdict == planner.PREEMPTED:
+    if grant is not None and grant.verdict == vocabulary.VERDICT_PREEMPTED:
         return _preempt(d, period, grant, settings)
     decision, view, pod = period.decision, period.view, period.pod
     assert decision is not None and view is not None and pod is not None
@@ -1125,9 +1117,9 @@ def _preempt(
     job waits (Queued) and resumes from its checkpoint when admitted again."""
     assert period.pod is not None
     d.delete_trainer(period.pod, settings, None)
-    d.actions.append(CountActuation(ACTUATION_PREEMPT))
+    d.actions.append(CountActuation(vocabulary.ACTUATION_PREEMPT))
     _note_admission(d, period, grant)
-    d.status["phase"] = build.PHASE_QUEUED
+    d.status["phase"] = vocabulary.PHASE_QUEUED
     return d.finish(write=WriteStatus())
 
 
@@ -1141,28 +1133,28 @@ def _move(
     assert decision is not None and view is not None and pod is not None
     desired = view.desired
     if view.applied is None or desired is None:
-        return decision.allocation, desired, build.PHASE_RUNNING
+        return decision.allocation, desired, vocabulary.PHASE_RUNNING
     container = period.spec.trainer_container["name"]
     if view.refused:
         # Never leave a resize waiting: take the refused request back to what runs.
         _warn_refusal(d, desired, view)
         d.actions.append(ResizeCpu(pod["metadata"]["name"], container, view.applied))
-        return view.applied, view.applied, build.PHASE_RUNNING
+        return view.applied, view.applied, vocabulary.PHASE_RUNNING
     if view.pending:  # a change is landing: stack nothing on it
-        return decision.allocation, desired, build.PHASE_RUNNING
+        return decision.allocation, desired, vocabulary.PHASE_RUNNING
     if period.spec.resources.mode == "gpu":
         if abs(target - desired) < GPU_STEP or (target > desired and grown_by <= 0):
-            return desired, desired, build.PHASE_RUNNING
+            return desired, desired, vocabulary.PHASE_RUNNING
         _restart_for_gpus(d, period, desired, target, settings)
-        return target, target, build.PHASE_RESTARTING
+        return target, target, vocabulary.PHASE_RESTARTING
     if abs(target - desired) < CPU_EPSILON_CORES:
-        return target, desired, build.PHASE_RUNNING
+        return target, desired, vocabulary.PHASE_RUNNING
     held = max(desired, view.applied)
     if target > held:  # a grow: only as far as the node has room now
         target = max(desired, held + grown_by)
     if abs(target - desired) >= CPU_EPSILON_CORES:
         _resize(d, period, container, desired, target)
-    return target, target, build.PHASE_RUNNING
+    return target, target, vocabulary.PHASE_RUNNING
 
 
 def _warn_refusal(d: _Decision, desired: float, view: PodView) -> None:
@@ -1171,8 +1163,8 @@ def _warn_refusal(d: _Decision, desired: float, view: PodView) -> None:
         return
     d.remember(refusal_warned=quantity)
     d.event(
-        build.EVENT_WARNING,
-        build.EVENT_RESIZE_INFEASIBLE,
+        vocabulary.EVENT_WARNING,
+        vocabulary.EVENT_RESIZE_INFEASIBLE,
         f"the node did not apply {quantity} CPU ({view.refusal}); back to "
         f"{build.format_allocation('cpu', view.applied or 0.0)}",
     )
@@ -1182,10 +1174,10 @@ def _resize(d: _Decision, period: Period, container: str, current: float, target
     assert period.pod is not None and period.decision is not None
     d.actions.append(ResizeCpu(period.pod["metadata"]["name"], container, target))
     d.status["resizes"] = int(d.status.get("resizes") or 0) + 1
-    d.actions.append(CountActuation(ACTUATION_RESIZE))
+    d.actions.append(CountActuation(vocabulary.ACTUATION_RESIZE))
     d.event(
-        build.EVENT_NORMAL,
-        build.EVENT_RESIZED,
+        vocabulary.EVENT_NORMAL,
+        vocabulary.EVENT_RESIZED,
         f"cpu {build.format_allocation('cpu', current)} -> "
         f"{build.format_allocation('cpu', target)} in place: {period.decision.message}",
     )
@@ -1199,10 +1191,10 @@ def _restart_for_gpus(
     assert period.pod is not None and period.decision is not None
     d.delete_trainer(period.pod, settings, None)
     d.status["restarts"] = int(d.status.get("restarts") or 0) + 1
-    d.actions.append(CountActuation(ACTUATION_RESTART))
+    d.actions.append(CountActuation(vocabulary.ACTUATION_RESTART))
     d.event(
-        build.EVENT_NORMAL,
-        build.EVENT_RESTARTING,
+        vocabulary.EVENT_NORMAL,
+        vocabulary.EVENT_RESTARTING,
         f"nvidia.com/gpu {current:g} -> {target:g}: checkpoint, restart and resume "
         f"({period.decision.message})",
     )
@@ -1245,13 +1237,13 @@ def _stall_conditions(
     if (
         not period.spec.best_effort
         and now_s > period.deadline_s
-        and not build.condition_is_true(conditions, control.DEADLINE_MISSED)
+        and not build.condition_is_true(conditions, vocabulary.CONDITION_DEADLINE_MISSED)
     ):
         conditions = build.set_condition(
             conditions,
-            control.DEADLINE_MISSED,
+            vocabulary.CONDITION_DEADLINE_MISSED,
             True,
-            build.REASON_DEADLINE_PASSED,
+            vocabulary.REASON_DEADLINE_PASSED,
             "the deadline passed and no progress can be read",
             now_s=now_s,
             generation=period.generation,
@@ -1274,20 +1266,20 @@ def _stalled(
     last_progress_s = d.memory.last_progress_s
     stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
     stalled = stalled_for > settings.stall_timeout_s
-    before = build.condition_is_true(conditions, build.CONDITION_STALLED)
+    before = build.condition_is_true(conditions, vocabulary.CONDITION_STALLED)
     if not stalled and not before:
         return conditions
     if stalled and not before:
         d.event(
-            build.EVENT_WARNING,
-            build.EVENT_STALLED,
+            vocabulary.EVENT_WARNING,
+            vocabulary.EVENT_STALLED,
             f"the trainer runs but completed no step for {stalled_for:.0f}s",
         )
     return build.set_condition(
         conditions,
-        build.CONDITION_STALLED,
+        vocabulary.CONDITION_STALLED,
         stalled,
-        build.REASON_NO_NEW_STEPS if stalled else build.REASON_STEPS_MOVING,
+        vocabulary.REASON_NO_NEW_STEPS if stalled else vocabulary.REASON_STEPS_MOVING,
         f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
         now_s=now_s,
         generation=period.generation,
@@ -1295,10 +1287,10 @@ def _stalled(
 
 
 TRANSITION_EVENTS = (
-    (control.INFEASIBLE, build.EVENT_INFEASIBLE),
-    (control.AT_RISK, build.EVENT_AT_RISK),
-    (control.DEADLINE_MISSED, build.EVENT_DEADLINE_MISSED),
-    (control.METRICS_UNAVAILABLE, build.EVENT_METRICS_UNAVAILABLE),
+    (vocabulary.CONDITION_INFEASIBLE, vocabulary.EVENT_INFEASIBLE),
+    (vocabulary.CONDITION_AT_RISK, vocabulary.EVENT_AT_RISK),
+    (vocabulary.CONDITION_DEADLINE_MISSED, vocabulary.EVENT_DEADLINE_MISSED),
+    (vocabulary.CONDITION_METRICS_UNAVAILABLE, vocabulary.EVENT_METRICS_UNAVAILABLE),
 )
 """Conditions announced by a Warning Event when they turn True."""
 
@@ -1310,15 +1302,21 @@ def _transition_events(
         if not build.became_true(before, after, type_):
             continue
         condition = build.get_condition(after, type_) or {}
-        if condition.get("reason") == build.REASON_DEADLINE_IN_PAST:
+        if condition.get("reason") == vocabulary.REASON_DEADLINE_IN_PAST:
             continue  # announced when the deadline was set
-        if type_ == control.AT_RISK and build.condition_is_true(after, control.INFEASIBLE):
+        if type_ == vocabulary.CONDITION_AT_RISK and build.condition_is_true(
+            after, vocabulary.CONDITION_INFEASIBLE
+        ):
             continue  # Infeasible says more (and was announced when it turned True)
-        d.event(build.EVENT_WARNING, reason, str(condition.get("message", "")))
-    if build.condition_is_true(before, control.METRICS_UNAVAILABLE) and not build.condition_is_true(
-        after, control.METRICS_UNAVAILABLE
-    ):
-        d.event(build.EVENT_NORMAL, build.EVENT_METRICS_RECOVERED, "progress is readable again")
+        d.event(vocabulary.EVENT_WARNING, reason, str(condition.get("message", "")))
+    if build.condition_is_true(
+        before, vocabulary.CONDITION_METRICS_UNAVAILABLE
+    ) and not build.condition_is_true(after, vocabulary.CONDITION_METRICS_UNAVAILABLE):
+        d.event(
+            vocabulary.EVENT_NORMAL,
+            vocabulary.EVENT_METRICS_RECOVERED,
+            "progress is readable again",
+        )
 
 
 def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -> None:
@@ -1328,14 +1326,18 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
         return
     before = d.status.get("admission")
     d.status["admission"] = grant.verdict
-    admitted = grant.verdict in (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
+    admitted = grant.verdict in (
+        vocabulary.VERDICT_ADMITTED,
+        vocabulary.VERDICT_SHORTED,
+        vocabulary.VERDICT_BEST_EFFORT,
+    )
     message = grant.reason
     if grant.earliest_deadline_s is not None and "earliest deadline" not in message:
         earliest = format_time(grant.earliest_deadline_s)
         message = f"{message}; earliest deadline it could meet now: {earliest}"
     d.status["conditions"] = build.set_condition(
         list(d.status.get("conditions") or period.conditions),
-        build.CONDITION_ADMITTED,
+        vocabulary.CONDITION_ADMITTED,
         admitted,
         grant.verdict,
         message,
@@ -1345,12 +1347,12 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
     if before == grant.verdict:
         return
     announced = {
-        planner.QUEUED: (build.EVENT_WARNING, build.EVENT_QUEUED),
-        planner.PREEMPTED: (build.EVENT_WARNING, build.EVENT_PREEMPTED),
-        planner.SHORTED: (build.EVENT_WARNING, build.EVENT_SHORTED),
+        vocabulary.VERDICT_QUEUED: (vocabulary.EVENT_WARNING, vocabulary.EVENT_QUEUED),
+        vocabulary.VERDICT_PREEMPTED: (vocabulary.EVENT_WARNING, vocabulary.EVENT_PREEMPTED),
+        vocabulary.VERDICT_SHORTED: (vocabulary.EVENT_WARNING, vocabulary.EVENT_SHORTED),
     }.get(grant.verdict)
     if announced is None and before in WAITING:
-        announced = (build.EVENT_NORMAL, build.EVENT_ADMITTED)
+        announced = (vocabulary.EVENT_NORMAL, vocabulary.EVENT_ADMITTED)
     if announced is not None:
         d.event(*announced, message)
 
@@ -1421,11 +1423,11 @@ def _exited_early(status: Mapping[str, Any], pod: Mapping[str, Any], container: 
         if planned > 0 and done >= planned:
             return None
         seen = f"{done:.0f} of {planned:.0f}" if planned > 0 else "no progress"
-        return f"{build.REASON_EXITED_EARLY}: exited 0 with {seen} steps seen"
+        return f"{vocabulary.REASON_EXITED_EARLY}: exited 0 with {seen} steps seen"
     done, planned = steps
     if done >= planned:
         return None
-    return f"{build.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
+    return f"{vocabulary.REASON_EXITED_EARLY}: exited 0 at step {done:.0f} of {planned:.0f}"
 
 
 def _broken_worker(

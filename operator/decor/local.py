@@ -37,7 +37,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from decor import control, planner
+from decor_trainer import contract
+
+from decor import control, planner, vocabulary
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
 from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
@@ -67,7 +69,11 @@ PlanFn = Callable[
 """The planner's signature (``planner.plan``); tests may inject another."""
 
 # Verdicts under which a job's trainer runs.
-_RUNNING_VERDICTS = (planner.ADMITTED, planner.SHORTED, planner.BEST_EFFORT)
+_RUNNING_VERDICTS = (
+    vocabulary.VERDICT_ADMITTED,
+    vocabulary.VERDICT_SHORTED,
+    vocabulary.VERDICT_BEST_EFFORT,
+)
 
 
 def state_dir() -> Path:
@@ -156,19 +162,19 @@ def trainer_env(
             env[str(item["name"])] = str(item["value"])
     env.update(
         {
-            "DECOR_EPOCHS": str(job.epochs),
-            "DECOR_METRICS_PORT": str(port),
-            "DECOR_METRICS_ADDRESS": METRICS_HOST,
-            "DECOR_METRICS_LINGER_S": str(METRICS_LINGER_S),
+            contract.ENV_EPOCHS: str(job.epochs),
+            contract.ENV_METRICS_PORT: str(port),
+            contract.ENV_METRICS_ADDRESS: METRICS_HOST,
+            contract.ENV_METRICS_LINGER_S: str(METRICS_LINGER_S),
             "PYTHONUNBUFFERED": "1",
         }
     )
-    env.pop("DECOR_PROGRESS_FILE", None)  # locally the trainer serves /metrics itself
+    env.pop(contract.ENV_PROGRESS_FILE, None)  # locally the trainer serves /metrics itself
     # `python3` in the job's command means this environment's Python (it has the trainer).
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     if job.steps_per_epoch is not None:
-        env["DECOR_STEPS_PER_EPOCH"] = str(job.steps_per_epoch)
-    env["DECOR_CHECKPOINT_DIR"] = job.checkpoint.path or str(checkpoint_dir)
+        env[contract.ENV_STEPS_PER_EPOCH] = str(job.steps_per_epoch)
+    env[contract.ENV_CHECKPOINT_DIR] = job.checkpoint.path or str(checkpoint_dir)
     env.update(extra)
     return env
 
@@ -523,7 +529,7 @@ class _LocalJob:
             self._maybe_write_trace()
             return
         assert self.decision is not None and self.base_state is not None
-        if grant is not None and grant.verdict == planner.PREEMPTED:
+        if grant is not None and grant.verdict == vocabulary.VERDICT_PREEMPTED:
             self._pause(now)
             self.rows.append(_waiting_row(now, self.start_s, self.settings, self.state, grant))
             self.line = self._waiting_line()
@@ -571,7 +577,7 @@ class _LocalJob:
         if grant is None or self.child is None or self.paused or self.state is None:
             return
         assert self.settings is not None and self.limiter is not None
-        if grant.verdict == planner.PREEMPTED:
+        if grant.verdict == vocabulary.VERDICT_PREEMPTED:
             self._note_verdict(grant, now)
             self._pause(now)
             self.line = self._waiting_line()
@@ -588,11 +594,11 @@ class _LocalJob:
         self.conditions.add(grant.verdict)
         if before == grant.verdict:
             return
-        if grant.verdict in (planner.QUEUED, planner.PREEMPTED):
+        if grant.verdict in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
             self.say(f"{grant.verdict.lower()}: {self._reason(grant)}")
-        elif grant.verdict == planner.SHORTED:
+        elif grant.verdict == vocabulary.VERDICT_SHORTED:
             self.say(f"shorted: {grant.reason}")
-        elif before in (planner.QUEUED, planner.PREEMPTED):
+        elif before in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
             self.say(f"admitted after {now - self.start_s:.0f}s: {grant.reason}")
 
     def _reason(self, grant: planner.Grant) -> str:
@@ -919,7 +925,7 @@ def _waiting_row(
 ) -> TraceRow:
     """A period in which the job waited for the planner: nothing runs."""
     duration = settings.deadline_s - start_s
-    verdict = grant.verdict if grant is not None else planner.QUEUED
+    verdict = grant.verdict if grant is not None else vocabulary.VERDICT_QUEUED
     return TraceRow(
         t_s=now - start_s,
         steps_done=float("nan"),

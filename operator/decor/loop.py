@@ -28,16 +28,17 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from decor_trainer import contract
 
 from decor import build, group, metrics, planner
+from decor.config import OperatorConfig
 from decor.job import JobController, Room
 from decor.kube import Kube, KubeError
-from decor.model import DEFAULT_METRICS_PATH, DEFAULT_METRICS_PORT
+from decor.model import DEFAULT_METRICS_PATH
+from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView, Key, NodeCapacity, Snapshot, free_capacity, pod_charge
-
-if TYPE_CHECKING:  # pragma: no cover
-    from decor.handlers import OperatorConfig, OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 
@@ -201,7 +202,7 @@ class ControlLoop:
 
     def _fetcher(self, body: Mapping[str, Any], pod: Mapping[str, Any]) -> Callable[[], str]:
         raw = (body.get("spec") or {}).get("metrics") or {}
-        port = int(raw.get("port") or DEFAULT_METRICS_PORT)
+        port = int(raw.get("port") or contract.DEFAULT_METRICS_PORT)
         path = str(raw.get("path") or DEFAULT_METRICS_PATH)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if self.config.scrape_via == "apiserver":

@@ -26,14 +26,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+from decor_trainer import contract
+
 from decor.control import Observation
 
-STEPS_DONE = "decor_steps_completed_total"
-STEPS_PLANNED = "decor_steps_planned"
-LAST_STEP_TIME = "decor_last_step_timestamp_seconds"
-EPOCHS_DONE = "decor_epochs_completed"
-RESTART_SECONDS = "decor_training_restart_seconds"
-SAMPLES_DONE = "decor_samples_completed_total"
+# The samples read, by their exposition names (a counter's carries ``_total``).
+STEPS_DONE = f"{contract.STEPS_COMPLETED}_total"
+STEPS_PLANNED = contract.STEPS_PLANNED
+LAST_STEP_TIME = contract.LAST_STEP_TIMESTAMP
+EPOCHS_DONE = contract.EPOCHS_COMPLETED
+RESTART_SECONDS = contract.RESTART_DURATION
+SAMPLES_DONE = f"{contract.SAMPLES_COMPLETED}_total"
 
 DEFAULT_TIMEOUT_S = 2.0
 """Total time one read may take (connect, headers and the whole body)."""

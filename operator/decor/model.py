@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-API_GROUP = "decor.dev"
-API_VERSION = "v1alpha1"
-KIND = "DeadlineTrainingJob"
-PLURAL = "deadlinetrainingjobs"
+from decor_trainer import contract
+
+from decor import vocabulary
 
 Mode = Literal["cpu", "gpu"]
 Policy = Literal["decor", "decor-nn"]
@@ -27,7 +26,6 @@ POLICIES: tuple[str, ...] = ("decor", "decor-nn")
 MODES: tuple[str, ...] = ("cpu", "gpu")
 BATCH_POLICIES: tuple[str, ...] = ("fixedGlobal", "scaleWithWorkers")
 
-DEFAULT_METRICS_PORT = 9100
 DEFAULT_METRICS_PATH = "/metrics"
 # A metrics path is a plain absolute path: letters, digits, ``._~-`` and ``/``; no ``..`` or
 # ``//`` (the CRD's pattern and CEL rule say the same), at most METRICS_PATH_MAX_CHARS.
@@ -92,7 +90,7 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class MetricsSpec:
-    port: int = DEFAULT_METRICS_PORT
+    port: int = contract.DEFAULT_METRICS_PORT
     path: str = DEFAULT_METRICS_PATH
 
 
@@ -538,10 +536,13 @@ def parse_job(manifest: Any) -> JobSpec:
     if not isinstance(manifest, dict):
         raise ManifestError("(document)", "must be a mapping with apiVersion, kind, metadata, spec")
     api_version = manifest.get("apiVersion")
-    if api_version != f"{API_GROUP}/{API_VERSION}":
-        raise ManifestError("apiVersion", f"must be {API_GROUP}/{API_VERSION}, got {api_version!r}")
-    if manifest.get("kind") != KIND:
-        raise ManifestError("kind", f"must be {KIND}, got {manifest.get('kind')!r}")
+    if api_version != f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}":
+        raise ManifestError(
+            "apiVersion",
+            f"must be {vocabulary.API_GROUP}/{vocabulary.API_VERSION}, got {api_version!r}",
+        )
+    if manifest.get("kind") != vocabulary.KIND:
+        raise ManifestError("kind", f"must be {vocabulary.KIND}, got {manifest.get('kind')!r}")
     metadata = _mapping(manifest.get("metadata"), "metadata")
     name = metadata.get("name")
     if (
@@ -621,7 +622,7 @@ def parse_job(manifest: Any) -> JobSpec:
         )
     metrics_raw = _mapping(spec.get("metrics"), "spec.metrics")
     _reject_unknown(metrics_raw, {"port", "path"}, "spec.metrics")
-    port = metrics_raw.get("port", DEFAULT_METRICS_PORT)
+    port = metrics_raw.get("port", contract.DEFAULT_METRICS_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ManifestError("spec.metrics.port", f"must be a port number 1-65535, got {port!r}")
     path = metrics_raw.get("path", DEFAULT_METRICS_PATH)

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from decor import vocabulary
+
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
 POLICY_PROPORTIONAL = "decor-nn"  # DECOR-NN: every job scaled down proportionally
@@ -29,13 +31,6 @@ POLICY_EDF = "edf"  # earliest deadline first, greedy, no admission control
 POLICY_ELASTICFLOW = "elasticflow"  # deadline order, min satisfactory share, admission, gain
 POLICY_NONE = "none"  # no arbitration: each job gets its need, capacity permitting, in order
 POLICIES = (POLICY_DECOR, POLICY_PROPORTIONAL, POLICY_EDF, POLICY_ELASTICFLOW, POLICY_NONE)
-
-# Verdicts (the admission answer per job; also condition reasons in the job's status).
-ADMITTED = "Admitted"  # runs with at least its need (deadline met as predicted)
-QUEUED = "Queued"  # not admitted: cannot be met without making an admitted job late
-PREEMPTED = "Preempted"  # was admitted, gave way to a higher-priority job; now queued
-SHORTED = "Shorted"  # admitted, but the node cannot hold its need this period (it will be late)
-BEST_EFFORT = "BestEffort"  # no deadline: gets what is left over (possibly nothing)
 
 
 @dataclass(frozen=True)
@@ -113,10 +108,10 @@ class Grant:
     key: str
     allocation: float  # 0 when queued
     node: str | None
-    verdict: str  # one of ADMITTED, QUEUED, PREEMPTED, SHORTED, BEST_EFFORT
+    verdict: str  # one of vocabulary.VERDICT_*
     reason: str  # a sentence for the job's condition message
     earliest_deadline_s: float | None = (
-        None  # QUEUED/PREEMPTED: earliest deadline it could meet now
+        None  # queued or preempted: earliest deadline it could meet now
     )
     pods: Pods = ()
 
@@ -255,8 +250,8 @@ def _grant(
 def _served(d: Demand, got: float, need: float) -> str:
     """The verdict of a policy without admission: best-effort, else whether it got its need."""
     if d.deadline_s is None:
-        return BEST_EFFORT
-    return ADMITTED if got >= need - EPS else SHORTED
+        return vocabulary.VERDICT_BEST_EFFORT
+    return vocabulary.VERDICT_ADMITTED if got >= need - EPS else vocabulary.VERDICT_SHORTED
 
 
 def pack_pods(
@@ -592,7 +587,11 @@ def _plan_proportional(
         )
         grants[d.key] = _grant(d, got, pods, _served(d, got, asks[d.key]), reason)
     for d in unplaced:
-        verdict = SHORTED if d.deadline_s is not None else BEST_EFFORT
+        verdict = (
+            vocabulary.VERDICT_SHORTED
+            if d.deadline_s is not None
+            else vocabulary.VERDICT_BEST_EFFORT
+        )
         grants[d.key] = Grant(
             d.key, 0.0, None, verdict, f"no node offers {_unit(d)} (policy decor-nn)"
         )
@@ -632,7 +631,7 @@ class _Book:
         self.grants: dict[str, Grant] = {}
         self.held: dict[str, list[tuple[Demand, float]]] = {}  # node -> deadline jobs' holds there
         self.pods_of: dict[str, Pods] = {}  # deadline job -> the pods it holds
-        self.waiting: list[Demand] = []  # QUEUED or PREEMPTED: told their earliest deadline
+        self.waiting: list[Demand] = []  # queued or preempted: told their earliest deadline
 
     def prio(self, d: Demand) -> int:
         return d.priority if self.ours else 0
@@ -686,7 +685,7 @@ class _Book:
             else f"its need to meet the deadline {_utc(d.deadline_s)}"
         )
         reason = f"admitted: {need:g} {_unit(d)} on {_where(pods)}, {when}{note}"
-        self.grants[d.key] = _grant(d, need, pods, ADMITTED, reason)
+        self.grants[d.key] = _grant(d, need, pods, vocabulary.VERDICT_ADMITTED, reason)
 
     def hold_admitted(self, d: Demand) -> None:
         """An admitted job keeps at least its need unless a job ranked before it holds the
@@ -704,7 +703,9 @@ class _Book:
                 f"preempted: {_on_nodes(reach)} cannot hold its need of {need:g} {_unit(d)} "
                 f"beside higher-priority {_names(higher)}"
             )
-            self.grants[d.key] = _grant(d, 0.0, (), PREEMPTED, reason, self.cluster.home(d))
+            self.grants[d.key] = _grant(
+                d, 0.0, (), vocabulary.VERDICT_PREEMPTED, reason, self.cluster.home(d)
+            )
             self.waiting.append(d)
             return
         got, pods = self.cluster.most(d, need, self.s)
@@ -715,11 +716,11 @@ class _Book:
             f"shorted: granted {got:g} of the {need:g} {_unit(d)} it needs; "
             f"{_on_nodes(reach)} {'holds' if len(reach) == 1 else 'hold'} {who}; it will be late"
         )
-        self.grants[d.key] = _grant(d, got, pods, SHORTED, reason)
+        self.grants[d.key] = _grant(d, got, pods, vocabulary.VERDICT_SHORTED, reason)
 
     def admit_new(self, d: Demand) -> None:
         """Admit ``d`` if its need fits beside the admitted needs (ours: or by displacing
-        lower-priority jobs); otherwise it waits (QUEUED)."""
+        lower-priority jobs); otherwise it waits (vocabulary.VERDICT_QUEUED)."""
         assert d.deadline_s is not None
         need = need_of(d, self.s)
         at_max_s = run_s(d, d.max_allocation)
@@ -751,12 +752,16 @@ class _Book:
                 f"preempted by higher-priority {d.key} (priority {d.priority} > {v.priority}) "
                 f"on {_on_nodes(list(_per_node(pods)))}"
             )
-            self.grants[v.key] = _grant(v, 0.0, (), PREEMPTED, reason, self.cluster.home(v))
+            self.grants[v.key] = _grant(
+                v, 0.0, (), vocabulary.VERDICT_PREEMPTED, reason, self.cluster.home(v)
+            )
             self.waiting.append(v)
         self._admitted(d, pods, need, f"; displaced lower-priority {_names(victims)}")
 
     def _wait(self, d: Demand, reason: str) -> None:
-        self.grants[d.key] = _grant(d, 0.0, (), QUEUED, reason, self.cluster.home(d))
+        self.grants[d.key] = _grant(
+            d, 0.0, (), vocabulary.VERDICT_QUEUED, reason, self.cluster.home(d)
+        )
         self.waiting.append(d)
 
     def _displace(self, d: Demand, need: float) -> list[Demand] | None:
@@ -915,7 +920,7 @@ class _Book:
                 pods = ((node, d.min_allocation),) if node is not None else None
             if pods is None:
                 reason = f"best-effort: no node has {d.min_allocation:g} {_unit(d)} left over"
-                self.grants[d.key] = Grant(d.key, 0.0, None, BEST_EFFORT, reason)
+                self.grants[d.key] = Grant(d.key, 0.0, None, vocabulary.VERDICT_BEST_EFFORT, reason)
                 continue
             room.take(d, pods)
             if _spans_pods(d):
@@ -930,7 +935,7 @@ class _Book:
         if not self.ours:  # elasticflow: admitted deadline jobs share the leftover too
             for node, held in self.held.items():
                 for h, _ in held:
-                    if self.grants[h.key].verdict != ADMITTED:
+                    if self.grants[h.key].verdict != vocabulary.VERDICT_ADMITTED:
                         continue
                     if _spans_pods(h):
                         pooled[h.key] = h
@@ -1064,7 +1069,9 @@ class _Book:
         else:
             reason = f"best-effort: nothing left over on {where}; waits for idle {_unit(d)}"
         idle_node = pods[0][0] if pods else None
-        self.grants[d.key] = _grant(d, alloc, pods, BEST_EFFORT, reason, idle_node)
+        self.grants[d.key] = _grant(
+            d, alloc, pods, vocabulary.VERDICT_BEST_EFFORT, reason, idle_node
+        )
 
 
 def _fill_by_gain(

@@ -9,7 +9,7 @@ case the CRD in the cluster lacks its rules. The admin's allowances come from th
 
 How the operator uses it: before creating a job's first pod, call
 ``check_template(spec.template, policy)``; a non-empty list means: create no pod, set a
-False condition with reason :data:`REASON_TEMPLATE_REFUSED` and post a Warning Event of that
+False condition with reason :data:`vocabulary.REASON_TEMPLATE_REFUSED` and post a Warning Event of that
 reason, both with :func:`describe` of the list as message (each entry names its field).
 
 :class:`CheckpointStorage` is the admin's choice of the volume the operator mounts at
@@ -78,8 +78,6 @@ ANY = "*"
 DEFAULT_SERVICE_ACCOUNT = "default"
 """The namespace's own ServiceAccount: always allowed (it is what a pod gets anyway)."""
 
-REASON_TEMPLATE_REFUSED = "TemplateRefused"
-"""Condition reason and Event reason when the template asks for something not allowed."""
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from decor import build
+from decor import build, vocabulary
 from decor.model import (
     MAX_TEMPLATE_BYTES,
     OVERSIZED_TEMPLATE_KEY,
@@ -60,13 +60,13 @@ class Snapshot:
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "DeadlineTrainingJob":
+        if ref.get("kind") == vocabulary.KIND:
             return str(ref.get("uid"))
     return None
 
 
 def job_label(pod: Mapping[str, Any]) -> str | None:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(build.LABEL_JOB)
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(vocabulary.LABEL_JOB)
 
 
 def _cores(value: Any) -> float:

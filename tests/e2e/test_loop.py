@@ -23,11 +23,13 @@ from typing import Any
 
 import pytest
 from decor import build, metrics
-from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.config import OperatorConfig
 from decor.kube import Kube
 from decor.loop import ControlLoop
-from decor.model import API_GROUP, API_VERSION, PLURAL, format_time
+from decor.model import format_time
+from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView, Key, Snapshot, job_label
+from decor.vocabulary import API_GROUP, API_VERSION, PLURAL
 from prometheus_client import CollectorRegistry
 from test_operator import crd  # noqa: F401 - fixture used by name
 

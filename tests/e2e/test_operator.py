@@ -29,9 +29,9 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, policy
+from decor import build, vocabulary
 from decor.control import SpeedFit
-from decor.model import API_GROUP, API_VERSION, PLURAL, ManifestError, parse_job, quantity_value
+from decor.model import ManifestError, parse_job, quantity_value
 from hostile_jobs import hostile_manifests
 
 pytestmark = pytest.mark.e2e
@@ -187,7 +187,7 @@ def job_manifest(
     if checkpoint:
         spec["checkpoint"] = {"path": "/ckpt"}
     return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
         "kind": "DeadlineTrainingJob",
         "metadata": {"name": name},
         "spec": spec,
@@ -197,13 +197,13 @@ def job_manifest(
 def create_job(kube: Any, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
     parse_job({**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}})
     return custom(kube).create_namespaced_custom_object(
-        API_GROUP, API_VERSION, namespace, PLURAL, manifest
+        vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, manifest
     )
 
 
 def get_job(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     return custom(kube).get_namespaced_custom_object(
-        API_GROUP, API_VERSION, namespace, PLURAL, name
+        vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name
     )
 
 
@@ -319,7 +319,10 @@ def crd(kube: Any) -> None:
     """The CRD from crds/ is applied (server-side) and Established."""
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
     kube.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{API_GROUP}"
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        f"crd/{vocabulary.PLURAL}.{vocabulary.API_GROUP}",
     )
 
 
@@ -411,10 +414,14 @@ def delete_jobs(kube: Any, namespace: str, process: OperatorProcess | None = Non
     api = custom(kube)
 
     def remaining() -> list[dict[str, Any]]:
-        return api.list_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL)["items"]
+        return api.list_namespaced_custom_object(
+            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL
+        )["items"]
 
     try:
-        api.delete_collection_namespaced_custom_object(API_GROUP, API_VERSION, namespace, PLURAL)
+        api.delete_collection_namespaced_custom_object(
+            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL
+        )
         if process is not None and (process.process is None or process.process.poll() is not None):
             process.start()  # a test that stopped it: the finalizers still need an operator
         kube.wait_for(lambda: not remaining(), 60, "the operator to release the deleted jobs")
@@ -422,7 +429,7 @@ def delete_jobs(kube: Any, namespace: str, process: OperatorProcess | None = Non
         print(f"warning: jobs in {namespace} not released ({exc}); removing their finalizers")
         for job in remaining():
             api.patch_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL, job["metadata"]["name"],
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, job["metadata"]["name"],
                 {"metadata": {"finalizers": None}}, _content_type="application/merge-patch+json",
             )  # fmt: skip
 
@@ -531,7 +538,12 @@ def test_good_manifests_are_accepted(
 ) -> None:
     parse_job(manifest)
     custom(kube).create_namespaced_custom_object(
-        API_GROUP, API_VERSION, namespace, PLURAL, manifest, dry_run="All"
+        vocabulary.API_GROUP,
+        vocabulary.API_VERSION,
+        namespace,
+        vocabulary.PLURAL,
+        manifest,
+        dry_run="All",
     )
 
 
@@ -1014,13 +1026,13 @@ def _helm() -> str | None:
 def assert_refused(kube: Any, namespace: str, names: list[str]) -> None:
     """Each job ends refused: a False Admitted condition TemplateRefused (or InvalidSpec, for
     what the model refuses) and a Warning Event of that reason, and no pod at all."""
-    refusals = {policy.REASON_TEMPLATE_REFUSED, build.REASON_INVALID_SPEC}
+    refusals = {vocabulary.REASON_TEMPLATE_REFUSED, vocabulary.REASON_INVALID_SPEC}
 
     def refused(name: str) -> bool:
         conditions = job_status(kube, namespace, name).get("conditions") or []
         reasons = {c.get("reason") for c in conditions} & refusals
         events = {reason for _t, reason, _m in job_events(kube, namespace, name)}
-        return bool(reasons) and bool(events & (refusals | {build.EVENT_INVALID_SPEC}))
+        return bool(reasons) and bool(events & (refusals | {vocabulary.EVENT_INVALID_SPEC}))
 
     for name in names:
         kube.wait_for(
@@ -1152,7 +1164,7 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         hostile = hostile_manifests(honest)
         for manifest in hostile.values():  # not through create_job: its parse refuses some
             custom(kube).create_namespaced_custom_object(
-                API_GROUP, API_VERSION, namespace, PLURAL, manifest
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, manifest
             )
         assert_refused(kube, namespace, [m["metadata"]["name"] for m in hostile.values()])
         (pod,) = kube.wait_for(

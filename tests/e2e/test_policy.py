@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, policy
+from decor import build, policy, vocabulary
 from decor.model import ManifestError, parse_job
 from test_operator import (
     CHART,
@@ -322,7 +322,7 @@ def test_a_pod_the_api_refuses_is_a_condition_and_one_event_not_a_log_line(
 
     def refused() -> dict[str, Any] | None:
         for c in job_status(kube, namespace, name).get("conditions") or []:
-            if c.get("reason") == build.REASON_CREATE_REFUSED:
+            if c.get("reason") == vocabulary.REASON_CREATE_REFUSED:
                 return dict(c)
         return None
 
@@ -339,7 +339,7 @@ def test_a_pod_the_api_refuses_is_a_condition_and_one_event_not_a_log_line(
     assert again is not None and again["lastTransitionTime"] == found["lastTransitionTime"]
     events = [
         (t, m) for t, reason, m in job_events(kube, namespace, name)
-        if reason == build.REASON_CREATE_REFUSED
+        if reason == vocabulary.REASON_CREATE_REFUSED
     ]  # fmt: skip
     assert len(events) == 1 and events[0][0] == "Warning", events
     assert trainer_pods(kube, namespace, name) == []
@@ -467,12 +467,12 @@ def refusal(kube: Any, namespace: str, name: str, field: str) -> tuple[Any, ...]
     events = [
         message
         for _type, reason, message in job_events(kube, namespace, name)
-        if reason == policy.REASON_TEMPLATE_REFUSED and field in message
+        if reason == vocabulary.REASON_TEMPLATE_REFUSED and field in message
     ]
     conditions = [
         c
         for c in job_status(kube, namespace, name).get("conditions") or []
-        if c.get("reason") == policy.REASON_TEMPLATE_REFUSED and field in c.get("message", "")
+        if c.get("reason") == vocabulary.REASON_TEMPLATE_REFUSED and field in c.get("message", "")
     ]
     return (events[0], conditions[0]) if events and conditions else None
 
@@ -504,7 +504,7 @@ def test_the_operator_refuses_what_the_admin_did_not_allow(
     message, condition = kube.wait_for(
         lambda: refusal(kube, namespace, "refused", field),
         60,
-        f"a {policy.REASON_TEMPLATE_REFUSED} Event and condition naming {field}",
+        f"a {vocabulary.REASON_TEMPLATE_REFUSED} Event and condition naming {field}",
         describe=lambda: json.dumps(job_status(kube, namespace, "refused"), indent=1)[:3000],
     )
     assert condition["status"] in ("True", "False")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import planner
+from decor import planner, vocabulary
 from decor.cpulimit import CgroupV1Limiter, CgroupV2Limiter, make_limiter
 from decor.local import LocalOptions, RunSummary, request_deadline, run_local, run_local_many
 from decor.model import parse_job
@@ -377,11 +377,13 @@ def test_a_queued_job_starts_only_when_admitted(tmp_path: Path) -> None:
         ordered = sorted(demands, key=lambda d: d.arrival_s)
         grants = {
             ordered[0].key: planner.Grant(
-                ordered[0].key, ordered[0].need, "local", planner.ADMITTED, "admitted"
+                ordered[0].key, ordered[0].need, "local", vocabulary.VERDICT_ADMITTED, "admitted"
             )
         }
         for d in ordered[1:]:
-            grants[d.key] = planner.Grant(d.key, 0.0, None, planner.QUEUED, reason, earliest_s)
+            grants[d.key] = planner.Grant(
+                d.key, 0.0, None, vocabulary.VERDICT_QUEUED, reason, earliest_s
+            )
         return planner.Plan(grants=grants)
 
     lines: list[str] = []
@@ -403,7 +405,7 @@ def test_a_queued_job_starts_only_when_admitted(tmp_path: Path) -> None:
     assert any(line.startswith("second: queued: " + reason) for line in lines), lines
     assert any("QUEUED: " + reason in line and "earliest deadline" in line for line in lines)
     _, rows = read_trace(tmp_path / "run" / "second" / "trace.json")
-    waiting = [r for r in rows if r.verdict == planner.QUEUED]
+    waiting = [r for r in rows if r.verdict == vocabulary.VERDICT_QUEUED]
     assert waiting and all(r.allocation == 0.0 for r in waiting)
     assert "Queued" in second_s.conditions
 

@@ -15,11 +15,13 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.config import OperatorConfig
 from decor.loop import ControlLoop
-from decor.model import API_GROUP, API_VERSION, KIND, format_time
+from decor.model import format_time
+from decor.operator_metrics import OperatorMetrics
 from decor.policy import CheckpointStorage
 from decor.views import ClusterView, job_label
+from decor.vocabulary import API_GROUP, API_VERSION, KIND
 from prometheus_client import CollectorRegistry
 
 from support.fake_kube import RecordingKube, node_body

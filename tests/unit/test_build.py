@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, control, policy
+from decor import build, control, policy, vocabulary
 from decor.model import parse_job
 from decor.policy import CheckpointStorage
 
@@ -82,7 +82,7 @@ def test_gpu_pod_requests_whole_gpus_and_leaves_cpu_alone() -> None:
     assert trainer["resources"]["limits"] == {"memory": "1Gi", build.GPU_RESOURCE: "2"}
     assert trainer["resources"]["requests"] == {"memory": "1Gi", build.GPU_RESOURCE: "2"}
     assert "resizePolicy" not in trainer
-    assert pod["metadata"]["annotations"][build.ANNOTATION_ALLOCATION] == "2"
+    assert pod["metadata"]["annotations"][vocabulary.ANNOTATION_ALLOCATION] == "2"
 
 
 def test_pod_is_owned_by_the_job_and_labelled() -> None:
@@ -102,8 +102,8 @@ def test_pod_is_owned_by_the_job_and_labelled() -> None:
     ]
     assert meta["labels"] == {
         "team": "vision",
-        build.LABEL_JOB: "resnet",
-        build.LABEL_MANAGED_BY: build.MANAGED_BY,
+        vocabulary.LABEL_JOB: "resnet",
+        vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
     }
     assert meta["annotations"]["note"] == "x"
     assert meta["annotations"]["prometheus.io/scrape"] == "true"
@@ -257,16 +257,20 @@ def test_other_containers_and_init_containers_are_kept() -> None:
 def test_operator_labels_and_annotations_win_over_the_templates() -> None:
     body = job_body()
     body["spec"]["template"]["metadata"] = {
-        "labels": {build.LABEL_JOB: "someone-else", build.LABEL_MANAGED_BY: "me", "team": "v"},
-        "annotations": {"prometheus.io/port": "1", build.ANNOTATION_ALLOCATION: "99"},
+        "labels": {
+            vocabulary.LABEL_JOB: "someone-else",
+            vocabulary.LABEL_MANAGED_BY: "me",
+            "team": "v",
+        },
+        "annotations": {"prometheus.io/port": "1", vocabulary.ANNOTATION_ALLOCATION: "99"},
     }
     pod = build.build_trainer_pod(body, parse_job(body), 2.0, "p")
     labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
-    assert labels[build.LABEL_JOB] == "resnet"
-    assert labels[build.LABEL_MANAGED_BY] == build.MANAGED_BY
+    assert labels[vocabulary.LABEL_JOB] == "resnet"
+    assert labels[vocabulary.LABEL_MANAGED_BY] == vocabulary.MANAGED_BY
     assert labels["team"] == "v"
     assert annotations["prometheus.io/port"] == "9100"
-    assert annotations[build.ANNOTATION_ALLOCATION] == "2000m"
+    assert annotations[vocabulary.ANNOTATION_ALLOCATION] == "2000m"
 
 
 CLAIM_STORAGE = CheckpointStorage(volume="claim", storage_class="fast", size="2Gi")
@@ -357,9 +361,9 @@ def test_checkpoint_claim_is_owned_by_the_job_unless_kept() -> None:
             "name": "resnet-checkpoint",
             "namespace": "ml",
             "labels": {
-                build.LABEL_JOB: "resnet",
-                build.LABEL_JOB_UID: JOB_UID,
-                build.LABEL_MANAGED_BY: build.MANAGED_BY,
+                vocabulary.LABEL_JOB: "resnet",
+                vocabulary.LABEL_JOB_UID: JOB_UID,
+                vocabulary.LABEL_MANAGED_BY: vocabulary.MANAGED_BY,
             },
             "ownerReferences": [build.owner_reference(body)],
         },
@@ -477,7 +481,7 @@ def statuses(conditions: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_on_track_decision_sets_the_full_picture() -> None:
-    result = build.conditions_for_decision([], control.ON_TRACK, "fine", now_s=1.0)
+    result = build.conditions_for_decision([], vocabulary.CONDITION_ON_TRACK, "fine", now_s=1.0)
     assert statuses(result) == {
         "MetricsUnavailable": "False",
         "Complete": "False",
@@ -489,34 +493,48 @@ def test_on_track_decision_sets_the_full_picture() -> None:
 
 
 def test_metrics_unavailable_leaves_the_rest_untouched() -> None:
-    before = build.conditions_for_decision([], control.AT_RISK, "needs 1.9 cores", now_s=1.0)
-    after = build.conditions_for_decision(before, control.METRICS_UNAVAILABLE, "gone", now_s=2.0)
+    before = build.conditions_for_decision(
+        [], vocabulary.CONDITION_AT_RISK, "needs 1.9 cores", now_s=1.0
+    )
+    after = build.conditions_for_decision(
+        before, vocabulary.CONDITION_METRICS_UNAVAILABLE, "gone", now_s=2.0
+    )
     assert statuses(after) == {**statuses(before), "MetricsUnavailable": "True"}
-    assert build.became_true(before, after, control.METRICS_UNAVAILABLE)
-    recovered = build.conditions_for_decision(after, control.AT_RISK, "needs 1.9 cores", now_s=3.0)
+    assert build.became_true(before, after, vocabulary.CONDITION_METRICS_UNAVAILABLE)
+    recovered = build.conditions_for_decision(
+        after, vocabulary.CONDITION_AT_RISK, "needs 1.9 cores", now_s=3.0
+    )
     assert statuses(recovered) == statuses(before)
 
 
 def test_infeasible_and_missed_deadlines() -> None:
     infeasible = build.conditions_for_decision(
-        [], control.INFEASIBLE, "even MAX is late", now_s=1.0
+        [], vocabulary.CONDITION_INFEASIBLE, "even MAX is late", now_s=1.0
     )
     assert statuses(infeasible)["Infeasible"] == "True"
-    assert build.get_condition(infeasible, "Infeasible")["reason"] == build.REASON_EVEN_MAX_TOO_SLOW  # type: ignore[index]
-    missed = build.conditions_for_decision(infeasible, control.DEADLINE_MISSED, "late", now_s=2.0)
+    assert (
+        build.get_condition(infeasible, "Infeasible")["reason"]
+        == vocabulary.REASON_EVEN_MAX_TOO_SLOW
+    )  # type: ignore[index]
+    missed = build.conditions_for_decision(
+        infeasible, vocabulary.CONDITION_DEADLINE_MISSED, "late", now_s=2.0
+    )
     assert statuses(missed)["DeadlineMissed"] == "True"
     assert statuses(missed)["OnTrack"] == "False"
 
 
 def test_a_deadline_set_in_the_past_keeps_infeasible_true() -> None:
     result = build.conditions_for_decision(
-        [], control.DEADLINE_MISSED, "late", now_s=1.0, deadline_was_past=True
+        [], vocabulary.CONDITION_DEADLINE_MISSED, "late", now_s=1.0, deadline_was_past=True
     )
-    infeasible = build.get_condition(result, control.INFEASIBLE)
+    infeasible = build.get_condition(result, vocabulary.CONDITION_INFEASIBLE)
     assert infeasible is not None
-    assert (infeasible["status"], infeasible["reason"]) == ("True", build.REASON_DEADLINE_IN_PAST)
+    assert (infeasible["status"], infeasible["reason"]) == (
+        "True",
+        vocabulary.REASON_DEADLINE_IN_PAST,
+    )
     starting = build.conditions_for_decision(
-        [], control.STARTING, "s", now_s=1.0, deadline_was_past=True
+        [], vocabulary.DECISION_STARTING, "s", now_s=1.0, deadline_was_past=True
     )
     assert statuses(starting)["Infeasible"] == "True"
     assert statuses(starting)["OnTrack"] == "Unknown"
@@ -531,12 +549,12 @@ def test_completion_conditions_report_lateness() -> None:
     assert statuses(late)["DeadlineMissed"] == "True"
 
 
-@pytest.mark.parametrize("kind", build.CONDITION_TYPES)
+@pytest.mark.parametrize("kind", vocabulary.CONDITION_TYPES)
 def test_condition_types_are_the_controllers_and_the_planners(kind: str) -> None:
     assert kind in {
-        control.ON_TRACK, control.AT_RISK, control.INFEASIBLE,
-        control.METRICS_UNAVAILABLE, control.COMPLETE, control.DEADLINE_MISSED,
-        build.CONDITION_ADMITTED, build.CONDITION_STALLED,
+        vocabulary.CONDITION_ON_TRACK, vocabulary.CONDITION_AT_RISK, vocabulary.CONDITION_INFEASIBLE,
+        vocabulary.CONDITION_METRICS_UNAVAILABLE, vocabulary.CONDITION_COMPLETE, vocabulary.CONDITION_DEADLINE_MISSED,
+        vocabulary.CONDITION_ADMITTED, vocabulary.CONDITION_STALLED,
     }  # fmt: skip
 
 
@@ -546,7 +564,7 @@ def test_reasons_are_camel_case_constants() -> None:
         for k, v in vars(build).items()
         if k.startswith(("REASON_", "EVENT_")) and isinstance(v, str)
     }
-    reasons -= {build.EVENT_NORMAL, build.EVENT_WARNING}
+    reasons -= {vocabulary.EVENT_NORMAL, vocabulary.EVENT_WARNING}
     for reason in reasons:
         assert reason[0].isupper() and reason.isalnum(), reason
 
@@ -572,7 +590,7 @@ def test_status_carries_progress_allocation_and_controller_state() -> None:
         time_s=1050.0, steps_done=120, steps_total=240, allocation=1.5
     )
     status = build.build_status(
-        phase=build.PHASE_RUNNING,
+        phase=vocabulary.PHASE_RUNNING,
         mode="cpu",
         start_s=1000.0,
         deadline_s=1100.0,
@@ -612,7 +630,7 @@ def test_status_carries_progress_allocation_and_controller_state() -> None:
 
 def test_status_without_a_sample_reports_nothing_it_does_not_know() -> None:
     status = build.build_status(
-        phase=build.PHASE_PENDING,
+        phase=vocabulary.PHASE_PENDING,
         mode="gpu",
         start_s=0.0,
         deadline_s=10.0,
@@ -628,7 +646,11 @@ def test_status_without_a_sample_reports_nothing_it_does_not_know() -> None:
 
 def test_event_refers_to_the_job() -> None:
     event = build.build_event(
-        job_body(), build.EVENT_WARNING, build.EVENT_DEADLINE_IN_PAST, "x" * 5000, now_s=60.0
+        job_body(),
+        vocabulary.EVENT_WARNING,
+        vocabulary.EVENT_DEADLINE_IN_PAST,
+        "x" * 5000,
+        now_s=60.0,
     )
     assert event["metadata"] == {"generateName": "resnet.", "namespace": "ml"}
     assert event["involvedObject"] == {
@@ -793,28 +815,33 @@ def test_admission_conditions() -> None:
     assert statuses(fresh) == {"OnTrack": "Unknown"}
     past = build.conditions_at_admission(True, now_s=10.0, generation=1)
     assert statuses(past) == {"OnTrack": "Unknown", "Infeasible": "True"}
-    assert build.get_condition(past, "Infeasible")["reason"] == build.REASON_DEADLINE_IN_PAST  # type: ignore[index]
+    assert build.get_condition(past, "Infeasible")["reason"] == vocabulary.REASON_DEADLINE_IN_PAST  # type: ignore[index]
 
 
 def test_moving_the_deadline_sets_and_clears_deadline_in_past() -> None:
-    ok = build.conditions_for_decision([], control.ON_TRACK, "fine", now_s=1.0)
+    ok = build.conditions_for_decision([], vocabulary.CONDITION_ON_TRACK, "fine", now_s=1.0)
     past = build.conditions_for_deadline(ok, True, now_s=2.0)
-    assert build.get_condition(past, "Infeasible")["reason"] == build.REASON_DEADLINE_IN_PAST  # type: ignore[index]
+    assert build.get_condition(past, "Infeasible")["reason"] == vocabulary.REASON_DEADLINE_IN_PAST  # type: ignore[index]
     future = build.conditions_for_deadline(past, False, now_s=3.0)
     assert statuses(future)["Infeasible"] == "False"
     # An Infeasible verdict of the controller's own is not the deadline's to clear.
-    slow = build.conditions_for_decision([], control.INFEASIBLE, "even MAX is late", now_s=1.0)
+    slow = build.conditions_for_decision(
+        [], vocabulary.CONDITION_INFEASIBLE, "even MAX is late", now_s=1.0
+    )
     assert build.conditions_for_deadline(slow, False, now_s=2.0) == slow
 
 
 def test_a_deadline_in_the_past_stays_the_reason_through_infeasible_decisions() -> None:
     # The control law answers a deadline before the start with Infeasible at MAX.
     result = build.conditions_for_decision(
-        [], control.INFEASIBLE, "already past", now_s=1.0, deadline_was_past=True
+        [], vocabulary.CONDITION_INFEASIBLE, "already past", now_s=1.0, deadline_was_past=True
     )
-    infeasible = build.get_condition(result, control.INFEASIBLE)
+    infeasible = build.get_condition(result, vocabulary.CONDITION_INFEASIBLE)
     assert infeasible is not None
-    assert (infeasible["status"], infeasible["reason"]) == ("True", build.REASON_DEADLINE_IN_PAST)
+    assert (infeasible["status"], infeasible["reason"]) == (
+        "True",
+        vocabulary.REASON_DEADLINE_IN_PAST,
+    )
     assert statuses(result)["DeadlineMissed"] == "True"
 
 

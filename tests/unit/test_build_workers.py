@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from decor import build
 from decor.model import parse_job
+from decor_trainer import contract
 
 
 def job_body(resources: dict[str, Any], env: list[dict[str, str]] | None = None) -> dict[str, Any]:
@@ -38,17 +39,17 @@ def trainer_env(body: dict[str, Any], allocation: float) -> dict[str, str]:
 @pytest.mark.parametrize(("allocation", "workers"), [(1.0, "1"), (2.0, "2"), (3.0, "3")])
 def test_gpu_pod_runs_one_worker_per_allocated_gpu(allocation: float, workers: str) -> None:
     env = trainer_env(job_body(GPU), allocation)
-    assert env[build.ENV_WORKERS] == workers == build.format_allocation("gpu", allocation)
+    assert env[contract.ENV_WORKERS] == workers == build.format_allocation("gpu", allocation)
 
 
 def test_the_allocation_replaces_a_worker_count_in_the_template() -> None:
-    body = job_body(GPU, env=[{"name": build.ENV_WORKERS, "value": "8"}])
-    assert trainer_env(body, 2.0)[build.ENV_WORKERS] == "2"
+    body = job_body(GPU, env=[{"name": contract.ENV_WORKERS, "value": "8"}])
+    assert trainer_env(body, 2.0)[contract.ENV_WORKERS] == "2"
 
 
 def test_cpu_pod_sets_no_worker_count() -> None:
     cpu = {"mode": "cpu", "min": "250m", "max": "2", "initial": "2"}
-    assert build.ENV_WORKERS not in trainer_env(job_body(cpu), 2.0)
+    assert contract.ENV_WORKERS not in trainer_env(job_body(cpu), 2.0)
 
 
 @pytest.mark.parametrize(
@@ -59,12 +60,12 @@ def test_the_batch_policy_reaches_the_trainer_in_its_words(policy: str, trainer_
     from decor_trainer.distributed import BATCH_POLICIES
 
     env = trainer_env(job_body({**GPU, "batchPolicy": policy}), 2.0)
-    assert env[build.ENV_BATCH_POLICY] == trainer_word
+    assert env[contract.ENV_BATCH_POLICY] == trainer_word
     assert trainer_word in BATCH_POLICIES  # a name the trainer accepts
 
 
 def test_without_a_batch_policy_the_trainer_keeps_its_default() -> None:
-    assert build.ENV_BATCH_POLICY not in trainer_env(job_body(GPU), 2.0)
+    assert contract.ENV_BATCH_POLICY not in trainer_env(job_body(GPU), 2.0)
 
 
 @pytest.mark.parametrize(

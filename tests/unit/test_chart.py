@@ -378,7 +378,7 @@ def test_alerts_are_off_by_default(helm: str) -> None:
 def test_alerts_read_only_series_that_exist(helm: str) -> None:
     import re
 
-    from decor.handlers import OperatorMetrics
+    from decor.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -406,7 +406,7 @@ def test_alerts_read_only_series_that_exist(helm: str) -> None:
     for alert in alerts.values():
         series = set(re.findall(r"\b(decor_[a-z_]+)", alert["expr"]))
         assert series and series <= exported, (alert["alert"], series - exported)
-    from decor.build import CONDITION_TYPES
+    from decor.vocabulary import CONDITION_TYPES
 
     for alert in ("DecorJobAtRisk", "DecorJobMetricsUnavailable"):
         (condition,) = re.findall(r'type="(\w+)"', alerts[alert]["expr"])
@@ -414,11 +414,11 @@ def test_alerts_read_only_series_that_exist(helm: str) -> None:
 
 
 def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
-    from decor import handlers, policy
+    from decor import config, policy
 
     variables = {
         value
-        for module in (handlers, policy)
+        for module in (config, policy)
         for name, value in vars(module).items()
         if name.startswith("ENV_") and isinstance(value, str) and value.startswith("DECOR_")
     }
@@ -432,7 +432,7 @@ def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
             "faults.maxPodFailures=2",
         )
     )
-    settings = handlers.OperatorConfig.from_env(tuned)
+    settings = config.OperatorConfig.from_env(tuned)
     assert (settings.stall_timeout_s, settings.unschedulable_wait_s, settings.max_pod_failures) == (
         300.0,
         60.0,

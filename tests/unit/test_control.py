@@ -20,13 +20,6 @@ from typing import Any
 
 import pytest
 from decor.control import (
-    AT_RISK,
-    COMPLETE,
-    DEADLINE_MISSED,
-    INFEASIBLE,
-    METRICS_UNAVAILABLE,
-    ON_TRACK,
-    STARTING,
     Observation,
     Settings,
     SpeedFit,
@@ -41,6 +34,15 @@ from decor.control import (
     usable_cores,
 )
 from decor.simulate import Plant, SimResult, run_closed_loop
+from decor.vocabulary import (
+    CONDITION_AT_RISK,
+    CONDITION_COMPLETE,
+    CONDITION_DEADLINE_MISSED,
+    CONDITION_INFEASIBLE,
+    CONDITION_METRICS_UNAVAILABLE,
+    CONDITION_ON_TRACK,
+    DECISION_STARTING,
+)
 
 MIN_CORES, MAX_CORES = 1.0, 4.0
 MIN_GPUS, MAX_GPUS = 1.0, 4.0
@@ -201,7 +203,7 @@ def test_decor_nn_late_phase(mode: str, steps: int, want_u: float, want_integral
     )
     assert decision.allocation == want_u
     assert decision.state.integral == pytest.approx(want_integral, abs=1e-9)
-    assert decision.condition == DEADLINE_MISSED
+    assert decision.condition == CONDITION_DEADLINE_MISSED
 
 
 def test_decor_nn_gpu_quantum_and_period() -> None:
@@ -247,7 +249,7 @@ def test_decor_nn_deadline_change_only_moves_the_set_point() -> None:
 
 def test_decor_nn_reports_at_risk_when_behind_at_max() -> None:
     decision = decide(nn_state(2.0, 4.0), observation(50, 40, 4.0), cpu_settings(100.0), 50)
-    assert (decision.allocation, decision.condition) == (4.0, AT_RISK)
+    assert (decision.allocation, decision.condition) == (4.0, CONDITION_AT_RISK)
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,7 +272,7 @@ def test_no_observation_holds_allocation(policy: str) -> None:
     settings = cpu_settings(100.0, policy)
     state = replace(initial_state(settings, 2.0), allocation=2.35)
     decision = decide(state, None, settings, 50)
-    assert decision.condition == METRICS_UNAVAILABLE
+    assert decision.condition == CONDITION_METRICS_UNAVAILABLE
     assert decision.allocation == 2.35
     assert decision.state == state
 
@@ -280,7 +282,7 @@ def test_complete_job_reports_complete(policy: str) -> None:
     settings = cpu_settings(100.0, policy)
     state = replace(initial_state(settings, 2.0), allocation=1.5)
     decision = decide(state, observation(97.5, 100, 1.5), settings, 98)
-    assert decision.condition == COMPLETE
+    assert decision.condition == CONDITION_COMPLETE
     assert decision.allocation == 1.5
     assert decision.eta_s == 97.5
 
@@ -399,7 +401,7 @@ def test_decor_cpu_plans_the_needed_allocation_below_one_core(
         50,
     )
     assert decision.allocation == want, why
-    assert decision.condition == ON_TRACK
+    assert decision.condition == CONDITION_ON_TRACK
     assert decision.eta_s == pytest.approx(50 + 500 * A_SUB_CORE / want)
 
 
@@ -451,7 +453,7 @@ def test_decor_cpu_alternates_whole_core_levels_above_one_core(
     decision = decide(state, observation(50, 500, current, total=1000), decor_settings(), 50)
     assert decision.allocation == want, why
     assert decision.state.level_credit_s == pytest.approx(credit_after_s, abs=1e-3), why
-    assert decision.condition == ON_TRACK
+    assert decision.condition == CONDITION_ON_TRACK
     assert decision.eta_s == pytest.approx(50 + 500 * 0.4 / want)
 
 
@@ -516,7 +518,7 @@ def test_decor_cpu_probes_the_lower_level_only_while_the_lead_pays_for_it(
     )
     decision = decide(state, observation(95, 990, 2.0, total=1000), settings, 95)
     assert decision.allocation == want, why
-    assert decision.condition == ON_TRACK
+    assert decision.condition == CONDITION_ON_TRACK
 
 
 def test_decor_cpu_learns_fast_that_a_second_thread_adds_nothing() -> None:
@@ -543,7 +545,7 @@ def test_usable_cores_are_whole_from_one_core_up() -> None:
 def test_decor_starts_by_measuring() -> None:
     settings = decor_settings()
     decision = decide(initial_state(settings, 3.0), observation(1, 8, 3.0, total=1000), settings, 1)
-    assert (decision.allocation, decision.condition) == (3.0, STARTING)
+    assert (decision.allocation, decision.condition) == (3.0, DECISION_STARTING)
 
 
 # A 1000-step job, 100 s at MAX (4 cores) when it speeds up linearly: 0.4 s per step at
@@ -598,7 +600,7 @@ def test_decor_at_risk_near_max() -> None:
     # .10325 s per step -> 3.87 cores > 90% of MAX; the nearer whole-core level is MAX
     settings = cpu_settings(104.0, "decor")
     decision = decide(fitted_decor_state(4.0), observation(50, 500, 4.0, total=1000), settings, 50)
-    assert decision.condition == AT_RISK
+    assert decision.condition == CONDITION_AT_RISK
     assert decision.allocation == 4.0
 
 
@@ -606,7 +608,7 @@ def test_decor_infeasible_runs_at_max() -> None:
     # 500 steps at MAX take 50 s, but only 30 s are left.
     settings = cpu_settings(80.0, "decor")
     decision = decide(fitted_decor_state(2.0), observation(50, 500, 2.0, total=1000), settings, 50)
-    assert (decision.allocation, decision.condition) == (MAX_CORES, INFEASIBLE)
+    assert (decision.allocation, decision.condition) == (MAX_CORES, CONDITION_INFEASIBLE)
     assert decision.eta_s == pytest.approx(100.0)
 
 
@@ -618,7 +620,7 @@ def test_deadline_in_the_past_runs_at_max(policy: str) -> None:
         state, observation(50, 500, 1.5 if policy == "decor" else 1.0, total=1000), settings, 50
     )
     assert decision.allocation == MAX_CORES
-    assert decision.condition == DEADLINE_MISSED
+    assert decision.condition == CONDITION_DEADLINE_MISSED
 
 
 def test_decor_never_stacks_a_request_on_a_pending_one() -> None:
@@ -1113,7 +1115,7 @@ def test_no_windup_after_long_saturation(policy: str) -> None:
 def test_decor_infeasible_deadline_reports_and_runs_at_max() -> None:
     for plant in ("linear", "saturating", "noise10"):
         result = simulate("decor", plant, 0.5, 1)
-        assert INFEASIBLE in result.conditions
+        assert CONDITION_INFEASIBLE in result.conditions
         assert all(a == MAX_CORES for t, _, a, _ in result.trace if t >= 2)
         # The best that can be done: finished in (about) the all-MAX time.
         assert result.finished_s is not None
@@ -1123,13 +1125,13 @@ def test_decor_infeasible_deadline_reports_and_runs_at_max() -> None:
 def test_decor_nn_infeasible_deadline_runs_at_max() -> None:
     result = simulate("decor-nn", "linear", 0.5, 0)
     assert all(a == MAX_CORES for a in allocations(result))
-    assert {AT_RISK, DEADLINE_MISSED} <= result.conditions
+    assert {CONDITION_AT_RISK, CONDITION_DEADLINE_MISSED} <= result.conditions
 
 
 @pytest.mark.parametrize("policy", ["decor", "decor-nn"])
 def test_deadline_moved_into_the_past_runs_at_max(policy: str) -> None:
     result = simulate(policy, "linear", 2.5, 0, 0.2)  # at t = 75 s the deadline becomes 50 s
-    assert DEADLINE_MISSED in result.conditions
+    assert CONDITION_DEADLINE_MISSED in result.conditions
     # The trace records what ran during each period; one period after the move it is MAX.
     assert all(a == MAX_CORES for t, _, a, _ in result.trace if t >= 77)
 
@@ -1143,8 +1145,8 @@ def test_missing_metrics_hold_the_allocation(policy: str) -> None:
         return None if 60 <= obs.time_s < 80 else obs
 
     result = run_closed_loop(settings, plant, TOTAL_STEPS, observe=drop_between_60_and_80_s)
-    assert METRICS_UNAVAILABLE in result.conditions
-    held = {a for t, _, a, c in result.trace if c == METRICS_UNAVAILABLE}
+    assert CONDITION_METRICS_UNAVAILABLE in result.conditions
+    held = {a for t, _, a, c in result.trace if c == CONDITION_METRICS_UNAVAILABLE}
     assert len(held) == 1
     assert_finished_within(result, DECOR_CPU_DEV if policy == "decor" else NN_CPU_DEV, policy)
 
@@ -1259,11 +1261,11 @@ def test_follow_grant_remembers_what_was_granted_and_says_when_short() -> None:
     asked = replace(decision, allocation=3.0, state=replace(decision.state, allocation=3.0))
     same = follow_grant(asked, 3.0, base, settings, 60.0)
     assert same is asked  # granted what it asked: nothing changes
-    asked_on_track = replace(asked, condition=ON_TRACK, message="3 cores finish on time")
+    asked_on_track = replace(asked, condition=CONDITION_ON_TRACK, message="3 cores finish on time")
     short = follow_grant(asked_on_track, 2.0, base, settings, 60.0)
     assert short.allocation == 2.0 and short.state.allocation == 2.0
     assert short.state.last_change_s == 10.0  # 2 cores is what ran before: no change
-    assert short.condition == AT_RISK and "granted 2 of the 3 needed" in short.message
+    assert short.condition == CONDITION_AT_RISK and "granted 2 of the 3 needed" in short.message
     lower = follow_grant(asked_on_track, 1.5, base, settings, 60.0)
     assert lower.state.last_change_s == 60.0  # a change: intervals before it are not learned
     clamped = follow_grant(asked_on_track, 0.1, base, settings, 60.0)

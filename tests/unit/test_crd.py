@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, control
-from decor.model import API_GROUP, API_VERSION, KIND, PLURAL, ManifestError, parse_job
+from decor import build, control, vocabulary
+from decor.model import ManifestError, parse_job
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "deadlinetrainingjobs.yaml"
@@ -50,14 +50,14 @@ def at(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
 def test_names(crd: dict[str, Any], version: dict[str, Any]) -> None:
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
     assert crd["kind"] == "CustomResourceDefinition"
-    assert crd["metadata"]["name"] == f"{PLURAL}.{API_GROUP}"
+    assert crd["metadata"]["name"] == f"{vocabulary.PLURAL}.{vocabulary.API_GROUP}"
     spec = crd["spec"]
-    assert spec["group"] == API_GROUP
+    assert spec["group"] == vocabulary.API_GROUP
     assert spec["scope"] == "Namespaced"
-    assert spec["names"]["kind"] == KIND
-    assert spec["names"]["plural"] == PLURAL
+    assert spec["names"]["kind"] == vocabulary.KIND
+    assert spec["names"]["plural"] == vocabulary.PLURAL
     assert spec["names"]["shortNames"] == ["dtj"]
-    assert version["name"] == API_VERSION
+    assert version["name"] == vocabulary.API_VERSION
     assert version["served"] and version["storage"]
     assert version["subresources"] == {"status": {}}
 
@@ -96,8 +96,8 @@ def test_printer_columns_point_at_declared_status_fields(
 def allowed_by_model(section: str) -> set[str]:
     """The fields parse_job accepts in ``section``, read from its unknown-field error."""
     manifest: dict[str, Any] = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "metadata": {"name": "x"},
         "spec": {
             "duration": 60,
@@ -189,7 +189,7 @@ def test_status_schema(schema: dict[str, Any]) -> None:
         "phase", "stepsDone", "stepsTotal", "progress", "startTime", "deadline", "eta",
         "allocation", "controller", "outcome", "conditions", "observedGeneration", "podName",
     }  # fmt: skip
-    assert status["properties"]["phase"]["enum"] == list(build.PHASES)
+    assert status["properties"]["phase"]["enum"] == list(vocabulary.PHASES)
     assert at(schema, "status.controller")["x-kubernetes-preserve-unknown-fields"] is True
     assert set(at(schema, "status.outcome")["properties"]) >= {
         "finishedAt",
@@ -208,9 +208,9 @@ def test_everything_the_operator_writes_to_status_is_declared(schema: dict[str, 
     state = control.State(policy="decor", allocation=1.0)
     observation = control.Observation(time_s=5.0, steps_done=1, steps_total=2, allocation=1.0)
     status = build.build_status(
-        phase=build.PHASE_RUNNING, mode="cpu", start_s=0.0, deadline_s=10.0, state=state,
+        phase=vocabulary.PHASE_RUNNING, mode="cpu", start_s=0.0, deadline_s=10.0, state=state,
         applied=1.0, desired=1.0, observation=observation, eta_s=9.0, generation=1,
-        conditions=build.conditions_for_decision([], control.ON_TRACK, "m", now_s=1.0, generation=1),
+        conditions=build.conditions_for_decision([], vocabulary.CONDITION_ON_TRACK, "m", now_s=1.0, generation=1),
         pod="p", epochs_done=0.0,
     )  # fmt: skip
     status.update(
@@ -310,8 +310,8 @@ def crd_accepts_metrics_path(schema: dict[str, Any], path: str) -> bool:
 )  # fmt: skip
 def test_metrics_path_rules_agree_with_the_model(schema: dict[str, Any], path: str) -> None:
     manifest = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "metadata": {"name": "x"},
         "spec": {
             "duration": 60,
@@ -354,8 +354,8 @@ def test_bad_checkpoint_fields_are_refused_by_the_model(
     checkpoint: dict[str, Any], field: str
 ) -> None:
     manifest = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": KIND,
+        "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
+        "kind": vocabulary.KIND,
         "metadata": {"name": "x"},
         "spec": {
             "duration": 60,

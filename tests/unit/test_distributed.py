@@ -9,10 +9,12 @@ import pytest
 import torch
 from decor_trainer import train
 from decor_trainer.checkpoint import restart_seconds, saved_at_s
-from decor_trainer.distributed import (
+from decor_trainer.contract import (
     DEFAULT_MASTER_PORT,
     POLICY_FIXED_GLOBAL,
     POLICY_SCALE_WITH_WORKERS,
+)
+from decor_trainer.distributed import (
     BatchPolicy,
     DataOrder,
     PodWorld,

@@ -34,6 +34,8 @@ from functools import cache
 from pathlib import Path
 
 import yaml
+from decor import vocabulary
+from decor_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -257,29 +259,21 @@ def test_every_chart_value_named_exists() -> None:
 
 
 @cache
-def vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """(condition types, condition reasons, event reasons), from the operator's constants."""
-    from decor import build, planner, policy
+def documented_vocabulary() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(condition types, condition reasons, event reasons), from the operator's vocabulary."""
 
-    def constants(module: object, prefix: str) -> set[str]:
+    def constants(prefix: str) -> set[str]:
         return {
             value
-            for name, value in vars(module).items()
+            for name, value in vars(vocabulary).items()
             if name.startswith(prefix) and isinstance(value, str)
         }
 
-    verdicts = {
-        planner.ADMITTED,
-        planner.QUEUED,
-        planner.PREEMPTED,
-        planner.SHORTED,
-        planner.BEST_EFFORT,
-    }  # the Admitted condition's reasons
-    conditions = frozenset(build.CONDITION_TYPES)
-    reasons = frozenset(constants(build, "REASON_") | constants(policy, "REASON_") | verdicts)
+    conditions = frozenset(vocabulary.CONDITION_TYPES)
+    reasons = frozenset(constants("REASON_") | constants("VERDICT_"))  # verdicts: Admitted's
     events = frozenset(
-        (constants(build, "EVENT_") - {build.EVENT_NORMAL, build.EVENT_WARNING})
-        | {policy.REASON_TEMPLATE_REFUSED, build.REASON_CREATE_REFUSED}
+        (constants("EVENT_") - {vocabulary.EVENT_NORMAL, vocabulary.EVENT_WARNING})
+        | {vocabulary.REASON_TEMPLATE_REFUSED, vocabulary.REASON_CREATE_REFUSED}
     )
     return conditions, reasons, events
 
@@ -327,7 +321,7 @@ def named_conditions_and_reasons() -> Iterator[tuple[str, str, str]]:
 
 
 def test_every_condition_and_reason_named_exists() -> None:
-    conditions, reasons, events = vocabulary()
+    conditions, reasons, events = documented_vocabulary()
     known = {
         "condition": conditions | EXTERNAL_CONDITIONS,
         "reason": reasons | events,
@@ -341,7 +335,7 @@ def test_every_condition_and_reason_named_exists() -> None:
 
 
 def test_every_condition_type_is_documented() -> None:
-    conditions, _, _ = vocabulary()
+    conditions, _, _ = documented_vocabulary()
     documented = {n for _, kind, n in named_conditions_and_reasons() if kind == "condition"}
     assert conditions <= documented, sorted(conditions - documented)
 
@@ -352,7 +346,7 @@ def test_every_condition_type_is_documented() -> None:
 @cache
 def operator_metric_names() -> frozenset[str]:
     """Every sample name the operator exposes, from a fresh registry."""
-    from decor.handlers import OperatorMetrics
+    from decor.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -366,12 +360,10 @@ def operator_metric_names() -> frozenset[str]:
 
 @cache
 def other_metric_names() -> frozenset[str]:
-    """The trainers' metrics (decor_trainer.exposition) and the kube-state-metrics series of
+    """The trainers' metrics (decor_trainer.contract) and the kube-state-metrics series of
     helm/decor/files/kube-state-metrics-decor.yaml (decor_job_*)."""
-    from decor_trainer import exposition
-
-    counters = {exposition.STEPS_COMPLETED, exposition.SAMPLES_COMPLETED}
-    names = {v for v in vars(exposition).values() if isinstance(v, str) and v.startswith("decor_")}
+    counters = {contract.STEPS_COMPLETED, contract.SAMPLES_COMPLETED}
+    names = {v for v in vars(contract).values() if isinstance(v, str) and v.startswith("decor_")}
     names |= {c + "_total" for c in counters}
     config = yaml.safe_load((REPO / "helm/decor/files/kube-state-metrics-decor.yaml").read_text())
     for resource in config["spec"]["resources"]:
@@ -397,7 +389,6 @@ def test_every_metric_named_exists() -> None:
 
 
 def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
-    from decor.lifecycle import ACTUATIONS
 
     operations = text_of(REPO / "docs" / "operations.md")
     table = {
@@ -411,7 +402,10 @@ def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
     documented = {n.removesuffix("_total") for n in table}
     assert families <= documented, sorted(families - documented)
     actuations = table["decor_operator_actuations_total"][2]
-    assert all(kind in actuations for kind in ACTUATIONS), (actuations, ACTUATIONS)
+    assert all(kind in actuations for kind in vocabulary.ACTUATIONS), (
+        actuations,
+        vocabulary.ACTUATIONS,
+    )
 
 
 # --- the operator's environment --------------------------------------------------------------
@@ -419,11 +413,11 @@ def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
 
 def operator_variables() -> set[str]:
     """Every ``DECOR_*`` variable the operator reads (the ENV_ constants of its config)."""
-    from decor import handlers, policy
+    from decor import config, policy
 
     return {
         value
-        for module in (handlers, policy)
+        for module in (config, policy)
         for name, value in vars(module).items()
         if name.startswith("ENV_") and isinstance(value, str) and value.startswith("DECOR_")
     }

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.config import OperatorConfig
 from decor.loop import PERIOD_JOBS, ControlLoop
+from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView, Key, Snapshot
 from prometheus_client import CollectorRegistry
 

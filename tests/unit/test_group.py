@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, group
+from decor import build, group, vocabulary
 from decor.model import ManifestError, parse_job
+from decor_trainer import contract
 from test_build_workers import job_body
 
 SPREAD = {"mode": "gpu", "min": 1, "max": 6, "initial": 1, "gpusPerPod": 2}
@@ -46,21 +47,25 @@ def test_a_count_above_gpus_per_pod_runs_as_several_pods(
 
 def test_each_pod_gets_its_share_of_one_world() -> None:
     leader, worker1, worker2 = pods_for(SPREAD, 5.0)
-    assert [env(p)[build.ENV_WORKERS] for p in (leader, worker1, worker2)] == ["2", "2", "1"]
-    assert {env(p)[group.ENV_WORLD_SIZE] for p in (leader, worker1, worker2)} == {"5"}
-    assert [env(p)[group.ENV_RANK_OFFSET] for p in (leader, worker1, worker2)] == ["0", "2", "4"]
+    assert [env(p)[contract.ENV_WORKERS] for p in (leader, worker1, worker2)] == ["2", "2", "1"]
+    assert {env(p)[contract.ENV_WORLD_SIZE] for p in (leader, worker1, worker2)} == {"5"}
+    assert [env(p)[contract.ENV_RANK_OFFSET] for p in (leader, worker1, worker2)] == ["0", "2", "4"]
     # The leader serves the c10d store; the workers reach it through the Service's address.
-    assert env(leader)[group.ENV_MASTER_ADDR] == group.LEADER_ADDRESS
-    assert env(worker1)[group.ENV_MASTER_ADDR] == env(worker2)[group.ENV_MASTER_ADDR] == "10.0.0.7"
-    assert {env(p)[group.ENV_MASTER_PORT] for p in (leader, worker1)} == {
-        str(group.RENDEZVOUS_PORT)
+    assert env(leader)[contract.ENV_MASTER_ADDR] == group.LEADER_ADDRESS
+    assert (
+        env(worker1)[contract.ENV_MASTER_ADDR]
+        == env(worker2)[contract.ENV_MASTER_ADDR]
+        == "10.0.0.7"
+    )
+    assert {env(p)[contract.ENV_MASTER_PORT] for p in (leader, worker1)} == {
+        str(contract.DEFAULT_MASTER_PORT)
     }
 
 
 def test_roles_are_labelled_and_only_the_leader_is_scraped() -> None:
     leader, worker = pods_for(SPREAD, 4.0)
-    assert leader["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_LEADER
-    assert worker["metadata"]["labels"][group.LABEL_ROLE] == group.ROLE_WORKER
+    assert leader["metadata"]["labels"][vocabulary.LABEL_ROLE] == vocabulary.ROLE_LEADER
+    assert worker["metadata"]["labels"][vocabulary.LABEL_ROLE] == vocabulary.ROLE_WORKER
     assert group.leader_of(worker) == "lm-3" and group.is_worker(worker)
     assert group.leader_of(leader) is None and not group.is_worker(leader)
     assert group.group_size(leader) == 2
@@ -82,7 +87,7 @@ def test_one_pod_is_todays_trainer_pod() -> None:
     alone["spec"]["containers"][0]["env"].append({"name": group.ENV_GROUP_PODS, "value": "1"})
     assert pod == alone
     assert group.group_size(pod) == 1 and not group.is_worker(pod)
-    assert group.ENV_WORLD_SIZE not in env(pod)
+    assert contract.ENV_WORLD_SIZE not in env(pod)
 
 
 @pytest.mark.parametrize("allocation", [4.0, 1.0])
@@ -114,8 +119,11 @@ def test_the_rendezvous_service_selects_the_leader_and_belongs_to_the_job() -> N
     assert service["metadata"]["name"] == "lm-rendezvous"
     assert service["metadata"]["namespace"] == "ml"
     assert service["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert service["spec"]["selector"] == {build.LABEL_JOB: "lm", group.LABEL_ROLE: "leader"}
-    assert service["spec"]["ports"][0]["port"] == group.RENDEZVOUS_PORT
+    assert service["spec"]["selector"] == {
+        vocabulary.LABEL_JOB: "lm",
+        vocabulary.LABEL_ROLE: "leader",
+    }
+    assert service["spec"]["ports"][0]["port"] == contract.DEFAULT_MASTER_PORT
     leader = pods_for(SPREAD, 4.0)[0]
     labels = leader["metadata"]["labels"]
     assert all(labels[k] == v for k, v in service["spec"]["selector"].items())
@@ -164,9 +172,11 @@ def test_role_and_leader_come_from_the_pods_name_not_its_labels() -> None:
     """Labels can be patched by anyone who may patch pods; a pod's name cannot change."""
     leader, worker = pods_for(SPREAD, 4.0)
     for pod in (leader, worker):  # a later patch swaps the labels
-        pod["metadata"]["labels"][group.LABEL_ROLE] = group.ROLE_WORKER
-        pod["metadata"]["labels"][group.LABEL_LEADER] = "someone-else-0"
+        pod["metadata"]["labels"][vocabulary.LABEL_ROLE] = vocabulary.ROLE_WORKER
+        pod["metadata"]["labels"][vocabulary.LABEL_LEADER] = "someone-else-0"
     assert not group.is_worker(leader) and group.leader_of(leader) is None
     assert group.is_worker(worker) and group.leader_of(worker) == "lm-3"
-    one = {"metadata": {"name": "a-w1-0", "labels": {group.LABEL_ROLE: group.ROLE_WORKER}}}
+    one = {
+        "metadata": {"name": "a-w1-0", "labels": {vocabulary.LABEL_ROLE: vocabulary.ROLE_WORKER}}
+    }
     assert not group.is_worker(one)  # a job named a-w1: its pod a-w1-0 is no worker

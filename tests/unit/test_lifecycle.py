@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decor import build, group, lifecycle, metrics, planner  # noqa: E402
+from decor import group, lifecycle, metrics, planner, vocabulary  # noqa: E402
 from decor.lifecycle import (  # noqa: E402
     CountActuation,
     DeletePod,
@@ -128,7 +128,7 @@ def test_the_first_period_records_the_start_with_a_forced_write() -> None:
     manifest = job_body("resnet", initial="2")
     opened, period = lifecycle.begin({}, Memory(), manifest, parse_job(manifest), 1, START_S)
     assert opened.actions == (WriteStatus(force=True),)
-    assert opened.status["phase"] == build.PHASE_PENDING
+    assert opened.status["phase"] == vocabulary.PHASE_PENDING
     assert opened.status["startTime"] == format_time(START_S)
     assert (period.state.allocation, period.deadline_s) == (2.0, START_S + 600.0)
 
@@ -137,7 +137,7 @@ def test_a_moved_deadline_is_announced_without_a_write() -> None:
     _, status = period_of({})
     manifest = job_body("resnet", initial="2", duration="300s")
     opened, period = lifecycle.begin(status, Memory(), manifest, parse_job(manifest), 2, NOW_S)
-    assert events(opened) == [build.EVENT_DEADLINE_CHANGED]
+    assert events(opened) == [vocabulary.EVENT_DEADLINE_CHANGED]
     assert not any(isinstance(a, WriteStatus) for a in opened.actions)
     assert period.deadline_s == START_S + 300.0
 
@@ -155,8 +155,8 @@ def test_no_pod_yet_asks_the_planner_to_create_one() -> None:
 @pytest.mark.parametrize(
     ("failures", "expected", "keep_going"),
     [
-        (0, [build.EVENT_POD_LOST], None),  # recreated from its checkpoint
-        (2, [build.EVENT_FAILED, WriteStatus(force=True)], False),  # past the budget
+        (0, [vocabulary.EVENT_POD_LOST], None),  # recreated from its checkpoint
+        (2, [vocabulary.EVENT_FAILED, WriteStatus(force=True)], False),  # past the budget
     ],
 )
 def test_a_pod_gone_unasked_is_replaced_until_the_budget_is_spent(
@@ -171,7 +171,7 @@ def test_a_pod_gone_unasked_is_replaced_until_the_budget_is_spent(
 
 
 def test_a_pod_still_saving_its_checkpoint_is_waited_for_on_its_node() -> None:
-    period, status = period_of({**RUNNING, "phase": build.PHASE_RESTARTING})
+    period, status = period_of({**RUNNING, "phase": vocabulary.PHASE_RESTARTING})
     going = trainer_pod(period)
     going["metadata"]["deletionTimestamp"] = format_time(NOW_S + 20)
     outcome = pods_outcome(period, status, [going])
@@ -192,11 +192,11 @@ def test_suspend_deletes_the_trainer_with_its_grace_period() -> None:
     outcome = pods_outcome(period, status, [trainer_pod(period)])
     assert kube_actions(outcome) == [
         DeletePod("resnet-0", 30),
-        CountActuation(lifecycle.ACTUATION_SUSPEND),
-        build.EVENT_SUSPENDED,
+        CountActuation(vocabulary.ACTUATION_SUSPEND),
+        vocabulary.EVENT_SUSPENDED,
         WriteStatus(),
     ]
-    assert outcome.status["phase"] == build.PHASE_SUSPENDED and outcome.plan is None
+    assert outcome.status["phase"] == vocabulary.PHASE_SUSPENDED and outcome.plan is None
 
 
 def test_a_failed_pod_is_deleted_at_once_and_replaced() -> None:
@@ -204,9 +204,13 @@ def test_a_failed_pod_is_deleted_at_once_and_replaced() -> None:
     failed = trainer_pod(period, phase="Failed")
     failed["status"]["reason"] = "Evicted"
     outcome = pods_outcome(period, status, [failed])
-    assert kube_actions(outcome) == [build.EVENT_POD_LOST, DeletePod("resnet-0", 0), WriteStatus()]
+    assert kube_actions(outcome) == [
+        vocabulary.EVENT_POD_LOST,
+        DeletePod("resnet-0", 0),
+        WriteStatus(),
+    ]
     assert (outcome.status["phase"], outcome.status["podFailures"]) == (
-        build.PHASE_RESTARTING,
+        vocabulary.PHASE_RESTARTING,
         1,
     )
 
@@ -217,10 +221,10 @@ def test_a_trainer_crashing_past_the_budget_fails_the_job() -> None:
     outcome = pods_outcome(period, status, [crashing])
     assert kube_actions(outcome) == [
         DeletePod("resnet-0", 0),
-        build.EVENT_FAILED,
+        vocabulary.EVENT_FAILED,
         WriteStatus(force=True),
     ]
-    assert (outcome.status["phase"], outcome.keep_going) == (build.PHASE_FAILED, False)
+    assert (outcome.status["phase"], outcome.keep_going) == (vocabulary.PHASE_FAILED, False)
 
 
 def test_a_trainer_that_exited_after_its_last_step_completes_the_job() -> None:
@@ -229,8 +233,8 @@ def test_a_trainer_that_exited_after_its_last_step_completes_the_job() -> None:
     outcome = pods_outcome(
         period, status, [trainer_pod(period, phase="Succeeded", terminated=terminated)]
     )
-    assert kube_actions(outcome) == [build.EVENT_COMPLETED, WriteStatus(force=True)]
-    assert (outcome.status["phase"], outcome.keep_going) == (build.PHASE_SUCCEEDED, False)
+    assert kube_actions(outcome) == [vocabulary.EVENT_COMPLETED, WriteStatus(force=True)]
+    assert (outcome.status["phase"], outcome.keep_going) == (vocabulary.PHASE_SUCCEEDED, False)
 
 
 def test_a_trainer_that_exited_early_is_a_failed_pod() -> None:
@@ -239,8 +243,8 @@ def test_a_trainer_that_exited_early_is_a_failed_pod() -> None:
     outcome = pods_outcome(
         period, status, [trainer_pod(period, phase="Succeeded", terminated=terminated)]
     )
-    assert events(outcome) == [build.EVENT_POD_LOST]
-    assert outcome.status["phase"] == build.PHASE_RESTARTING
+    assert events(outcome) == [vocabulary.EVENT_POD_LOST]
+    assert outcome.status["phase"] == vocabulary.PHASE_RESTARTING
 
 
 def test_a_pod_unschedulable_too_long_falls_back_and_holds_the_fallback() -> None:
@@ -266,7 +270,7 @@ def test_a_pod_unschedulable_too_long_falls_back_and_holds_the_fallback() -> Non
     outcome = pods_outcome(period, status, [pending])
     assert kube_actions(outcome) == [
         DeletePod("llm-1", 0),
-        build.EVENT_UNSCHEDULABLE,
+        vocabulary.EVENT_UNSCHEDULABLE,
         WriteStatus(),
     ]
     assert outcome.memory.ceiling == (1.0, NOW_S + 300.0)
@@ -304,16 +308,16 @@ def grant(verdict: str, allocation: float, reason: str = "r") -> planner.Grant:
 
 def test_a_queued_job_creates_nothing_and_says_so() -> None:
     period, status = period_of({})
-    queued = grant(planner.QUEUED, 0.0)
+    queued = grant(vocabulary.VERDICT_QUEUED, 0.0)
     assert lifecycle.new_trainer_allocation(period, Memory(), queued) is None
     outcome = lifecycle.create(period, status, Memory(), queued, None, False)
-    assert kube_actions(outcome) == [build.EVENT_QUEUED, WriteStatus()]
-    assert outcome.create is None and outcome.status["phase"] == build.PHASE_QUEUED
+    assert kube_actions(outcome) == [vocabulary.EVENT_QUEUED, WriteStatus()]
+    assert outcome.create is None and outcome.status["phase"] == vocabulary.PHASE_QUEUED
 
 
 def test_an_admitted_job_with_room_creates_its_trainer_with_the_grant() -> None:
     period, status = period_of({})
-    admitted = grant(planner.ADMITTED, 3.0)
+    admitted = grant(vocabulary.VERDICT_ADMITTED, 3.0)
     allocation = lifecycle.new_trainer_allocation(period, Memory(), admitted)
     outcome = lifecycle.create(period, status, Memory(), admitted, allocation, True)
     assert outcome.create is not None
@@ -330,16 +334,16 @@ def running_period(cores: float = 2.0, steps: float = 100) -> tuple[Period, dict
 
 def test_a_preempted_trainer_is_deleted_and_the_job_queued() -> None:
     period, status = running_period()
-    preempted = grant(planner.PREEMPTED, 0.0)
+    preempted = grant(vocabulary.VERDICT_PREEMPTED, 0.0)
     assert lifecycle.growth_wanted(period, Memory(), preempted) == 0.0
     outcome = lifecycle.run(period, status, Memory(), preempted, 0.0, SETTINGS)
     assert kube_actions(outcome) == [
         DeletePod("resnet-0", 30),
-        CountActuation(lifecycle.ACTUATION_PREEMPT),
-        build.EVENT_PREEMPTED,
+        CountActuation(vocabulary.ACTUATION_PREEMPT),
+        vocabulary.EVENT_PREEMPTED,
         WriteStatus(),
     ]
-    assert outcome.status["phase"] == build.PHASE_QUEUED
+    assert outcome.status["phase"] == vocabulary.PHASE_QUEUED
 
 
 @pytest.mark.parametrize(
@@ -355,7 +359,7 @@ def test_a_cpu_trainer_is_resized_in_place_as_far_as_the_room_allows(
     granted: float, room: float, resized_to: float | None
 ) -> None:
     period, status = running_period()
-    admitted = grant(planner.ADMITTED, granted)
+    admitted = grant(vocabulary.VERDICT_ADMITTED, granted)
     assert lifecycle.growth_wanted(period, Memory(), admitted) == max(0.0, granted - 2.0)
     outcome = lifecycle.run(period, status, Memory(), admitted, room, SETTINGS)
     resizes = [a for a in outcome.actions if isinstance(a, ResizeCpu)]
@@ -367,9 +371,9 @@ def test_a_cpu_trainer_is_resized_in_place_as_far_as_the_room_allows(
 def test_a_fallback_caps_the_grant_while_it_holds() -> None:
     period, _ = running_period()
     held = Memory(ceiling=(1.0, NOW_S + 10.0))
-    assert lifecycle.run_target(period, held, grant(planner.ADMITTED, 4.0)) == 1.0
+    assert lifecycle.run_target(period, held, grant(vocabulary.VERDICT_ADMITTED, 4.0)) == 1.0
     expired = replace(held, ceiling=(1.0, NOW_S))
-    assert lifecycle.run_target(period, expired, grant(planner.ADMITTED, 4.0)) == 4.0
+    assert lifecycle.run_target(period, expired, grant(vocabulary.VERDICT_ADMITTED, 4.0)) == 4.0
 
 
 @pytest.mark.parametrize(

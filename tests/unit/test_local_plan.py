@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import cli, control, local, planner
+from decor import cli, control, local, planner, vocabulary
 from decor.model import parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,9 +130,11 @@ def test_a_waiting_row_holds_nothing_and_names_the_verdict() -> None:
         mode="cpu", min_allocation=0.25, max_allocation=2.0, start_s=100.0, deadline_s=160.0
     )
     state = control.initial_state(settings, 1.0)
-    grant = planner.Grant("b", 0.0, None, planner.QUEUED, "no room", earliest_deadline_s=300.0)
+    grant = planner.Grant(
+        "b", 0.0, None, vocabulary.VERDICT_QUEUED, "no room", earliest_deadline_s=300.0
+    )
     row = local._waiting_row(130.0, 100.0, settings, state, grant)
     assert row.allocation == 0.0 and row.granted == 0.0 and row.requested == 1.0
-    assert row.verdict == planner.QUEUED and row.condition == planner.QUEUED
+    assert row.verdict == vocabulary.VERDICT_QUEUED and row.condition == vocabulary.VERDICT_QUEUED
     assert row.t_s == 30.0 and row.set_point == pytest.approx(0.5)
     assert row.progress != row.progress  # NaN: nothing measured while waiting

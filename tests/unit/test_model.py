@@ -15,13 +15,13 @@ import pytest
 import yaml
 from decor.model import (
     DEFAULT_METRICS_PATH,
-    DEFAULT_METRICS_PORT,
     ManifestError,
     parse_cpu_cores,
     parse_duration_s,
     parse_job,
     parse_time,
 )
+from decor_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
 DELETE = object()  # marks a key to remove in ``edited``
@@ -93,7 +93,10 @@ def test_defaults() -> None:
     assert job.control.policy == "decor"
     assert job.control.period_s == 1.0
     assert job.control.safety_margin_s is None
-    assert (job.metrics.port, job.metrics.path) == (DEFAULT_METRICS_PORT, DEFAULT_METRICS_PATH)
+    assert (job.metrics.port, job.metrics.path) == (
+        contract.DEFAULT_METRICS_PORT,
+        DEFAULT_METRICS_PATH,
+    )
     assert job.suspend is False
     # a MAX below one core lowers the default MIN with it
     small = parse_job(edited(valid_manifest(), spec__resources={"max": "500m"}))

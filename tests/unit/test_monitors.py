@@ -22,6 +22,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from decor_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "decor"
@@ -168,14 +169,17 @@ def dashboard_exprs() -> list[str]:
 
 def published_series() -> set[str]:
     """Series names that the trainer, the operator and the chart's KSM config publish."""
-    from decor_trainer import exposition
 
-    trainer = {v for k, v in vars(exposition).items() if k.isupper() and isinstance(v, str)}
     trainer = {
-        f"{n}_total" if n in (exposition.STEPS_COMPLETED, exposition.SAMPLES_COMPLETED) else n
+        v
+        for k, v in vars(contract).items()
+        if k.isupper() and isinstance(v, str) and v.startswith("decor_")
+    }
+    trainer = {
+        f"{n}_total" if n in (contract.STEPS_COMPLETED, contract.SAMPLES_COMPLETED) else n
         for n in trainer
     }
-    from decor.handlers import OperatorMetrics
+    from decor.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 from decor import planner as pl
+from decor import vocabulary
 from decor.planner import Demand, Node, PlannerSettings, pod_gpu_counts
 
 
@@ -62,9 +63,9 @@ def test_admitted_jobs_get_exactly_their_need_and_best_effort_the_rest() -> None
         ],
         [Node("n1", 8.0)],
     )
-    assert (g["a"].allocation, g["a"].verdict) == (1.5, pl.ADMITTED)
-    assert (g["b"].allocation, g["b"].verdict) == (2.0, pl.ADMITTED)
-    assert (g["be"].allocation, g["be"].verdict) == (4.0, pl.BEST_EFFORT)  # its max
+    assert (g["a"].allocation, g["a"].verdict) == (1.5, vocabulary.VERDICT_ADMITTED)
+    assert (g["b"].allocation, g["b"].verdict) == (2.0, vocabulary.VERDICT_ADMITTED)
+    assert (g["be"].allocation, g["be"].verdict) == (4.0, vocabulary.VERDICT_BEST_EFFORT)  # its max
     assert "admitted" in g["a"].reason and "best-effort" in g["be"].reason
 
 
@@ -91,7 +92,7 @@ def test_best_effort_gives_back_what_a_deadline_job_needs() -> None:
     alone = grants([be], [Node("n1", 4.0)])
     assert alone["be"].allocation == 4.0
     with_job = grants([be, job("a", need=3.0)], [Node("n1", 4.0)])
-    assert with_job["a"].verdict == pl.ADMITTED and with_job["a"].allocation == 3.0
+    assert with_job["a"].verdict == vocabulary.VERDICT_ADMITTED and with_job["a"].allocation == 3.0
     assert with_job["be"].allocation == 1.0
     crowded = grants([be, job("a", need=3.7)], [Node("n1", 4.0)])
     assert crowded["be"].allocation == 0.0  # 0.3 left is below its min of 0.5
@@ -128,7 +129,7 @@ def test_best_effort_keeps_its_allocation_within_the_hysteresis_band() -> None:
 
 def test_new_job_that_fits_is_admitted_and_placed_best_fit() -> None:
     g = grants([job("new", need=2.0)], [Node("big", 8.0), Node("small", 2.5)])
-    assert g["new"].verdict == pl.ADMITTED and g["new"].node == "small"
+    assert g["new"].verdict == vocabulary.VERDICT_ADMITTED and g["new"].node == "small"
 
 
 def test_new_job_that_does_not_fit_is_queued_with_the_earliest_deadline() -> None:
@@ -136,9 +137,9 @@ def test_new_job_that_does_not_fit_is_queued_with_the_earliest_deadline() -> Non
     old = job("old", admitted=True, node="n1", need=3.0)
     new = job("new", need=2.0, deadline_s=60.0, steps_remaining=100.0)
     g = grants([old, new], [Node("n1", 4.0)])
-    assert g["old"].verdict == pl.ADMITTED and g["old"].allocation == 3.0
+    assert g["old"].verdict == vocabulary.VERDICT_ADMITTED and g["old"].allocation == 3.0
     q = g["new"]
-    assert (q.verdict, q.allocation) == (pl.QUEUED, 0.0)
+    assert (q.verdict, q.allocation) == (vocabulary.VERDICT_QUEUED, 0.0)
     # Now with 1 core: 100 s; after old finishes (33.3 s), 4 cores: 33.3 + 25 = 58.3 s.
     assert q.earliest_deadline_s == pytest.approx(100.0 / 3.0 + 25.0)
     assert "earliest deadline it could meet now" in q.reason
@@ -149,13 +150,13 @@ def test_queued_without_a_curve_says_when_room_frees() -> None:
     old = job("old", admitted=True, node="n1", need=3.0, deadline_s=500.0, step_time_s=None)
     new = job("new", need=2.0, step_time_s=None)
     q = grants([old, new], [Node("n1", 4.0)])["new"]
-    assert q.verdict == pl.QUEUED and q.earliest_deadline_s is None
+    assert q.verdict == vocabulary.VERDICT_QUEUED and q.earliest_deadline_s is None
     assert "frees at 1970-01-01T00:08:20Z" in q.reason  # old's deadline, 500 s
 
 
 def test_job_that_cannot_make_it_even_at_max_is_queued() -> None:
     g = grants([job("late", deadline_s=10.0)], [Node("n1", 16.0)])  # 100 steps / 4 cores = 25 s
-    assert g["late"].verdict == pl.QUEUED
+    assert g["late"].verdict == vocabulary.VERDICT_QUEUED
     assert g["late"].earliest_deadline_s == pytest.approx(25.0)
     assert "even at its max" in g["late"].reason
 
@@ -164,14 +165,17 @@ def test_admission_takes_no_admitted_job_below_its_need() -> None:
     admitted = [job(f"a{i}", admitted=True, node="n1", need=1.0) for i in range(3)]
     g = grants([*admitted, job("new", need=1.5, arrival_s=5.0)], [Node("n1", 4.0)])
     assert all(g[f"a{i}"].allocation == 1.0 for i in range(3))
-    assert g["new"].verdict == pl.QUEUED
+    assert g["new"].verdict == vocabulary.VERDICT_QUEUED
 
 
 def test_new_jobs_are_admitted_in_deadline_order() -> None:
     late = job("late", need=3.0, deadline_s=900.0)
     early = job("zearly", need=3.0, deadline_s=800.0)
     g = grants([late, early], [Node("n1", 4.0)])
-    assert g["zearly"].verdict == pl.ADMITTED and g["late"].verdict == pl.QUEUED
+    assert (
+        g["zearly"].verdict == vocabulary.VERDICT_ADMITTED
+        and g["late"].verdict == vocabulary.VERDICT_QUEUED
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,8 +186,8 @@ def test_higher_priority_displaces_a_lower_one_which_is_told_who() -> None:
     low = job("low", admitted=True, node="n1", need=3.0)
     high = job("high", need=3.0, priority=1, arrival_s=10.0)
     g = grants([low, high], [Node("n1", 4.0)])
-    assert g["high"].verdict == pl.ADMITTED and g["high"].allocation == 3.0
-    assert (g["low"].verdict, g["low"].allocation) == (pl.PREEMPTED, 0.0)
+    assert g["high"].verdict == vocabulary.VERDICT_ADMITTED and g["high"].allocation == 3.0
+    assert (g["low"].verdict, g["low"].allocation) == (vocabulary.VERDICT_PREEMPTED, 0.0)
     assert "high" in g["low"].reason and "priority 1 > 0" in g["low"].reason
     assert g["low"].earliest_deadline_s is not None  # it is told when it could run again
     assert "displaced lower-priority low" in g["high"].reason
@@ -193,7 +197,10 @@ def test_equal_priority_does_not_displace() -> None:
     g = grants(
         [job("low", admitted=True, node="n1", need=3.0), job("other", need=3.0)], [Node("n1", 4.0)]
     )
-    assert g["low"].verdict == pl.ADMITTED and g["other"].verdict == pl.QUEUED
+    assert (
+        g["low"].verdict == vocabulary.VERDICT_ADMITTED
+        and g["other"].verdict == vocabulary.VERDICT_QUEUED
+    )
 
 
 def test_displacement_preempts_the_fewest_lowest_priority_jobs() -> None:
@@ -205,8 +212,8 @@ def test_displacement_preempts_the_fewest_lowest_priority_jobs() -> None:
         job("vip", need=3.0, priority=2),
     ]
     g = grants(demands, nodes)
-    assert g["vip"].node == "n2" and g["p0-c"].verdict == pl.PREEMPTED
-    assert g["p0-a"].verdict == g["p0-b"].verdict == pl.ADMITTED
+    assert g["vip"].node == "n2" and g["p0-c"].verdict == vocabulary.VERDICT_PREEMPTED
+    assert g["p0-a"].verdict == g["p0-b"].verdict == vocabulary.VERDICT_ADMITTED
 
 
 def test_an_overfull_node_shorts_the_later_deadline() -> None:
@@ -214,8 +221,8 @@ def test_an_overfull_node_shorts_the_later_deadline() -> None:
     early = job("early", admitted=True, node="n1", need=3.0, deadline_s=500.0)
     late = job("late", admitted=True, node="n1", need=3.0, deadline_s=900.0)
     g = grants([early, late], [Node("n1", 4.0)])
-    assert (g["early"].verdict, g["early"].allocation) == (pl.ADMITTED, 3.0)
-    assert (g["late"].verdict, g["late"].allocation) == (pl.SHORTED, 1.0)
+    assert (g["early"].verdict, g["early"].allocation) == (vocabulary.VERDICT_ADMITTED, 3.0)
+    assert (g["late"].verdict, g["late"].allocation) == (vocabulary.VERDICT_SHORTED, 1.0)
     assert "earlier-deadline early" in g["late"].reason and "late" in g["late"].reason
 
 
@@ -224,7 +231,7 @@ def test_an_overfull_node_preempts_the_lower_priority() -> None:
     low = job("low", admitted=True, node="n1", need=3.0, deadline_s=500.0)
     g = grants([vip, low], [Node("n1", 4.0)])
     assert g["vip"].allocation == 3.0
-    assert (g["low"].verdict, g["low"].allocation) == (pl.PREEMPTED, 0.0)
+    assert (g["low"].verdict, g["low"].allocation) == (vocabulary.VERDICT_PREEMPTED, 0.0)
     assert "vip" in g["low"].reason
 
 
@@ -277,7 +284,7 @@ def test_a_gpu_job_above_its_need_gets_its_need_whether_or_not_others_want_the_g
     be = best_effort("be", mode="gpu", node="g1", min_allocation=1.0, max_allocation=8.0,
                      step_time_s=amdahl(1.0, 2.0))  # fmt: skip
     g = grants([ahead, be] if wanted else [ahead], [Node("g1", 0.0, 6.0)])
-    assert g["ahead"].allocation == 2.0 and g["ahead"].verdict == pl.ADMITTED, g
+    assert g["ahead"].allocation == 2.0 and g["ahead"].verdict == vocabulary.VERDICT_ADMITTED, g
     if wanted:
         assert g["be"].allocation == 4.0, g
 
@@ -321,8 +328,8 @@ def test_none_serves_in_arrival_order_without_admission() -> None:
     first = job("z-first", need=3.0, arrival_s=0.0)
     second = job("a-second", need=3.0, arrival_s=1.0)
     g = grants([first, second], [Node("n1", 4.0)], pl.POLICY_NONE)
-    assert (g["z-first"].allocation, g["z-first"].verdict) == (3.0, pl.ADMITTED)
-    assert (g["a-second"].allocation, g["a-second"].verdict) == (1.0, pl.SHORTED)
+    assert (g["z-first"].allocation, g["z-first"].verdict) == (3.0, vocabulary.VERDICT_ADMITTED)
+    assert (g["a-second"].allocation, g["a-second"].verdict) == (1.0, vocabulary.VERDICT_SHORTED)
 
 
 def test_decor_nn_scales_every_ask_down_proportionally() -> None:
@@ -393,7 +400,7 @@ def test_pod_gpu_counts_are_as_even_as_possible_and_refuse_a_negative_total() ->
 
 def test_four_gpus_in_pods_of_two_are_admitted_across_two_nodes() -> None:
     g = grants([gpu_job("j", need=4.0, gpus_per_pod=2)], gpu_nodes(2, 2))["j"]
-    assert (g.verdict, g.allocation) == (pl.ADMITTED, 4.0)
+    assert (g.verdict, g.allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
     assert sorted(g.pods) == [("a", 2.0), ("b", 2.0)] and g.node == g.pods[0][0]
     assert "on a (2) and b (2)" in g.reason
 
@@ -401,7 +408,7 @@ def test_four_gpus_in_pods_of_two_are_admitted_across_two_nodes() -> None:
 @pytest.mark.parametrize("policy", [pl.POLICY_DECOR, pl.POLICY_ELASTICFLOW])
 def test_the_same_job_in_one_pod_is_queued_with_its_earliest_deadline(policy: str) -> None:
     g = grants([gpu_job("j", need=4.0)], gpu_nodes(2, 2), policy)["j"]
-    assert (g.verdict, g.allocation, g.pods) == (pl.QUEUED, 0.0, ())
+    assert (g.verdict, g.allocation, g.pods) == (vocabulary.VERDICT_QUEUED, 0.0, ())
     assert g.earliest_deadline_s == pytest.approx(100 / 2)  # at 2 GPUs, all one node holds
 
 
@@ -418,13 +425,17 @@ def test_without_admission_one_pod_gets_at_most_a_node_and_spread_pods_get_all(
 
 def test_three_gpus_in_pods_of_two_fit_on_nodes_with_one_and_two_free() -> None:
     g = grants([gpu_job("j", need=3.0, gpus_per_pod=2)], gpu_nodes(1, 2))["j"]
-    assert (g.verdict, g.allocation, g.pods) == (pl.ADMITTED, 3.0, (("b", 2.0), ("a", 1.0)))
+    assert (g.verdict, g.allocation, g.pods) == (
+        vocabulary.VERDICT_ADMITTED,
+        3.0,
+        (("b", 2.0), ("a", 1.0)),
+    )
 
 
 def test_more_gpus_may_fit_where_fewer_do_not() -> None:
     # 4 in pods of at most 3 are 2 + 2; 3 are one pod of 3, which no node holds.
     spread = gpu_job("j", need=3.0, max_allocation=4.0, gpus_per_pod=3)
-    assert grants([spread], gpu_nodes(2, 2))["j"].verdict == pl.QUEUED
+    assert grants([spread], gpu_nodes(2, 2))["j"].verdict == vocabulary.VERDICT_QUEUED
     edf = grants([spread], gpu_nodes(2, 2), pl.POLICY_EDF)["j"]
     assert edf.allocation == 4.0 and sorted(edf.pods) == [("a", 2.0), ("b", 2.0)]
 
@@ -433,7 +444,7 @@ def test_packing_is_exact_where_largest_first_best_fit_is_not() -> None:
     # Pods 3, 3, 2, 2: best fit puts the first 3 on the 4-GPU node and strands 1 GPU.
     spread = gpu_job("j", need=10.0, max_allocation=10.0, gpus_per_pod=3)
     g = grants([spread], gpu_nodes(6, 4))["j"]
-    assert g.verdict == pl.ADMITTED
+    assert g.verdict == vocabulary.VERDICT_ADMITTED
     assert g.pods == (("a", 3.0), ("a", 3.0), ("b", 2.0), ("b", 2.0))
     assert "on a (3 + 3) and b (2 + 2)" in g.reason
 
@@ -457,7 +468,7 @@ def test_a_need_is_admitted_exactly_when_its_pods_can_be_placed() -> None:
         spread = gpu_job("j", need=float(need), max_allocation=float(need), gpus_per_pod=per_pod)
         g = grants([spread], gpu_nodes(*free))["j"]
         fits = brute_force_fits(pod_gpu_counts(need, per_pod), free)
-        assert (g.verdict == pl.ADMITTED) == fits, (free, per_pod, need, g)
+        assert (g.verdict == vocabulary.VERDICT_ADMITTED) == fits, (free, per_pod, need, g)
 
 
 def test_pods_at_an_unchanged_count_stay_where_they_run() -> None:
@@ -481,7 +492,7 @@ def test_pods_at_an_unchanged_count_do_not_move_when_their_node_is_taken() -> No
     )
     g = grants([first, spread], gpu_nodes(4, 2, 1))
     assert g["first"].allocation == 4.0
-    assert (g["spread"].verdict, g["spread"].allocation) == (pl.SHORTED, 3.0)
+    assert (g["spread"].verdict, g["spread"].allocation) == (vocabulary.VERDICT_SHORTED, 3.0)
     assert sorted(g["spread"].pods) == [("b", 2.0), ("c", 1.0)]
     assert "earlier-deadline first" in g["spread"].reason
 
@@ -491,11 +502,11 @@ def test_a_higher_priority_spread_job_displaces_jobs_on_several_nodes() -> None:
     low_b = gpu_job("low-b", admitted=True, node="b", current=2.0, need=2.0)
     vip = gpu_job("vip", need=4.0, gpus_per_pod=2, priority=1, arrival_s=5.0)
     g = grants([low_a, low_b, vip], gpu_nodes(2, 2))
-    assert (g["vip"].verdict, g["vip"].allocation) == (pl.ADMITTED, 4.0)
+    assert (g["vip"].verdict, g["vip"].allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
     for low in ("low-a", "low-b"):
-        assert g[low].verdict == pl.PREEMPTED and "vip" in g[low].reason
+        assert g[low].verdict == vocabulary.VERDICT_PREEMPTED and "vip" in g[low].reason
     one_pod_vip = grants([low_a, low_b, replace(vip, gpus_per_pod=0)], gpu_nodes(2, 2))
-    assert one_pod_vip["vip"].verdict == pl.QUEUED  # no one node could hold 4
+    assert one_pod_vip["vip"].verdict == vocabulary.VERDICT_QUEUED  # no one node could hold 4
 
 
 def test_a_queued_spread_job_is_told_a_deadline_its_pods_can_meet() -> None:
@@ -509,10 +520,10 @@ def test_a_queued_spread_job_is_told_a_deadline_its_pods_can_meet() -> None:
     )  # fmt: skip
     nodes = gpu_nodes(4, 4, 2)
     g = grants([x, y, z], nodes)["z"]
-    assert g.verdict == pl.QUEUED and g.earliest_deadline_s == pytest.approx(200.0)
+    assert g.verdict == vocabulary.VERDICT_QUEUED and g.earliest_deadline_s == pytest.approx(200.0)
     # Asked for that deadline once x and y are done, it is admitted and finishes by it.
     later = grants([replace(z, deadline_s=200.0)], nodes, now_s=100.0)["z"]
-    assert (later.verdict, later.allocation) == (pl.ADMITTED, 6.0)
+    assert (later.verdict, later.allocation) == (vocabulary.VERDICT_ADMITTED, 6.0)
 
 
 def test_best_effort_spread_jobs_share_the_gpus_one_pod_jobs_leave() -> None:
@@ -521,7 +532,7 @@ def test_best_effort_spread_jobs_share_the_gpus_one_pod_jobs_leave() -> None:
     g = grants([spread, single, gpu_job("d", need=1.0)], gpu_nodes(2, 2, 3))
     assert g["d"].allocation == 1.0
     assert g["single"].allocation == 3.0 and g["single"].pods == (("c", 3.0),)
-    assert (g["spread"].verdict, g["spread"].allocation) == (pl.BEST_EFFORT, 3.0)
+    assert (g["spread"].verdict, g["spread"].allocation) == (vocabulary.VERDICT_BEST_EFFORT, 3.0)
     assert sorted(g["spread"].pods) == [("a", 1.0), ("b", 2.0)]
 
 
@@ -593,7 +604,7 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
         for d in demands:
             g = result.grants[d.key]
             assert g.reason
-            assert (d.deadline_s is None) == (g.verdict == pl.BEST_EFFORT)
+            assert (d.deadline_s is None) == (g.verdict == vocabulary.VERDICT_BEST_EFFORT)
             if g.allocation == 0:
                 assert g.pods == ()
                 continue
@@ -614,7 +625,7 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
                     assert g.node == d.node  # a pod lives where it is
             for node, amount in g.pods:
                 used[(node, d.mode)] = used.get((node, d.mode), 0.0) + amount
-            if policy == pl.POLICY_DECOR and g.verdict == pl.ADMITTED:
+            if policy == pl.POLICY_DECOR and g.verdict == vocabulary.VERDICT_ADMITTED:
                 assert g.allocation >= pl.need_of(d, settings) - 1e-9
         for n in nodes:
             assert used.get((n.name, "cpu"), 0.0) <= n.cpu_cores + 1e-6
@@ -717,7 +728,7 @@ def test_closed_loop_meets_admitted_deadlines_without_oscillation() -> None:
         used = {n.name: 0.0 for n in nodes}
         for d in demands:
             g = result.grants[d.key]
-            alloc[d.key], admitted[d.key] = g.allocation, g.verdict == pl.ADMITTED
+            alloc[d.key], admitted[d.key] = g.allocation, g.verdict == vocabulary.VERDICT_ADMITTED
             node[d.key] = g.node if g.allocation > 0 else None
             if admitted[d.key]:
                 ever_admitted.add(d.key)
@@ -798,7 +809,7 @@ def test_closed_loop_spread_jobs_use_several_nodes_and_meet_admitted_deadlines()
         for d in demands:
             g = result.grants[d.key]
             alloc[d.key], pods[d.key] = g.allocation, g.pods
-            admitted[d.key] = g.verdict == pl.ADMITTED
+            admitted[d.key] = g.verdict == vocabulary.VERDICT_ADMITTED
             if admitted[d.key]:
                 ever_admitted.add(d.key)
             for node, amount in g.pods:

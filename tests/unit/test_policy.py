@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, policy
+from decor import build, policy, vocabulary
 from decor.model import parse_job
 from decor.policy import CheckpointStorage, TemplatePolicy, Violation, check_template
 
@@ -333,11 +333,10 @@ def test_metadata_that_is_decors_own_is_refused(kind: str, key: str) -> None:
 
 
 def test_the_reserved_keys_cover_every_label_and_annotation_decor_sets() -> None:
-    from decor import group
 
     body = job()
     pod = build.build_trainer_pod(body, parse_job(body), 1.0, "resnet-0")
-    keys = [*pod["metadata"]["labels"], group.LABEL_ROLE, group.LABEL_LEADER]
+    keys = [*pod["metadata"]["labels"], vocabulary.LABEL_ROLE, vocabulary.LABEL_LEADER]
     keys += [k for k in pod["metadata"]["annotations"] if not k.startswith("prometheus.io/")]
     for key in keys:
         if key == "team":  # the template's own

@@ -8,7 +8,8 @@ from typing import Any
 
 from decor import job
 from decor.build import shown_progress, visible_status
-from decor.handlers import OperatorConfig, OperatorMetrics
+from decor.config import OperatorConfig
+from decor.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, control
+from decor import build, control, vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,7 +17,7 @@ def status_for(steps_done: float, steps_total: float, eta_s: float | None) -> di
         time_s=1000.0, steps_done=steps_done, steps_total=steps_total, allocation=1.0
     )
     return build.build_status(
-        phase=build.PHASE_RUNNING,
+        phase=vocabulary.PHASE_RUNNING,
         mode="cpu",
         start_s=900.0,
         deadline_s=1200.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build
+from decor import build, vocabulary
 from decor.job import Room
 from decor.views import ClusterView, free_capacity, node_capacity, pod_charge
 
@@ -58,7 +58,7 @@ def _pod(
             },
             {"name": "setup", "resources": {"requests": {"cpu": "4"}}},  # ran before: free
         ]
-    labels = {build.LABEL_JOB: job} if job else {}
+    labels = {vocabulary.LABEL_JOB: job} if job else {}
     return {
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": spec,

@@ -48,24 +48,20 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
+from .contract import (
+    DEFAULT_MASTER_PORT,
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_RANK_OFFSET,
+    ENV_WORKERS,
+    ENV_WORLD_SIZE,
+    POLICY_FIXED_GLOBAL,
+    POLICY_SCALE_WITH_WORKERS,
+)
+
 log = logging.getLogger(__name__)
 
-ENV_WORKERS = "DECOR_WORKERS"
-"""Worker processes to run when no CUDA device is visible (the operator sets it to the
-allocated GPU count; docs/contract.md)."""
-ENV_WORLD_SIZE = "DECOR_WORLD_SIZE"
-"""Workers across all the job's pods (absent: this pod's workers, a world of one pod)."""
-ENV_RANK_OFFSET = "DECOR_RANK_OFFSET"
-"""Global rank of this pod's first worker (absent: 0)."""
-ENV_MASTER_ADDR = "MASTER_ADDR"
-"""Address of global rank 0's rendezvous (torch's env:// TCPStore), as under torchrun."""
-ENV_MASTER_PORT = "MASTER_PORT"
-"""Its TCP port."""
-ENV_BATCH_POLICY = "DECOR_BATCH_POLICY"
-"""``fixed-global`` or ``scale-with-workers`` (docs/distributed.md)."""
 
-POLICY_FIXED_GLOBAL = "fixed-global"
-POLICY_SCALE_WITH_WORKERS = "scale-with-workers"
 BATCH_POLICIES = (POLICY_FIXED_GLOBAL, POLICY_SCALE_WITH_WORKERS)
 DEFAULT_BATCH_POLICY = POLICY_FIXED_GLOBAL
 DEFAULT_LR_WARMUP_STEPS = 50
@@ -76,10 +72,6 @@ PROCESS_GROUP_TIMEOUT_S = 300.0
 STOP_GRACE_S = 30.0
 """After one worker fails, how long the others get to exit before they are killed."""
 LOCALHOST = "127.0.0.1"
-DEFAULT_MASTER_PORT = 29500
-"""Rendezvous port of a world that spans pods when ``MASTER_PORT`` is not set (torchrun's
-default). A world in one pod takes a free port instead, so that trainers on one host never
-collide."""
 MAX_PORT = 65535
 """The highest TCP port number."""
 

@@ -17,18 +17,20 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .contract import (
+    EPOCH_DURATION,
+    EPOCHS_COMPLETED,
+    EPOCHS_PLANNED,
+    LAST_STEP_TIMESTAMP,
+    RESTART_DURATION,
+    SAMPLES_COMPLETED,
+    STEP_DURATION,
+    STEPS_COMPLETED,
+    STEPS_PLANNED,
+)
 from .reporter import ProgressSnapshot
 
 # Metric names (counters without the ``_total`` suffix that prometheus_client appends).
-STEPS_COMPLETED = "decor_steps_completed"
-SAMPLES_COMPLETED = "decor_samples_completed"
-STEPS_PLANNED = "decor_steps_planned"
-EPOCHS_COMPLETED = "decor_epochs_completed"
-EPOCHS_PLANNED = "decor_epochs_planned"
-STEP_DURATION = "decor_step_duration_seconds"
-EPOCH_DURATION = "decor_epoch_duration_seconds"
-LAST_STEP_TIMESTAMP = "decor_last_step_timestamp_seconds"
-RESTART_DURATION = "decor_training_restart_seconds"
 
 
 def metric_families(snapshot: ProgressSnapshot) -> list[Metric]:

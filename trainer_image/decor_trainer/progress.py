@@ -29,7 +29,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from .reporter import ENV_METRICS_LINGER_S, ProgressReporter
+from .contract import ENV_METRICS_LINGER_S
+from .reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .contract import (
+    DEFAULT_METRICS_PORT,
+    ENV_EPOCHS,
+    ENV_METRICS_PORT,
+    ENV_PROGRESS_FILE,
+    ENV_STEPS_PER_EPOCH,
+)
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
@@ -37,22 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METRICS_PORT = 9100
-"""Port of the metrics endpoint when neither the caller nor ``DECOR_METRICS_PORT`` says."""
 DEFAULT_BIND_ADDRESS = "0.0.0.0"
 """Address the in-process endpoint binds to: all IPv4 interfaces, so a pod IP reaches it."""
-DEFAULT_PROGRESS_FILE = "/var/run/decor/progress.json"
-"""Progress-file path of the sidecar when neither the caller nor ``DECOR_PROGRESS_FILE`` says."""
 ERROR_LOG_INTERVAL_S = 60.0
 """Seconds between two log lines about the same kind of reporting error."""
-
-ENV_EPOCHS = "DECOR_EPOCHS"
-ENV_STEPS_PER_EPOCH = "DECOR_STEPS_PER_EPOCH"
-ENV_METRICS_PORT = "DECOR_METRICS_PORT"
-ENV_METRICS_ADDRESS = "DECOR_METRICS_ADDRESS"
-ENV_METRICS_LINGER_S = "DECOR_METRICS_LINGER_S"
-ENV_PROGRESS_FILE = "DECOR_PROGRESS_FILE"
-ENV_CHECKPOINT_DIR = "DECOR_CHECKPOINT_DIR"
 
 
 @dataclass(frozen=True)

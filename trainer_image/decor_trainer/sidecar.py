@@ -24,16 +24,14 @@ from types import FrameType
 
 from prometheus_client import CollectorRegistry
 
-from .exposition import MetricsServer, SnapshotCollector
-from .reporter import (
-    DEFAULT_BIND_ADDRESS,
+from .contract import (
     DEFAULT_METRICS_PORT,
     DEFAULT_PROGRESS_FILE,
     ENV_METRICS_PORT,
     ENV_PROGRESS_FILE,
-    ErrorLog,
-    ProgressSnapshot,
 )
+from .exposition import MetricsServer, SnapshotCollector
+from .reporter import DEFAULT_BIND_ADDRESS, ErrorLog, ProgressSnapshot
 
 log = logging.getLogger(__name__)
 

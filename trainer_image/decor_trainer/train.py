@@ -42,12 +42,22 @@ from .checkpoint import (
     saved_at_s,
     stop_on_signals,
 )
+from .contract import (
+    DEFAULT_METRICS_PORT,
+    ENV_BATCH_POLICY,
+    ENV_CHECKPOINT_DIR,
+    ENV_EPOCHS,
+    ENV_METRICS_ADDRESS,
+    ENV_METRICS_LINGER_S,
+    ENV_METRICS_PORT,
+    ENV_PROGRESS_FILE,
+    ENV_STEPS_PER_EPOCH,
+    ENV_WORKERS,
+)
 from .distributed import (
     BATCH_POLICIES,
     DEFAULT_BATCH_POLICY,
     DEFAULT_LR_WARMUP_STEPS,
-    ENV_BATCH_POLICY,
-    ENV_WORKERS,
     BatchPolicy,
     DataOrder,
     PodWorld,
@@ -61,18 +71,7 @@ from .distributed import (
     unblock_stop_signals,
     worker_count,
 )
-from .reporter import (
-    DEFAULT_BIND_ADDRESS,
-    DEFAULT_METRICS_PORT,
-    ENV_CHECKPOINT_DIR,
-    ENV_EPOCHS,
-    ENV_METRICS_ADDRESS,
-    ENV_METRICS_LINGER_S,
-    ENV_METRICS_PORT,
-    ENV_PROGRESS_FILE,
-    ENV_STEPS_PER_EPOCH,
-    ProgressReporter,
-)
+from .reporter import DEFAULT_BIND_ADDRESS, ProgressReporter
 from .threads import CpuLimitReader, ThreadFollower, usable_cpus
 from .workloads import WORKLOADS, WorkloadConfig, build_workload
 

@@ -1,0 +1,120 @@
+"""The operator's configuration: the ``DECOR_*`` environment it reads and its defaults.
+
+:class:`OperatorConfig` is what the loop, the job controllers and the actuator run with; the
+entry point (:mod:`decor.handlers`) builds it from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from decor import metrics, planner
+from decor.policy import CheckpointStorage, TemplatePolicy
+
+ENV_PROMETHEUS_URL = "DECOR_PROMETHEUS_URL"
+"""Base URL of a Prometheus server to read progress from; unset: scrape pods directly."""
+ENV_METRICS_PORT = "DECOR_METRICS_PORT"
+"""Port of the operator's own /metrics (0 disables it)."""
+ENV_LOG_LEVEL = "DECOR_LOG_LEVEL"
+"""DEBUG, INFO (default), WARNING or ERROR."""
+ENV_SIDECAR_IMAGE = "DECOR_SIDECAR_IMAGE"
+"""Image of the metrics sidecar; unset: the trainer's own image."""
+ENV_METRICS_ADDRESS = "DECOR_METRICS_ADDRESS"
+"""Address the operator's own /metrics binds to (default 0.0.0.0)."""
+ENV_HEALTH_ADDRESS = "DECOR_HEALTH_ADDRESS"
+"""Address kopf's liveness endpoint binds to (default 0.0.0.0)."""
+ENV_HEALTH_PORT = "DECOR_HEALTH_PORT"
+"""Port of kopf's liveness endpoint /healthz (unset: none)."""
+ENV_SCRAPE_VIA = "DECOR_SCRAPE_VIA"
+"""How to reach a trainer's /metrics without Prometheus: ``direct`` (pod IP, the default) or
+``apiserver`` (the API server's pod proxy: for an operator outside the pod network)."""
+SCRAPE_DIRECT = "direct"
+SCRAPE_APISERVER = "apiserver"
+ENV_WATCH_NAMESPACE = "DECOR_WATCH_NAMESPACE"
+"""Serve only this namespace when run_operator is given none (empty: all namespaces)."""
+ENV_WATCH_NODES = "DECOR_WATCH_NODES"
+"""``true`` (default): watch nodes and every pod cluster-wide so the planner knows capacity;
+``false``: no arbitration (each job gets what its law asks; for a namespaced install)."""
+ENV_PLANNER_POLICY = "DECOR_PLANNER_POLICY"
+"""The planner's policy: decor (default), elasticflow, edf, decor-nn or none."""
+ENV_STALL_TIMEOUT_S = "DECOR_STALL_TIMEOUT_SECONDS"
+"""A running trainer that completes no step for this long is reported Stalled (default 120)."""
+ENV_UNSCHEDULABLE_WAIT_S = "DECOR_UNSCHEDULABLE_WAIT_SECONDS"
+"""How long a trainer pod may stay unschedulable before the job falls back (default 120)."""
+ENV_MAX_POD_FAILURES = "DECOR_MAX_POD_FAILURES"
+"""Trainer crashes, or pods lost, a job survives before it is Failed (default 5)."""
+ENV_MIN_PERIOD_S = "DECOR_MIN_PERIOD_SECONDS"
+"""The shortest control period any job runs at (the admin's floor over spec.control)."""
+
+DEFAULT_OPERATOR_METRICS_PORT = 8080
+DEFAULT_MIN_PERIOD_S = 1.0
+READ_TIMEOUT_S = 2.0
+"""Total time one progress read may take (a Prometheus query or one trainer's /metrics)."""
+COMMIT_WORKERS = 8
+"""Jobs whose actuation and status write run at once in a period (API calls wait on the
+network, so a thousand jobs' commits one after another would outlast a 10 s period)."""
+SCRAPE_WORKERS = 16
+"""Trainer endpoints scraped at once when there is no Prometheus."""
+STARTUP_GRACE_S = 180.0
+"""How long a new trainer pod may run without a progress sample before MetricsUnavailable.
+
+Importing PyTorch and building the model takes tens of seconds on a small VM; until the
+first sample the allocation stays where the pod started, which is what the law wants.
+"""
+UNSCHEDULABLE_WAIT_S = 120.0
+"""How long a trainer pod may stay unschedulable before the job falls back to what last ran."""
+UNSCHEDULABLE_HOLD_S = 600.0
+"""After such a fallback, how long the job asks for no more than what it fell back to."""
+STALL_TIMEOUT_S = 120.0
+"""A running trainer that completes no step for this long is reported Stalled."""
+MAX_POD_FAILURES = 5
+"""Trainer pods lost or failed that are recreated before the job is marked Failed."""
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """How the operator reads progress and builds pods (from the environment by default)."""
+
+    prometheus_url: str | None = None
+    sidecar_image: str | None = None
+    checkpoint_storage: CheckpointStorage = field(default_factory=CheckpointStorage)
+    template_policy: TemplatePolicy = field(default_factory=TemplatePolicy)
+    startup_grace_s: float = STARTUP_GRACE_S
+    max_pod_failures: int = MAX_POD_FAILURES
+    unschedulable_wait_s: float = UNSCHEDULABLE_WAIT_S
+    unschedulable_hold_s: float = UNSCHEDULABLE_HOLD_S
+    stall_timeout_s: float = STALL_TIMEOUT_S
+    scrape_via: str = SCRAPE_DIRECT
+    instance: str = field(default_factory=socket.gethostname)
+    watch_nodes: bool = True
+    planner_policy: str = planner.POLICY_DECOR
+    min_period_s: float = DEFAULT_MIN_PERIOD_S
+    read_timeout_s: float = READ_TIMEOUT_S
+    read_wait_s: float = metrics.READ_WAIT_S
+    scrape_workers: int = SCRAPE_WORKERS
+    commit_workers: int = COMMIT_WORKERS
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OperatorConfig:
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "prometheus_url": env.get(ENV_PROMETHEUS_URL) or None,
+            "sidecar_image": env.get(ENV_SIDECAR_IMAGE) or None,
+            "checkpoint_storage": CheckpointStorage.from_env(env),
+            "template_policy": TemplatePolicy.from_env(env),
+            "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
+            "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
+            "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
+            "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
+            "stall_timeout_s": float(env.get(ENV_STALL_TIMEOUT_S) or STALL_TIMEOUT_S),
+            "unschedulable_wait_s": float(
+                env.get(ENV_UNSCHEDULABLE_WAIT_S) or UNSCHEDULABLE_WAIT_S
+            ),
+            "max_pod_failures": int(env.get(ENV_MAX_POD_FAILURES) or MAX_POD_FAILURES),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

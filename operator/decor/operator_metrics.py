@@ -1,0 +1,85 @@
+"""The operator's own Prometheus metrics (prometheus_client, no per-job labels).
+
+``decor_operator_actuations_total`` {kind}, ``decor_operator_reconcile_errors_total``,
+``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
+``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
+``decor_operator_plan_duration_seconds``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from decor import vocabulary
+
+
+class OperatorMetrics:
+    """The operator's own Prometheus metrics, in ``registry``. No per-job labels."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.actuations = Counter(
+            vocabulary.METRIC_ACTUATIONS,
+            "Allocation changes and pod lifecycle actions the operator carried out, by kind "
+            "(resize, restart, create, suspend).",
+            ["kind"],
+            registry=registry,
+        )
+        self.reconcile_errors = Counter(
+            vocabulary.METRIC_RECONCILE_ERRORS,
+            "Control periods that ended in an error (API or unexpected); the job is retried "
+            "next period.",
+            registry=registry,
+        )
+        self.jobs = Gauge(
+            vocabulary.METRIC_JOBS,
+            "DeadlineTrainingJobs this operator serves, by phase.",
+            ["phase"],
+            registry=registry,
+        )
+        self.reconcile_seconds = Histogram(
+            vocabulary.METRIC_RECONCILE_DURATION,
+            "Wall time of one job's actuation and status write in a control period.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        )
+        self.period_lateness = Histogram(
+            vocabulary.METRIC_PERIOD_LATENESS,
+            "How late a job's control period ran after it was due.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=registry,
+        )
+        self.plan_seconds = Histogram(
+            vocabulary.METRIC_PLAN_DURATION,
+            "Wall time of one planner call over every active job.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=registry,
+        )
+        self.jobs_total = Gauge(
+            vocabulary.METRIC_JOBS_TRACKED,
+            "DeadlineTrainingJobs in the operator's view (any phase).",
+            registry=registry,
+        )
+        for kind in vocabulary.ACTUATIONS:
+            self.actuations.labels(kind=kind)
+        self._phases: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        self._publish()
+
+    def job_phase(self, key: tuple[str, str], phase: str | None) -> None:
+        """Record a job's phase (None: the job is gone)."""
+        with self._lock:
+            if phase is None:
+                self._phases.pop(key, None)
+            else:
+                self._phases[key] = phase
+            self._publish()
+
+    def _publish(self) -> None:
+        counts = dict.fromkeys(vocabulary.PHASES, 0)
+        for phase in self._phases.values():
+            counts[phase] = counts.get(phase, 0) + 1
+        for phase, count in counts.items():
+            self.jobs.labels(phase=phase).set(count)
