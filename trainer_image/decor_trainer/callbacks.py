@@ -14,7 +14,9 @@ metric names as a hand-written loop. They count optimizer steps (what the librar
 global step), so a resumed run starts its counter at the checkpoint's step: the library
 restores its step and the callback picks it up at the start of training. Only the process of
 global rank 0 reports. Samples per step are ``batch size x gradient accumulation x world
-size``, or 0 when the library does not say. Reporting never raises into training.
+size``, or 0 when the library does not say. After the last planned step the endpoint stays up
+until a scrape has shown it (``DECOR_METRICS_LINGER_S`` at most), as with the two-line
+helper. Reporting never raises into training.
 
 Versions tested here: transformers 4.44.2 with accelerate 0.33.0 on PyTorch 1.13 (the
 ``integrations`` extra). Lightning needs PyTorch >= 1.13 final and imports
@@ -27,6 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .progress import linger_seconds
 from .reporter import ProgressReporter
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,11 @@ class _StepBridge:
             self.reporter.epoch_done()
 
     def end(self) -> None:
+        """Training ended. After the last planned step the endpoint stays up until a scrape
+        has shown it (``DECOR_METRICS_LINGER_S`` at most), so the controller sees the finish
+        with the last step's own time stamp; then it closes."""
         if self.reporter is not None and self._own_reporter:
+            self.reporter.linger(linger_seconds())
             self.reporter.close()
 
 
