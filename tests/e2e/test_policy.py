@@ -443,9 +443,10 @@ OPERATOR_REFUSED = [
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def priority_class(kube: Any) -> Iterator[str]:
-    """A PriorityClass, made by the admin, for the priorityClass case."""
+    """A PriorityClass, made by the admin, for the priorityClass case (cluster-wide: the
+    cases that use it run in one lane, ``xdist_group("admin-allowances")``)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
@@ -459,7 +460,11 @@ def priority_class(kube: Any) -> Iterator[str]:
     try:
         yield name
     finally:
-        scheduling.delete_priority_class(name)
+        try:
+            scheduling.delete_priority_class(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 def refusal(kube: Any, namespace: str, name: str, field: str) -> tuple[Any, ...] | None:
@@ -482,7 +487,7 @@ def refusal(kube: Any, namespace: str, name: str, field: str) -> tuple[Any, ...]
     [c[1:] for c in OPERATOR_REFUSED],
     ids=[c[0] for c in OPERATOR_REFUSED],
 )
-# one lane: the module's PriorityClass fixture is made and deleted once per worker
+# one lane: the PriorityClass fixture is cluster-wide, made and deleted around each case
 @pytest.mark.xdist_group("admin-allowances")
 def test_the_operator_refuses_what_the_admin_did_not_allow(
     kube: Any,
