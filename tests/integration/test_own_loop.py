@@ -75,12 +75,14 @@ def stop_when(proc: subprocess.Popen[str], out: Path, pattern: str, count: int) 
     """SIGTERM ``decor`` once the trainer's log has ``count`` lines matching ``pattern``."""
     deadline = time.monotonic() + TIMEOUT_S
     while len(re.findall(pattern, log_text(out), re.M)) < count:
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before it was stopped:\n{log_text(out)}")
         if time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"no {count} lines {pattern!r} in {TIMEOUT_S} s:\n{log_text(out)}")
-        time.sleep(0.01)
+        try:  # between two looks at the log, wait on the run itself: it must not end
+            proc.wait(timeout=0.01)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail(f"the run ended before it was stopped:\n{log_text(out)}")
     proc.send_signal(signal.SIGTERM)
 
 
