@@ -294,20 +294,9 @@ def invalid_spec(
 ) -> Outcome:
     """The spec cannot be read: an OnTrack condition of unknown status naming why, and one
     Warning Event per generation; the job is looked at again (a patch may fix it)."""
-    d = _Decision(status, memory)
-    if memory.invalid_generation != generation:
-        d.remember(invalid_generation=generation)
-        d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_INVALID_SPEC, message)
-    d.status["conditions"] = build.set_condition(
-        d.status.get("conditions") or [],
-        vocabulary.CONDITION_ON_TRACK,
-        None,
-        vocabulary.REASON_INVALID_SPEC,
-        message,
-        now_s=now_s,
-        generation=generation,
-    )
-    return d.finish(write=WriteStatus(), keep_going=True)
+    condition = (vocabulary.CONDITION_ON_TRACK, None, vocabulary.REASON_INVALID_SPEC)
+    return _cannot_run(status, memory, condition, vocabulary.EVENT_INVALID_SPEC, message,
+                       generation, now_s)  # fmt: skip
 
 
 def template_refused(
@@ -320,20 +309,31 @@ def template_refused(
     """The template asks for what the admin did not allow: no pod (a running one is left to
     finish: it was created under an earlier spec the policy accepted), a False Admitted
     condition and a Warning Event naming each field, once per generation."""
-    message = policy.describe(violations)
+    condition = (vocabulary.CONDITION_ADMITTED, False, vocabulary.REASON_TEMPLATE_REFUSED)
+    return _cannot_run(status, memory, condition, vocabulary.REASON_TEMPLATE_REFUSED,
+                       policy.describe(violations), generation, now_s)  # fmt: skip
+
+
+def _cannot_run(
+    status: Mapping[str, Any],
+    memory: Memory,
+    condition: tuple[str, bool | None, str],
+    event_reason: str,
+    message: str,
+    generation: int | None,
+    now_s: float,
+) -> Outcome:
+    """``condition`` (type, status, reason) set with ``message``, and one Warning Event per
+    generation; the job is looked at again."""
     d = _Decision(status, memory)
     if memory.invalid_generation != generation:
         d.remember(invalid_generation=generation)
-        d.event(vocabulary.EVENT_WARNING, vocabulary.REASON_TEMPLATE_REFUSED, message)
+        d.event(vocabulary.EVENT_WARNING, event_reason, message)
+    type_, value, reason = condition
     d.status["conditions"] = build.set_condition(
-        d.status.get("conditions") or [],
-        vocabulary.CONDITION_ADMITTED,
-        False,
-        vocabulary.REASON_TEMPLATE_REFUSED,
-        message,
-        now_s=now_s,
-        generation=generation,
-    )
+        d.status.get("conditions") or [], type_, value, reason, message,
+        now_s=now_s, generation=generation,
+    )  # fmt: skip
     return d.finish(write=WriteStatus(), keep_going=True)
 
 
