@@ -38,8 +38,10 @@ from test_operator import resnet_width; print(resnet_width())' | tail -n 1)
 fi
 
 empty=0
-phase() {  # phase NAME PYTEST-ARGS...: one phase with no test selected (5) is not a failure,
-  local name=$1 rc=0 t0=$SECONDS  # both are (below)
+# phase NAME PYTEST-ARGS...: one pytest run. A phase that selects no test (exit status 5) is
+# not a failure by itself; both phases selecting none is (below).
+phase() {
+  local name=$1 rc=0 t0=$SECONDS
   shift
   printf '\n[e2e] phase %s: pytest %s\n' "$name" "$*" >&2
   "$V/bin/pytest" tests/e2e "$@" || rc=$?
