@@ -806,6 +806,34 @@ def conditions_for_completion(
     return result
 
 
+def conditions_for_failure(
+    conditions: Sequence[Mapping[str, Any]],
+    why: str,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Conditions of a job given up on: Complete False, and no prediction stays standing
+    (OnTrack, AtRisk and MetricsUnavailable False: nothing runs to be on track or at risk)."""
+    result = [dict(c) for c in conditions]
+    for type_, message in (
+        (vocabulary.CONDITION_COMPLETE, why),
+        (vocabulary.CONDITION_ON_TRACK, "the job failed"),
+        (vocabulary.CONDITION_AT_RISK, "the job failed"),
+        (vocabulary.CONDITION_METRICS_UNAVAILABLE, "the job failed"),
+    ):
+        result = set_condition(
+            result,
+            type_,
+            False,
+            vocabulary.REASON_TRAINER_FAILED,
+            message,
+            now_s=now_s,
+            generation=generation,
+        )
+    return result
+
+
 def became_true(
     before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], type_: str
 ) -> bool:

@@ -793,14 +793,8 @@ def _pod_failed(
 
 def _give_up(d: _Decision, period: Period, why: str) -> Outcome:
     d.status["phase"] = vocabulary.PHASE_FAILED
-    d.status["conditions"] = build.set_condition(
-        d.status.get("conditions") or [],
-        vocabulary.CONDITION_COMPLETE,
-        False,
-        vocabulary.REASON_TRAINER_FAILED,
-        why,
-        now_s=period.now_s,
-        generation=period.generation,
+    d.status["conditions"] = build.conditions_for_failure(
+        d.status.get("conditions") or [], why, now_s=period.now_s, generation=period.generation
     )
     d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_FAILED, why)
     return d.finish(write=WriteStatus(force=True), keep_going=False)
@@ -831,15 +825,21 @@ def _fall_back(
     d.event(vocabulary.EVENT_WARNING, vocabulary.EVENT_UNSCHEDULABLE, why)
     d.status["controller"] = state.to_dict()
     d.status["phase"] = vocabulary.PHASE_RESTARTING
-    d.status["conditions"] = build.set_condition(
-        d.status.get("conditions") or period.conditions,
-        vocabulary.CONDITION_AT_RISK,
-        True,
-        vocabulary.REASON_UNSCHEDULABLE,
-        why,
-        now_s=now_s,
-        generation=period.generation,
-    )
+    conditions = d.status.get("conditions") or period.conditions
+    for type_, at_risk in (
+        (vocabulary.CONDITION_AT_RISK, True),
+        (vocabulary.CONDITION_ON_TRACK, False),
+    ):
+        conditions = build.set_condition(
+            conditions,
+            type_,
+            at_risk,
+            vocabulary.REASON_UNSCHEDULABLE,
+            why,
+            now_s=now_s,
+            generation=period.generation,
+        )
+    d.status["conditions"] = conditions
     return d.finish(write=WriteStatus())
 
 

@@ -16,10 +16,13 @@ rewritten by mistake still has to tell the same story.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -551,3 +554,20 @@ def test_an_operator_restart_resumes_from_the_status() -> None:
         "resnet-0",
         format_time(START_S + 10.0),
     )
+
+
+@pytest.mark.parametrize("record", sorted(GOLDEN.glob("*.json")), ids=lambda p: p.stem)
+def test_every_written_status_tells_one_story(record: Path) -> None:
+    """In every status any scenario writes: a job on track is neither at risk nor infeasible
+    (Infeasible comes with AtRisk by design), and a job that ended (Failed, Succeeded) is
+    neither on track nor at risk."""
+    data = json.loads(record.read_text())
+    written = [e["status"] for e in data["calls"] if e.get("call") == "patch_job_status"]
+    for status in [*written, data["status"]]:
+        if "conditions" not in status:
+            continue
+        true = {c["type"] for c in status["conditions"] if c["status"] == "True"}
+        if "OnTrack" in true:
+            assert not true & {"AtRisk", "Infeasible"}, (record.stem, status.get("phase"), true)
+        if status.get("phase") in ("Failed", "Succeeded"):
+            assert not true & {"OnTrack", "AtRisk"}, (record.stem, status["phase"], true)
