@@ -41,6 +41,9 @@ ENV_WATCH_NODES = "DECOR_WATCH_NODES"
 ``false``: no arbitration (each job gets what its law asks; for a namespaced install)."""
 ENV_PLANNER_POLICY = "DECOR_PLANNER_POLICY"
 """The planner's policy: decor (default), elasticflow, edf, decor-nn or none."""
+ENV_LOST_DEADLINE = "DECOR_LOST_DEADLINE"
+"""What the decor planner does with a job that can no longer meet its deadline: bestEffort
+(default: it runs on what admitted jobs leave) or keep (it keeps its admitted share)."""
 ENV_STALL_TIMEOUT_S = "DECOR_STALL_TIMEOUT_SECONDS"
 """A running trainer that completes no step for this long is reported Stalled (default 120)."""
 ENV_UNSCHEDULABLE_WAIT_S = "DECOR_UNSCHEDULABLE_WAIT_SECONDS"
@@ -92,11 +95,21 @@ class OperatorConfig:
     instance: str = field(default_factory=socket.gethostname)
     watch_nodes: bool = True
     planner_policy: str = planner.POLICY_DECOR
+    lost_deadline: str = planner.LOST_BEST_EFFORT
     min_period_s: float = DEFAULT_MIN_PERIOD_S
     read_timeout_s: float = READ_TIMEOUT_S
     read_wait_s: float = metrics.READ_WAIT_S
     scrape_workers: int = SCRAPE_WORKERS
     commit_workers: int = COMMIT_WORKERS
+
+    def __post_init__(self) -> None:
+        if self.planner_policy not in planner.POLICIES:
+            raise ValueError(
+                f"{ENV_PLANNER_POLICY}={self.planner_policy!r}: one of {', '.join(planner.POLICIES)}"
+            )
+        if self.lost_deadline not in planner.LOST_DEADLINE_RULES:
+            rules = ", ".join(planner.LOST_DEADLINE_RULES)
+            raise ValueError(f"{ENV_LOST_DEADLINE}={self.lost_deadline!r}: one of {rules}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OperatorConfig:
@@ -109,6 +122,7 @@ class OperatorConfig:
             "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
             "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
             "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
+            "lost_deadline": env.get(ENV_LOST_DEADLINE) or planner.LOST_BEST_EFFORT,
             "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
             "stall_timeout_s": float(env.get(ENV_STALL_TIMEOUT_S) or STALL_TIMEOUT_S),
             "unschedulable_wait_s": float(

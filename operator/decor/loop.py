@@ -74,7 +74,9 @@ class ControlLoop:
         self.metrics = operator_metrics
         self.clock = clock
         self.controllers: dict[Key, JobController] = {}
-        self.planner_settings = planner.PlannerSettings(policy=config.planner_policy)
+        self.planner_settings = planner.PlannerSettings(
+            policy=config.planner_policy, lost_deadline=config.lost_deadline
+        )
         self._woken: set[Key] = set()
         self._woken_lock = threading.Lock()
         self._scraper: metrics.Scraper | None = None

@@ -32,6 +32,16 @@ POLICY_ELASTICFLOW = "elasticflow"  # deadline order, min satisfactory share, ad
 POLICY_NONE = "none"  # no arbitration: each job gets its need, capacity permitting, in order
 POLICIES = (POLICY_DECOR, POLICY_PROPORTIONAL, POLICY_EDF, POLICY_ELASTICFLOW, POLICY_NONE)
 
+# What ``decor`` does with a job that can no longer meet its deadline (the deadline has passed,
+# or even its max finishes after it): PlannerSettings.lost_deadline.
+LOST_BEST_EFFORT = "bestEffort"  # it runs on what the admitted jobs leave, like a best-effort job
+LOST_KEEP = "keep"  # it keeps its admitted share (and may make a job that can be met late)
+LOST_DEADLINE_RULES = (LOST_BEST_EFFORT, LOST_KEEP)
+LOST_MARGIN = 0.05
+"""A job is lost only when it would finish (or is already) later than its deadline by more
+than this share of its span (deadline - creation): a job a few seconds behind near its end
+keeps its admitted share and finishes as close to the deadline as it can."""
+
 
 @dataclass(frozen=True)
 class Demand:
@@ -90,6 +100,8 @@ class PlannerSettings:
     # decor, CPU: a best-effort job keeps what it has while the fill's answer is within this
     # many cores of it (no resize for a quarter core back and forth each period).
     hysteresis_cores: float = 0.25
+    # decor: a job that can no longer meet its deadline (LOST_*); other policies keep it.
+    lost_deadline: str = LOST_BEST_EFFORT
 
 
 Pods = tuple[tuple[str, float], ...]
@@ -612,15 +624,44 @@ def _plan_admission(
     running job by marginal gain)."""
     ours = s.policy == POLICY_DECOR
     book = _Book(cluster, s, now_s, ours)
-    with_deadline = [d for d in demands if d.deadline_s is not None]
+    lost = _lost_causes(demands, now_s) if ours and s.lost_deadline == LOST_BEST_EFFORT else {}
+    with_deadline = [d for d in demands if d.deadline_s is not None and d.key not in lost]
     for d in sorted((d for d in with_deadline if d.admitted), key=book.hold_rank):
         book.hold_admitted(d)
     for d in sorted((d for d in with_deadline if not d.admitted), key=book.rank):
         book.admit_new(d)
     book.tell_waiting()
-    best_effort = [d for d in demands if d.deadline_s is None]
+    best_effort = [
+        replace(d, deadline_s=None) if d.key in lost else d
+        for d in demands
+        if d.deadline_s is None or d.key in lost
+    ]
     book.fill_leftover(best_effort)
+    for key, why in lost.items():
+        g = book.grants[key]
+        book.grants[key] = replace(g, reason=f"{why}: runs as best effort; {g.reason}")
     return book.grants
+
+
+def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
+    """The deadline jobs that can no longer meet their deadline, each with why: the deadline
+    has passed, or even the job's max (by its speed curve) finishes after it, in both cases
+    by more than ``LOST_MARGIN`` of its span. A job with no curve yet is not proven late."""
+    lost: dict[str, str] = {}
+    for d in demands:
+        if d.deadline_s is None:
+            continue
+        slack_s = LOST_MARGIN * max(0.0, d.deadline_s - d.arrival_s)
+        if now_s > d.deadline_s + slack_s:
+            lost[d.key] = f"its deadline {_utc(d.deadline_s)} has passed"
+            continue
+        at_max_s = run_s(d, d.max_allocation)
+        if at_max_s is not None and now_s + at_max_s > d.deadline_s + slack_s + EPS:
+            lost[d.key] = (
+                f"even at its max of {d.max_allocation:g} {_unit(d)} it would finish at "
+                f"{_utc(now_s + at_max_s)}, after its deadline {_utc(d.deadline_s)}"
+            )
+    return lost
 
 
 class _Book:

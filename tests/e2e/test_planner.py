@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from decor.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
+    CPU_MIN,
     DEVIATION_BOUND_PERCENT,
     OperatorProcess,
     condition,
@@ -274,3 +275,55 @@ def _parse(text: str) -> Any:
     from datetime import UTC, datetime
 
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def test_a_job_that_cannot_finish_does_not_hold_the_node(
+    kube: Any,
+    namespace: str,
+    operator: OperatorProcess,  # noqa: F811
+    trainer_image: str,
+) -> None:
+    """A job of 10^12 steps, once proven unable to meet its deadline, runs as best effort
+    (planner.lostDeadline's default): a job with a later deadline that arrives beside it is
+    admitted at once and meets its deadline, while the hopeless one gets what is left."""
+    hopeless = job_manifest(
+        "hopeless",
+        trainer_image,
+        epochs=10_000_000,
+        steps_per_epoch=100_000,
+        deadline=rfc3339(now_utc() + timedelta(seconds=45)),
+        resources=_resources("100m", "1500m", "1500m"),
+    )
+    create_job(kube, namespace, hopeless)
+
+    def set_aside() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, "hopeless")
+        admitted = condition(status, "Admitted")
+        return status if admitted.get("reason") == "BestEffort" else None
+
+    status = kube.wait_for(set_aside, 150, "the hopeless job to run as best effort")
+    message = condition(status, "Admitted")["message"]
+    assert "runs as best effort" in message, message
+    assert status["phase"] == "Running", status["phase"]
+
+    created = now_utc()
+    feasible = job_manifest(
+        "feasible",
+        trainer_image,
+        epochs=4,
+        steps_per_epoch=100,
+        deadline=rfc3339(created + timedelta(seconds=100)),
+        resources=_resources(CPU_MIN, "1500m", "1000m"),
+    )
+    create_job(kube, namespace, feasible)
+    done = wait_succeeded(kube, namespace, "feasible", 240)
+    report("feasible beside a hopeless job", done)
+    assert condition(done, "Admitted").get("reason") in (None, "Admitted"), done["conditions"]
+    queued = [e for e in job_events(kube, namespace, "feasible") if e[1] == "Queued"]
+    assert not queued, f"the feasible job waited behind the hopeless one: {queued}"
+    deviation = abs(done["outcome"]["deviationPercent"])
+    assert deviation <= DEVIATION_BOUND_PERCENT, done["outcome"]
+    # The hopeless job kept running beside it, on what was left.
+    status = job_status(kube, namespace, "hopeless")
+    assert status["phase"] == "Running", status["phase"]
+    assert condition(status, "Admitted").get("reason") == "BestEffort", status["conditions"]

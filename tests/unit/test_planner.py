@@ -154,11 +154,63 @@ def test_queued_without_a_curve_says_when_room_frees() -> None:
     assert "frees at 1970-01-01T00:08:20Z" in q.reason  # old's deadline, 500 s
 
 
-def test_job_that_cannot_make_it_even_at_max_is_queued() -> None:
+def test_job_that_cannot_make_it_even_at_max_runs_as_best_effort() -> None:
     g = grants([job("late", deadline_s=10.0)], [Node("n1", 16.0)])  # 100 steps / 4 cores = 25 s
-    assert g["late"].verdict == vocabulary.VERDICT_QUEUED
-    assert g["late"].earliest_deadline_s == pytest.approx(25.0)
-    assert "even at its max" in g["late"].reason
+    assert g["late"].verdict == vocabulary.VERDICT_BEST_EFFORT
+    assert g["late"].allocation == 4.0  # alone: the leftover is its max
+    assert "even at its max of 4 cores it would finish at 1970-01-01T00:00:25Z" in g["late"].reason
+    assert "runs as best effort" in g["late"].reason
+
+
+def test_the_old_rule_still_queues_a_new_job_that_cannot_make_it() -> None:
+    keep = PlannerSettings(policy=pl.POLICY_DECOR, lost_deadline=pl.LOST_KEEP)
+    late = pl.plan([job("late", deadline_s=10.0)], [Node("n1", 16.0)], 0.0, keep).grants["late"]
+    assert late.verdict == vocabulary.VERDICT_QUEUED
+    assert late.earliest_deadline_s == pytest.approx(25.0)
+    assert "even at its max" in late.reason
+
+
+def huge_and_feasible() -> tuple[Demand, Demand]:
+    """A running job of 10^12 steps at its max (it cannot finish by its deadline) and a new
+    job that needs 3 of the node's 4 cores to meet a later deadline."""
+    huge = job(
+        "huge", need=4.0, current=4.0, admitted=True, node="n1",
+        steps_remaining=1e12, deadline_s=600.0,
+    )  # fmt: skip
+    feasible = job("feasible", need=3.0, steps_remaining=900.0, deadline_s=900.0, arrival_s=5.0)
+    return huge, feasible
+
+
+def test_a_job_that_cannot_finish_never_displaces_one_that_can() -> None:
+    g = grants(list(huge_and_feasible()), [Node("n1", 4.0)], now_s=10.0)
+    assert (g["feasible"].verdict, g["feasible"].allocation) == (vocabulary.VERDICT_ADMITTED, 3.0)
+    assert (g["huge"].verdict, g["huge"].allocation) == (vocabulary.VERDICT_BEST_EFFORT, 1.0)
+    assert "runs as best effort" in g["huge"].reason
+
+
+def test_with_the_keep_rule_the_hopeless_job_holds_the_node() -> None:
+    keep = PlannerSettings(policy=pl.POLICY_DECOR, lost_deadline=pl.LOST_KEEP)
+    g = pl.plan(list(huge_and_feasible()), [Node("n1", 4.0)], 10.0, keep).grants
+    assert (g["huge"].verdict, g["huge"].allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
+    assert g["feasible"].verdict == vocabulary.VERDICT_QUEUED
+
+
+def test_a_job_a_little_behind_keeps_its_share() -> None:
+    # 100 steps at 4 cores take 25 s: 5 s late on a 200 s span (2.5 %) is within the margin.
+    behind = job("behind", need=4.0, current=4.0, admitted=True, node="n1", deadline_s=200.0)
+    g = grants([behind, best_effort("be")], [Node("n1", 4.0)], now_s=180.0)
+    assert (g["behind"].verdict, g["behind"].allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
+    late = grants([behind], [Node("n1", 4.0)], now_s=200.0 + 0.05 * 200.0 + 1.0)["behind"]
+    assert late.verdict == vocabulary.VERDICT_BEST_EFFORT
+
+
+def test_a_job_whose_deadline_passed_gets_only_what_admitted_jobs_leave() -> None:
+    passed = job("passed", need=4.0, current=4.0, admitted=True, node="n1", deadline_s=50.0)
+    waiting = job("zwaiting", need=2.0, steps_remaining=100.0, deadline_s=900.0)
+    g = grants([passed, waiting], [Node("n1", 4.0)], now_s=60.0)
+    assert (g["zwaiting"].verdict, g["zwaiting"].allocation) == (vocabulary.VERDICT_ADMITTED, 2.0)
+    assert (g["passed"].verdict, g["passed"].allocation) == (vocabulary.VERDICT_BEST_EFFORT, 2.0)
+    assert "its deadline 1970-01-01T00:00:50Z has passed" in g["passed"].reason
 
 
 def test_admission_takes_no_admitted_job_below_its_need() -> None:
@@ -604,7 +656,16 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
         for d in demands:
             g = result.grants[d.key]
             assert g.reason
-            assert (d.deadline_s is None) == (g.verdict == vocabulary.VERDICT_BEST_EFFORT)
+            at_max_s = pl.run_s(d, d.max_allocation)
+            slack = None if d.deadline_s is None else 0.05 * (d.deadline_s - d.arrival_s)
+            lost = (
+                policy == pl.POLICY_DECOR
+                and d.deadline_s is not None and slack is not None
+                and (10.0 > d.deadline_s + slack
+                     or (at_max_s is not None and 10.0 + at_max_s > d.deadline_s + slack))
+            )  # fmt: skip
+            best_effort = d.deadline_s is None or lost
+            assert best_effort == (g.verdict == vocabulary.VERDICT_BEST_EFFORT), (d, g)
             if g.allocation == 0:
                 assert g.pods == ()
                 continue
@@ -840,3 +901,12 @@ def test_a_max_off_the_quantum_grid_is_filled_at_once_and_never_exceeded() -> No
         grant = P.plan([d], [P.Node("n", cpu_cores=4.0)], 1000.0, P.PlannerSettings(policy=policy))
         assert _time.process_time() - started < 0.5, policy
         assert grant.grants["ns/a"].allocation <= d.max_allocation, policy
+
+
+def test_the_operator_reads_the_lost_deadline_rule_and_refuses_an_unknown_one() -> None:
+    from decor.config import ENV_LOST_DEADLINE, OperatorConfig
+
+    assert OperatorConfig.from_env({}).lost_deadline == pl.LOST_BEST_EFFORT
+    assert OperatorConfig.from_env({ENV_LOST_DEADLINE: "keep"}).lost_deadline == pl.LOST_KEEP
+    with pytest.raises(ValueError, match="DECOR_LOST_DEADLINE='hold': one of bestEffort, keep"):
+        OperatorConfig.from_env({ENV_LOST_DEADLINE: "hold"})
