@@ -165,8 +165,9 @@ def _refused_again(
     now_s: float,
 ) -> Refusal:
     """The refusal that follows ``previous`` (None: the first) at ``now_s``."""
-    again = previous is not None and previous.generation == generation
-    refusals = previous.refusals + 1 if again and previous is not None else 1
+    refusals = 1
+    if previous is not None and previous.generation == generation:
+        refusals = previous.refusals + 1
     code, message = answer
     return Refusal(generation, asked, held, code, message, refusals,
                    now_s + refusal_delay_s(refusals))  # fmt: skip
@@ -1118,7 +1119,7 @@ def create_refused(
         d.remember(create_refused_generation=period.generation)
         d.event(vocabulary.EVENT_WARNING, vocabulary.REASON_CREATE_REFUSED, message)
     d.status["conditions"] = build.set_condition(
-        create.conditions_before,  # as the period found them: a refusal that goes on keeps its time
+        create.conditions_before,  # as the period found them: a refusal going on keeps its time
         vocabulary.CONDITION_ADMITTED,
         False,
         vocabulary.REASON_CREATE_REFUSED,
@@ -1236,11 +1237,11 @@ def resize_refused(
     refusal = _refused_again(previous, period.generation, refused.cores, held, answer,
                              period.now_s)  # fmt: skip
     outcome = run(period, status, replace(memory, resize_refusal=refusal), grant, 0.0, settings)
-    if (
-        previous is not None
-        and previous.generation == refusal.generation
-        and (previous.code == refusal.code)
-    ):
+    same = previous is not None and (previous.generation, previous.code) == (
+        refusal.generation,
+        refusal.code,
+    )
+    if same:
         return outcome  # the same refusal going on: its Event was posted when it began
     event = PostEvent(
         vocabulary.EVENT_WARNING, vocabulary.EVENT_RESIZE_REFUSED, _refusal_message(refusal)
