@@ -29,9 +29,22 @@ from decor.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 
+REFUSALS = frozenset({400, 403, 422})
+"""API answers to a pod create or resize that retrying at once cannot change (an invalid
+object, an admission webhook or Pod Security, a ResourceQuota or LimitRange): handed back to
+the lifecycle (``lifecycle.create_refused``, ``lifecycle.resize_refused``), which says so on
+the job and tries again after a backoff."""
 NAME_ATTEMPTS = 5
 """Pod names tried (``NAME-i``, ``NAME-i+1``...) when a leftover pod holds one (an operator
 that stopped between creating a pod and recording it)."""
+
+
+class ResizeRefused(KubeError):
+    """The API server refused the resize ``action`` (one of :data:`REFUSALS`)."""
+
+    def __init__(self, action: ResizeCpu, error: KubeError) -> None:
+        super().__init__(f"resize pod {action.pod}", error.status, error.message)
+        self.action = action
 
 
 class Actuator:
@@ -70,7 +83,12 @@ class Actuator:
         elif isinstance(action, DeletePod):
             self.kube.delete_pod(self.namespace, action.name, grace_period_s=action.grace_period_s)
         elif isinstance(action, ResizeCpu):
-            self.kube.resize_pod_cpu(self.namespace, action.pod, action.container, action.cores)
+            try:
+                self.kube.resize_pod_cpu(self.namespace, action.pod, action.container, action.cores)
+            except KubeError as exc:
+                if exc.status not in REFUSALS:
+                    raise
+                raise ResizeRefused(action, exc) from exc
         elif isinstance(action, CountActuation):
             self.metrics.actuations.labels(kind=action.kind).inc()
         elif isinstance(action, LogWarning):

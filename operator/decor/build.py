@@ -70,8 +70,9 @@ SECCOMP_PROFILE = {"type": "RuntimeDefault"}
 DEFAULT_RESTART_POLICY = "OnFailure"
 """A crashed trainer restarts in place and resumes from its checkpoint; a finished one stays."""
 
-# The metrics sidecar is tiny (reads a ~200-byte file per scrape); it gets no CPU limit so
-# that scrapes are never throttled, and a memory limit so that a bug cannot take the node.
+# The metrics sidecar is tiny (reads a ~200-byte file per scrape): 50m is far more than a
+# scrape a second needs, so its CPU limit never throttles it; the memory limit keeps a bug
+# from taking the node.
 SIDECAR_RESOURCES: dict[str, dict[str, str]] = {
     "requests": {"cpu": "50m", "memory": "64Mi"},
     "limits": {"cpu": "50m", "memory": "64Mi"},

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from decor import build, control, group, lifecycle, metrics, planner, policy, vocabulary
-from decor.actuate import Actuator
+from decor.actuate import REFUSALS, Actuator, ResizeRefused
 from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
 from decor.lifecycle import LifecycleSettings, Memory, Outcome, Period, PlanRequest, WriteStatus
@@ -33,9 +33,6 @@ from decor.operator_metrics import OperatorMetrics
 
 MIN_PERIOD_S = 0.2
 """Shortest control period a job runs (protects the API server from a tiny spec value)."""
-CREATE_REFUSALS = frozenset({400, 403, 422})
-"""API answers to a pod create that retrying at once cannot change (an invalid object, an
-admission webhook or Pod Security, a ResourceQuota): reported on the job, tried next period."""
 STATUS_HEARTBEAT_S = 30.0
 """Status is written at least this often while a job runs (it carries the controller's state
 for an operator restart), and otherwise only when something a user sees changes."""
@@ -302,14 +299,24 @@ class JobController:
             return self._perform(held, period.body, now)
         wanted = lifecycle.growth_wanted(period, self.memory, grant)
         grown_by = self._reserve_growth(period, wanted, room)
-        ran = lifecycle.run(period, self.status, self.memory, grant, grown_by, self.settings)
-        return self._perform(ran, period.body, now)
+        before = self.status
+        ran = lifecycle.run(period, before, self.memory, grant, grown_by, self.settings)
+        try:
+            return self._perform(ran, period.body, now)
+        except ResizeRefused as refused:  # nothing after the resize was carried out
+            answer = (refused.status, refused.message)
+            outcome = lifecycle.resize_refused(
+                period, before, ran.memory, grant, self.settings, refused.action, answer
+            )
+            return self._perform(outcome, period.body, now)
 
     def _commit_create(self, period: Period, grant: planner.Grant | None, room: Room) -> bool:
         """A new trainer once admitted and the node has room for it now."""
         allocation = lifecycle.new_trainer_allocation(period, self.memory, grant)
-        fits = allocation is not None and self._room_for_trainer(
-            period.spec, grant, allocation, room
+        fits = (
+            allocation is not None
+            and not lifecycle.create_backed_off(period, self.memory, allocation)
+            and self._room_for_trainer(period.spec, grant, allocation, room)
         )
         outcome = lifecycle.create(period, self.status, self.memory, grant, allocation, fits)
         written = self._perform(outcome, period.body, period.now_s)
@@ -321,11 +328,10 @@ class JobController:
                 period.body, period.spec, create.allocation, create.index
             )
         except KubeError as exc:
-            if exc.status not in CREATE_REFUSALS:
+            if exc.status not in REFUSALS:
                 raise
-            answer = f"{exc.status} {exc.message}"
             outcome = lifecycle.create_refused(
-                period, self.status, self.memory, answer, create.conditions_before
+                period, self.status, self.memory, create, (exc.status, exc.message)
             )
             return self._perform(outcome, period.body, period.now_s)
         if isinstance(made, lifecycle.TrainerCreated):

@@ -18,7 +18,12 @@ A period, in the order the controller calls them:
                         (a :class:`PlanRequest`, with the law's decision when it runs);
 3. after the planner, by the request's step: :func:`hold` (a pod that is not controllable
    yet), :func:`create` then :func:`trainer_created` or :func:`create_refused` (a new
-   trainer), :func:`run` (resize in place, restart with a new GPU count, preempt).
+   trainer), :func:`run` (resize in place, restart with a new GPU count, preempt), then
+   :func:`resize_refused` when the API server refuses the resize it asked for.
+
+A create or resize the API server refuses (quota, admission) is tried again after a backoff
+(:data:`REFUSAL_RETRY_FIRST_S` doubling up to :data:`REFUSAL_RETRY_MAX_S`), never every
+period, and is announced once.
 
 A spec the operator cannot read or the admin's policy refuses ends at
 :func:`invalid_spec` or :func:`template_refused`.
@@ -55,6 +60,12 @@ STEP_RUN = "run"  # the law decided; act on the grant
 
 WAITING = (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
 """Verdicts under which a job holds no pod."""
+REFUSAL_RETRY_FIRST_S = 10.0
+"""A create or resize the API server refused is not asked again for this long, then twice
+as long after each refusal in a row (the kubelet's CrashLoopBackOff does the same)."""
+REFUSAL_RETRY_MAX_S = 300.0
+"""The longest wait between two tries of a refused create or resize (5 minutes): a job
+refused for good costs the API server one call per job in this time."""
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -112,6 +123,57 @@ Action = PostEvent | DeletePod | ResizeCpu | CountActuation | LogWarning | Write
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A create or resize the API server refused, waiting to be tried again.
+
+    ``generation``: the spec's generation it was refused under (a new one tries at once);
+    ``asked``: what was asked (a new trainer's allocation, or the CPU cores of a resize) and
+    ``held``: what the pod held then (resize; the create's allocation again for a create);
+    ``code``, ``answer``: the API's HTTP status and message; ``refusals``: how many in a row;
+    ``retry_at_s``: not tried again before (Unix s)."""
+
+    generation: int | None
+    asked: float
+    held: float
+    code: int
+    answer: str
+    refusals: int
+    retry_at_s: float
+
+    def holds(self, now_s: float) -> bool:
+        """Whether its backoff still runs at ``now_s``."""
+        return now_s < self.retry_at_s
+
+    @property
+    def grow(self) -> bool:
+        """A refused move to more than was held (what a quota refuses)."""
+        return self.asked > self.held
+
+
+def refusal_delay_s(refusals: int) -> float:
+    """Seconds until a call refused ``refusals`` times in a row (1, 2...) is tried again:
+    :data:`REFUSAL_RETRY_FIRST_S` doubling up to :data:`REFUSAL_RETRY_MAX_S`."""
+    return min(REFUSAL_RETRY_MAX_S, REFUSAL_RETRY_FIRST_S * 2.0 ** max(0, refusals - 1))
+
+
+def _refused_again(
+    previous: Refusal | None,
+    generation: int | None,
+    asked: float,
+    held: float,
+    answer: tuple[int, str],
+    now_s: float,
+) -> Refusal:
+    """The refusal that follows ``previous`` (None: the first) at ``now_s``."""
+    refusals = 1
+    if previous is not None and previous.generation == generation:
+        refusals = previous.refusals + 1
+    code, message = answer
+    return Refusal(generation, asked, held, code, message, refusals,
+                   now_s + refusal_delay_s(refusals))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class CreateTrainer:
     """Create the trainer's pods with ``allocation``, the first name tried from ``index``
     (``status.podsCreated``); ``conditions_before``: the conditions as the period found them
@@ -158,6 +220,8 @@ class Memory:
     invalid_generation: int | None = None  # generation whose refusal was announced
     create_refused_generation: int | None = None  # same, for a create the API refused
     refusal_warned: str | None = None  # CPU quantity whose refused resize was announced
+    create_refusal: Refusal | None = None  # the last create the API refused, while retried
+    resize_refusal: Refusal | None = None  # the last resize the API refused, while it goes on
     metrics_reason: str = ""  # why the period has no progress sample ("" when it has one)
     last_steps: float | None = None  # steps at the last change (stall detection)
     last_progress_s: float | None = None  # when the steps last changed
@@ -352,6 +416,7 @@ def begin(
     records the start (a forced status write the controller makes before going on); a later
     one announces a moved deadline."""
     d = _Decision(status, memory)
+    _forget_refusals(d, generation)
     first = not d.status.get("startTime")
     start_s = (
         float(math.floor(now_s))
@@ -434,6 +499,15 @@ def _record_start(
             f"({build.format_allocation(spec.resources.mode, settings.max_allocation)})",
         )
     return state, deadline_was_past
+
+
+def _forget_refusals(d: _Decision, generation: int | None) -> None:
+    """A new generation (the user changed the spec) tries a refused create or resize at
+    once: the refusal was of the spec before."""
+    for name in ("create_refusal", "resize_refusal"):
+        refusal: Refusal | None = getattr(d.memory, name)
+        if refusal is not None and refusal.generation != generation:
+            d.remember(**{name: None})
 
 
 def _loaded_state(d: _Decision, settings: control.Settings) -> control.State:
@@ -916,7 +990,12 @@ def _completion_events(
 
 
 def capped(allocation: float, memory: Memory, now_s: float) -> float:
-    """``allocation``, no more than the fallback of an unschedulable pod while it holds."""
+    """``allocation``, no more than the fallback of an unschedulable pod while it holds, nor
+    more than a trainer held when the API server refused it more, while that backoff runs
+    (the planner then gives the rest to others)."""
+    refusal = memory.resize_refusal
+    if refusal is not None and refusal.grow and refusal.holds(now_s):
+        allocation = min(allocation, refusal.held)
     if memory.ceiling is None or now_s >= memory.ceiling[1]:
         return allocation
     return min(allocation, memory.ceiling[0])
@@ -954,8 +1033,11 @@ def create(
 ) -> Outcome:
     """No trainer pod: record the verdict, and create one with ``allocation``
     (:func:`new_trainer_allocation`) when the node has room for it now (``fits``);
-    otherwise the job waits (Queued when the plan says so)."""
+    otherwise the job waits (Queued when the plan says so). After a refused create, nothing
+    changes until its backoff ends (:func:`create_backed_off`)."""
     d = _Decision(status, memory)
+    if create_backed_off(period, memory, allocation):
+        return d.finish(write=WriteStatus())  # the CreateRefused condition says until when
     if allocation is not None and not fits and grant is not None:
         grant = replace(grant, reason=f"{grant.reason}; waiting for the node to free room")
     before = tuple(d.status.get("conditions") or period.conditions)
@@ -969,11 +1051,25 @@ def create(
     return d.finish(create=CreateTrainer(allocation, index, before))
 
 
+def create_backed_off(period: Period, memory: Memory, allocation: float | None) -> bool:
+    """Whether a new trainer with ``allocation`` waits for the backoff of a refused create:
+    until it ends, unless the allocation is smaller than the refused one (a smaller pod may
+    fit the quota) or the spec changed (:func:`begin` forgets the refusal)."""
+    refusal = memory.create_refusal
+    if allocation is None or refusal is None or not refusal.holds(period.now_s):
+        return False
+    smaller = allocation < refusal.asked - (
+        CPU_EPSILON_CORES if period.spec.resources.mode == "cpu" else GPU_STEP
+    )
+    return not smaller
+
+
 def trainer_created(
     period: Period, status: Mapping[str, Any], memory: Memory, created: TrainerCreated
 ) -> Outcome:
     """The trainer's pods exist: announced, and the status names them."""
     d = _Decision(status, memory)
+    d.remember(create_refusal=None)
     spec = period.spec
     d.actions.append(CountActuation(vocabulary.ACTUATION_CREATE))
     quantity = build.format_allocation(spec.resources.mode, created.allocation)
@@ -1004,20 +1100,26 @@ def create_refused(
     period: Period,
     status: Mapping[str, Any],
     memory: Memory,
-    answer: str,
-    conditions_before: Sequence[Mapping[str, Any]],
+    create: CreateTrainer,
+    answer: tuple[int, str],
 ) -> Outcome:
     """The API server refused the trainer's pod (admission, quota, an invalid object;
-    ``answer``: its status and message): not a log line but a False Admitted condition
-    naming the answer, and one Warning Event per generation; the next periods try again
-    (quota may free up)."""
+    ``answer``: its HTTP status and message): not a log line but a False Admitted condition
+    naming the answer and when it is tried again (after :func:`refusal_delay_s`: quota may
+    free up), and one Warning Event per generation."""
     d = _Decision(status, memory)
-    message = f"the API server refused the trainer pod: {answer}"
+    refusal = _refused_again(memory.create_refusal, period.generation, create.allocation,
+                             create.allocation, answer, period.now_s)  # fmt: skip
+    d.remember(create_refusal=refusal)
+    message = (
+        f"the API server refused the trainer pod: {answer[0]} {answer[1]}; "
+        f"trying again at {format_time(refusal.retry_at_s)}"
+    )
     if memory.create_refused_generation != period.generation:
         d.remember(create_refused_generation=period.generation)
         d.event(vocabulary.EVENT_WARNING, vocabulary.REASON_CREATE_REFUSED, message)
     d.status["conditions"] = build.set_condition(
-        conditions_before,  # as the period found them: a refusal that goes on keeps its time
+        create.conditions_before,  # as the period found them: a refusal going on keeps its time
         vocabulary.CONDITION_ADMITTED,
         False,
         vocabulary.REASON_CREATE_REFUSED,
@@ -1076,7 +1178,9 @@ def run(
     decision, view, pod = period.decision, period.view, period.pod
     assert decision is not None and view is not None and pod is not None
     spec = period.spec
-    target, desired, phase = _move(d, period, run_target(period, memory, grant), grown_by, settings)
+    target = run_target(period, memory, grant)
+    _settle_refusal(d, period, target)
+    target, desired, phase = _move(d, period, target, grown_by, settings)
     followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
     if spec.best_effort:  # less than max is what best effort means, not a risk
         followed = replace(
@@ -1086,6 +1190,7 @@ def run(
             "(capacity no deadline job needs)",
         )
     _note_admission(d, period, grant)
+    _refusal_condition(d, period, grant)
     message = followed.message
     if period.observation is None:
         message = f"{d.memory.metrics_reason or 'no progress sample'}; holding {target:g}"
@@ -1108,6 +1213,93 @@ def run(
         )
     )
     return d.finish(write=WriteStatus())
+
+
+def resize_refused(
+    period: Period,
+    status: Mapping[str, Any],
+    memory: Memory,
+    grant: planner.Grant | None,
+    settings: LifecycleSettings,
+    refused: ResizeCpu,
+    answer: tuple[int, str],
+) -> Outcome:
+    """The API server refused the resize ``refused`` that :func:`run` asked for (a
+    ResourceQuota's or LimitRange's 403, a 422; ``answer``: its HTTP status and message):
+    the trainer keeps what it holds. The step is decided again from ``status`` and
+    ``memory`` (as :func:`run` had them) knowing it: no move that way until the backoff ends
+    (:func:`refusal_delay_s`), the law following what the pod holds, the Admitted condition
+    (True: the job runs) naming the answer; and one Warning Event when a refusal begins (or
+    the API's status changes), never one per period or per try."""
+    assert period.view is not None
+    held = period.view.desired if period.view.desired is not None else refused.cores
+    previous = memory.resize_refusal
+    refusal = _refused_again(previous, period.generation, refused.cores, held, answer,
+                             period.now_s)  # fmt: skip
+    outcome = run(period, status, replace(memory, resize_refusal=refusal), grant, 0.0, settings)
+    same = previous is not None and (previous.generation, previous.code) == (
+        refusal.generation,
+        refusal.code,
+    )
+    if same:
+        return outcome  # the same refusal going on: its Event was posted when it began
+    event = PostEvent(
+        vocabulary.EVENT_WARNING, vocabulary.EVENT_RESIZE_REFUSED, _refusal_message(refusal)
+    )
+    return replace(outcome, actions=(event, *outcome.actions))
+
+
+def _refusal_message(refusal: Refusal) -> str:
+    asked, held = (build.format_allocation("cpu", c) for c in (refusal.asked, refusal.held))
+    return (
+        f"the API server refused a resize to {asked} CPU: {refusal.code} {refusal.answer}; "
+        f"running at {held}, trying again at {format_time(refusal.retry_at_s)}"
+    )
+
+
+def _past_refusal(refusal: Refusal, cores: float) -> bool:
+    """Whether ``cores`` lies beyond what the pod held when ``refusal`` came, the way the
+    refused resize went."""
+    if refusal.grow:
+        return cores > refusal.held + CPU_EPSILON_CORES
+    return cores < refusal.held - CPU_EPSILON_CORES
+
+
+def _settle_refusal(d: _Decision, period: Period, target: float) -> None:
+    """A refused resize whose backoff is over is forgotten once a resize that way went
+    through (the pod's spec moved past what it held), or when the job no longer wants to
+    go that way; otherwise it is tried again now, and stays until that try is answered."""
+    refusal, view = d.memory.resize_refusal, period.view
+    if refusal is None or view is None or refusal.holds(period.now_s):
+        return
+    moved = view.desired is not None and _past_refusal(refusal, view.desired)
+    if moved or not _past_refusal(refusal, target):
+        d.remember(resize_refusal=None)
+
+
+def _resize_backed_off(d: _Decision, period: Period, target: float) -> bool:
+    """Whether a resize to ``target`` waits for the backoff of a refused one."""
+    refusal = d.memory.resize_refusal
+    return refusal is not None and refusal.holds(period.now_s) and _past_refusal(refusal, target)
+
+
+def _refusal_condition(d: _Decision, period: Period, grant: planner.Grant | None) -> None:
+    """While a refused resize goes on, the Admitted condition (True: the job runs at what it
+    holds) says so; once it is over, the planner's verdict says again where the job stands
+    (:func:`_note_admission`; without a planner, Admitted)."""
+    conditions = list(d.status.get("conditions") or period.conditions)
+    refusal = d.memory.resize_refusal
+    if refusal is not None:
+        reason, message = vocabulary.REASON_RESIZE_REFUSED, _refusal_message(refusal)
+    elif grant is None and (build.get_condition(conditions, vocabulary.CONDITION_ADMITTED) or {}
+                            ).get("reason") == vocabulary.REASON_RESIZE_REFUSED:  # fmt: skip
+        reason, message = vocabulary.VERDICT_ADMITTED, "the API server accepts its resizes again"
+    else:
+        return
+    d.status["conditions"] = build.set_condition(
+        conditions, vocabulary.CONDITION_ADMITTED, True, reason, message,
+        now_s=period.now_s, generation=period.generation,
+    )  # fmt: skip
 
 
 def _preempt(
@@ -1138,6 +1330,8 @@ def _move(
     if view.refused:
         # Never leave a resize waiting: take the refused request back to what runs.
         _warn_refusal(d, desired, view)
+        if _resize_backed_off(d, period, view.applied):  # the API refused that too
+            return view.applied, desired, vocabulary.PHASE_RUNNING
         d.actions.append(ResizeCpu(pod["metadata"]["name"], container, view.applied))
         return view.applied, view.applied, vocabulary.PHASE_RUNNING
     if view.pending:  # a change is landing: stack nothing on it
@@ -1152,6 +1346,8 @@ def _move(
     held = max(desired, view.applied)
     if target > held:  # a grow: only as far as the node has room now
         target = max(desired, held + grown_by)
+    if _resize_backed_off(d, period, target):  # the API refused a move that far
+        return desired, desired, vocabulary.PHASE_RUNNING
     if abs(target - desired) >= CPU_EPSILON_CORES:
         _resize(d, period, container, desired, target)
     return target, target, vocabulary.PHASE_RUNNING

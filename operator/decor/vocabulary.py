@@ -102,6 +102,9 @@ REASON_FINISHED_ON_TIME = "FinishedOnTime"  # DeadlineMissed cleared at completi
 REASON_RUNNING = "Running"  # Complete is False while steps remain
 REASON_INVALID_SPEC = "InvalidSpec"  # the spec passed the API server but not the model
 REASON_CREATE_REFUSED = "CreateRefused"  # the API refused a trainer pod (admission, quota, 422)
+REASON_RESIZE_REFUSED = "ResizeRefused"
+"""Admitted condition (True: the job runs at what it holds) and Warning Event reason when
+the API server refuses an in-place CPU resize (a ResourceQuota's or LimitRange's 403, 422)."""
 REASON_TRAINER_FAILED = "TrainerFailed"  # the trainer pod failed more than the retry budget
 REASON_EXITED_EARLY = "ExitedEarly"  # the trainer exited 0 before its planned steps
 REASON_CRASH_LOOP = "CrashLoop"  # the trainer crashed (restarted in place) past the budget
@@ -116,6 +119,7 @@ REASON_TEMPLATE_REFUSED = "TemplateRefused"
 EVENT_POD_CREATED = "PodCreated"  # a trainer pod was created (first start or recreation)
 EVENT_RESIZED = "Resized"  # an in-place CPU resize was requested
 EVENT_RESIZE_INFEASIBLE = "ResizeInfeasible"  # the kubelet cannot fit a resize on the node
+EVENT_RESIZE_REFUSED = REASON_RESIZE_REFUSED  # the API server refused a resize (quota)
 EVENT_RESTARTING = "Restarting"  # the trainer pod was deleted to change the GPU count
 EVENT_POD_LOST = "PodLost"  # the trainer pod vanished or failed; recreated from checkpoint
 EVENT_UNSCHEDULABLE = REASON_UNSCHEDULABLE  # a pod waited too long to be placed; fell back

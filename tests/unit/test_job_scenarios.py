@@ -335,9 +335,22 @@ def test_a_crash_looping_trainer_fails_the_job() -> None:
     assert bench.kube.record[-1] == {"period": bench.periods, "time": format_time(bench.now)}
 
 
+def call_times(bench: Bench, method: str) -> list[tuple[float, int | None]]:
+    """(seconds since the start, the status it raised or None) of each call of ``method``:
+    the time of the period that made it."""
+    found, now_s = [], START_S
+    for entry in bench.kube.record:
+        if "period" in entry:
+            now_s = START_S + 10.0 * entry["period"]
+        elif entry.get("call") == method:
+            found.append((now_s - START_S, entry.get("raised")))
+    return found
+
+
 def create_refused() -> Bench:
     """A ResourceQuota refuses the trainer pod three times (403): the job says so in a False
-    Admitted condition and one Warning Event, and creates the pod once the quota allows."""
+    Admitted condition and one Warning Event, tries again after 10 s, 20 s and 40 s (not every
+    period), and creates the pod once the quota allows."""
     bench = Bench(CPU_NODE)
     bench.kube.fail(
         "create_pod",
@@ -350,14 +363,13 @@ def create_refused() -> Bench:
     for _ in range(3):
         bench.period()
     assert condition(bench.status("resnet"), "Admitted") == ("False", "CreateRefused")
-    for _ in range(2):
-        bench.period()
+    bench.run_until(lambda: bench.phase("resnet") == "Running", most=12)
     return bench
 
 
-def test_a_refused_create_is_reported_once_and_retried() -> None:
+def test_a_refused_create_is_reported_once_and_retried_with_backoff() -> None:
     bench = recorded(create_refused)
-    assert [e.get("raised") for e in calls(bench, "create_pod")] == [403, 403, 403, None]
+    assert call_times(bench, "create_pod") == [(10, 403), (20, 403), (40, 403), (80, None)]
     assert bench.events("resnet") == ["CreateRefused", "PodCreated"]
     status = bench.status("resnet")
     assert condition(status, "Admitted") == ("True", "Admitted")
@@ -384,6 +396,27 @@ def queued_until_room() -> Bench:
     bench.run_until(lambda: bench.phase("second") == "Running", most=40)
     bench.period()
     return bench
+
+
+def create_refused_then_patched() -> Bench:
+    """A refused create waits out its backoff; a patch of the spec (a smaller max) tries
+    again at once, and the quota allows it."""
+    bench = Bench(CPU_NODE)
+    bench.kube.fail("create_pod", 403, "exceeded quota: compute", times=2)
+    bench.apply(job_body("resnet", initial="2"), cpu_trainer())
+    for _ in range(2):
+        bench.period()
+    bench.patch_spec("resnet", {"resources": {"initial": "1", "max": "1"}})
+    bench.run_until(lambda: bench.phase("resnet") == "Running", most=6)
+    return bench
+
+
+def test_a_new_generation_tries_a_refused_create_at_once() -> None:
+    bench = create_refused_then_patched()
+    # refused at 10 s and 20 s (next try 40 s), patched after 20 s: tried at 30 s
+    assert call_times(bench, "create_pod") == [(10, 403), (20, 403), (30, None)]
+    assert created(bench) == [("resnet-0", {"cpu": "1000m"})]
+    assert bench.events("resnet") == ["CreateRefused", "PodCreated"]
 
 
 def test_a_job_that_does_not_fit_waits_queued() -> None:
@@ -490,6 +523,48 @@ def test_a_deferred_resize_is_taken_back() -> None:
     status = bench.status("resnet")
     assert (status["admission"], status["allocation"]) == ("Shorted", "1950m")
     assert condition(status, "AtRisk") == ("True", "NeedsNearMax")
+
+
+QUOTA_ANSWER = (
+    'pods "resnet-0" is forbidden: exceeded quota: compute, requested: limits.cpu=2, '
+    "used: limits.cpu=1050m, limited: limits.cpu=1050m"
+)
+
+
+def resize_refused_by_quota() -> Bench:
+    """A ResourceQuota holds the trainer's start but refuses its grow three times (403): the
+    trainer keeps running at what it holds, the job says so in its Admitted condition and
+    one Warning Event, tries again after 10 s, 20 s and 40 s, and grows once the quota
+    allows; then the condition says Admitted again."""
+    bench = Bench({"node-a": (4.0, 0)})
+    bench.apply(job_body("resnet", initial="1", maximum="3", duration="400s"), cpu_trainer())
+    bench.kube.fail("resize_pod_cpu", 403, QUOTA_ANSWER, times=3)
+    for _ in range(3):
+        bench.period()
+    assert condition(bench.status("resnet"), "Admitted") == ("True", "ResizeRefused")
+    bench.run_until(lambda: limits(bench, "resnet-0")["cpu"] != "1000m", most=12)
+    bench.period()
+    return bench
+
+
+def test_a_refused_resize_is_a_condition_one_event_and_retried_with_backoff() -> None:
+    bench = recorded(resize_refused_by_quota)
+    resizes = call_times(bench, "resize_pod_cpu")
+    assert [raised for _, raised in resizes] == [403, 403, 403, None]
+    first = resizes[0][0]
+    assert [at - first for at, _ in resizes] == [0, 10, 30, 70]
+    assert bench.events("resnet").count("ResizeRefused") == 1
+    assert "Resized" in bench.events("resnet")  # for the resize that went through alone
+    status = bench.status("resnet")
+    assert status["resizes"] == 1
+    assert condition(status, "Admitted") == ("True", "Admitted")
+    patches = [e["status"] for e in calls(bench, "patch_job_status")]
+    refused = [p for p in patches if condition(p, "Admitted") == ("True", "ResizeRefused")]
+    assert refused and all("exceeded quota" in c["message"] for p in refused
+                           for c in p["conditions"] if c["type"] == "Admitted")  # fmt: skip
+    # the trainer ran on at what it held: never restarted, never deleted
+    assert calls(bench, "delete_pod") == []
+    assert [name for name, _ in created(bench)] == ["resnet-0"]
 
 
 def stalled_then_unreadable() -> Bench:

@@ -391,3 +391,104 @@ def test_the_fallback_hold_is_read_back_from_the_status(
     opened, _ = lifecycle.begin(status, Memory(), manifest, spec, 1, NOW_S)  # a new controller
     assert opened.memory.ceiling == ceiling
     assert opened.status["controller"][lifecycle.FALLBACK_HOLD] == stored
+
+
+# --- what the API server refuses ---------------------------------------------------------------
+
+QUOTA = (403, "exceeded quota: compute, requested: limits.cpu=1, used: limits.cpu=2")
+
+
+def test_a_refused_call_is_tried_again_after_a_doubling_backoff_up_to_a_cap() -> None:
+    delays = [lifecycle.refusal_delay_s(n) for n in range(1, 8)]
+    assert delays == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0]
+    assert lifecycle.REFUSAL_RETRY_MAX_S == 300.0
+
+
+def test_a_refused_resize_holds_what_runs_says_so_and_announces_itself_once() -> None:
+    period, status = running_period()
+    admitted = grant(vocabulary.VERDICT_ADMITTED, 3.0)
+    ran = lifecycle.run(period, status, Memory(), admitted, 1.0, SETTINGS)
+    asked = next(a for a in ran.actions if isinstance(a, ResizeCpu))
+    assert asked == ResizeCpu("resnet-0", "trainer", 3.0)
+    refused = lifecycle.resize_refused(period, status, ran.memory, admitted, SETTINGS, asked, QUOTA)
+    # no resize, no actuation counted: one Warning Event, the status written
+    assert kube_actions(refused)[0] == vocabulary.REASON_RESIZE_REFUSED
+    assert not [a for a in refused.actions if isinstance(a, ResizeCpu | CountActuation)]
+    assert refused.actions[-1] == WriteStatus()
+    assert refused.status.get("resizes", 0) == 0
+    assert refused.status["desiredAllocation"] == "2000m"
+    assert refused.status["controller"]["allocation"] == 2.0  # the law follows what runs
+    admitted_condition = next(
+        c for c in refused.status["conditions"] if c["type"] == vocabulary.CONDITION_ADMITTED
+    )
+    assert (admitted_condition["status"], admitted_condition["reason"]) == ("True", "ResizeRefused")
+    assert "exceeded quota" in admitted_condition["message"]
+    refusal = refused.memory.resize_refusal
+    assert refusal is not None
+    assert (refusal.asked, refusal.held, refusal.refusals) == (3.0, 2.0, 1)
+    assert refusal.retry_at_s == NOW_S + lifecycle.REFUSAL_RETRY_FIRST_S
+    # while the backoff runs: capped at what it held, no resize asked, no Event
+    assert lifecycle.capped(4.0, refused.memory, NOW_S + 5.0) == 2.0
+    assert lifecycle.growth_wanted(period, refused.memory, admitted) == 0.0
+    held = lifecycle.run(period, refused.status, refused.memory, admitted, 1.0, SETTINGS)
+    assert not [a for a in held.actions if isinstance(a, ResizeCpu)]
+    assert vocabulary.REASON_RESIZE_REFUSED not in events(held)
+    # refused again after the backoff: no second Event for the same refusal, twice the wait
+    later = replace(period, now_s=refusal.retry_at_s)
+    retried = lifecycle.run(later, refused.status, refused.memory, admitted, 1.0, SETTINGS)
+    again = next(a for a in retried.actions if isinstance(a, ResizeCpu))
+    second = lifecycle.resize_refused(later, refused.status, retried.memory, admitted, SETTINGS,
+                                      again, QUOTA)  # fmt: skip
+    assert vocabulary.REASON_RESIZE_REFUSED not in events(second)
+    assert second.memory.resize_refusal is not None
+    assert second.memory.resize_refusal.refusals == 2
+    assert second.memory.resize_refusal.retry_at_s == later.now_s + 20.0
+    # refused for another reason (the API's status changed): announced
+    other = lifecycle.resize_refused(later, refused.status, retried.memory, admitted, SETTINGS,
+                                     again, (422, "invalid"))  # fmt: skip
+    assert events(other)[0] == vocabulary.REASON_RESIZE_REFUSED
+
+
+def test_a_refused_resize_is_forgotten_once_a_grow_went_through() -> None:
+    period, status = running_period(cores=3.0)  # the pod grew since the refusal
+    refusal = lifecycle.Refusal(1, 3.0, 2.0, 403, "exceeded quota", 1, NOW_S - 1.0)
+    memory = Memory(resize_refusal=refusal)
+    admitted = grant(vocabulary.VERDICT_ADMITTED, 3.0)
+    outcome = lifecycle.run(period, status, memory, admitted, 0.0, SETTINGS)
+    assert outcome.memory.resize_refusal is None
+    admitted_condition = next(
+        c for c in outcome.status["conditions"] if c["type"] == vocabulary.CONDITION_ADMITTED
+    )
+    assert admitted_condition["reason"] == vocabulary.VERDICT_ADMITTED
+
+
+def test_a_new_generation_forgets_a_refusal() -> None:
+    manifest, spec, status = started()
+    refusal = lifecycle.Refusal(1, 3.0, 2.0, 403, "exceeded quota", 1, NOW_S + 100.0)
+    memory = Memory(resize_refusal=refusal, create_refusal=refusal)
+    same, _ = lifecycle.begin(status, memory, manifest, spec, 1, NOW_S)
+    assert same.memory.resize_refusal == refusal and same.memory.create_refusal == refusal
+    patched, _ = lifecycle.begin(status, memory, manifest, spec, 2, NOW_S)
+    assert patched.memory.resize_refusal is None and patched.memory.create_refusal is None
+
+
+@pytest.mark.parametrize(
+    ("allocation", "now_s", "waits"),
+    [
+        (2.0, NOW_S, True),  # the same pod before the backoff ends
+        (2.5, NOW_S, True),  # a bigger one would be refused too
+        (1.0, NOW_S, False),  # a smaller pod may fit the quota: tried at once
+        (2.0, NOW_S + 10.0, False),  # the backoff is over
+    ],
+)
+def test_a_refused_create_waits_for_its_backoff(
+    allocation: float, now_s: float, waits: bool
+) -> None:
+    period, status = period_of({})
+    period = replace(period, now_s=now_s)
+    refusal = lifecycle.Refusal(1, 2.0, 2.0, 403, "exceeded quota", 1, NOW_S + 10.0)
+    memory = Memory(create_refusal=refusal)
+    assert lifecycle.create_backed_off(period, memory, allocation) == waits
+    admitted = grant(vocabulary.VERDICT_ADMITTED, allocation)
+    outcome = lifecycle.create(period, status, memory, admitted, allocation, True)
+    assert (outcome.create is None) == waits
