@@ -268,6 +268,7 @@ class JobController:
             need=min(most, state.allocation if need is None else need),
             min_allocation=spec.resources.min,
             max_allocation=most,
+            uncapped_max=spec.resources.max,
             current=request.current or 0.0,
             steps_remaining=max(0.0, remaining),
             deadline_s=None if spec.best_effort else period.deadline_s,

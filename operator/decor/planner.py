@@ -73,6 +73,9 @@ class Demand:
     # gpus_per_pod > 0: the node of each of its pods now, in pod_gpu_counts order (the
     # largest first); () when it has none. ``node`` is for a one-pod job.
     nodes: tuple[str, ...] = ()
+    # Its max before a cap that lasts a while (a fallback's hold, a refused resize's backoff):
+    # whether it can still meet its deadline is judged at this. 0: ``max_allocation``.
+    uncapped_max: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -655,10 +658,11 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
         if now_s > d.deadline_s + slack_s:
             lost[d.key] = f"its deadline {_utc(d.deadline_s)} has passed"
             continue
-        at_max_s = run_s(d, d.max_allocation)
+        most = max(d.max_allocation, d.uncapped_max)
+        at_max_s = run_s(d, most)
         if at_max_s is not None and now_s + at_max_s > d.deadline_s + slack_s + EPS:
             lost[d.key] = (
-                f"even at its max of {d.max_allocation:g} {_unit(d)} it would finish at "
+                f"even at its max of {most:g} {_unit(d)} it would finish at "
                 f"{_utc(now_s + at_max_s)}, after its deadline {_utc(d.deadline_s)}"
             )
     return lost
@@ -719,9 +723,10 @@ class _Book:
         self._hold(d, pods)
         finish = run_s(d, need)
         assert d.deadline_s is not None
+        on_time = finish is not None and self.now_s + finish <= d.deadline_s + EPS
         when = (
-            f"predicted to finish at {_utc(self.now_s + finish)}, by its deadline "
-            f"{_utc(d.deadline_s)}"
+            f"predicted to finish at {_utc(self.now_s + finish)}, "
+            f"{'by' if on_time else 'after'} its deadline {_utc(d.deadline_s)}"
             if finish is not None
             else f"its need to meet the deadline {_utc(d.deadline_s)}"
         )
