@@ -487,18 +487,25 @@ class _Short:
 
 class _Quotas:
     """What each namespace's ResourceQuotas leave as a plan books its grants (local to one
-    ``plan`` call). A namespace with no quota is not bounded."""
+    ``plan`` call). A namespace with no quota is not bounded.
 
-    def __init__(self, quotas: Sequence[quota.Quota]) -> None:
+    A running job is booked for its min from the start: granted less, its pod keeps its min
+    (``lifecycle.run_target``: only preemption takes a pod away), and that is charged."""
+
+    def __init__(self, quotas: Sequence[quota.Quota], demands: Sequence[Demand] = ()) -> None:
         self.left: dict[str, list[tuple[str, dict[str, float]]]] = {}
         for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
             self.left.setdefault(q.namespace, []).append((q.title, dict(q.left)))
         self.booked: dict[str, dict[str, float]] = {}  # job -> what its grant charges
+        self.floor = {d.key: d.min_allocation for d in demands if d.current > EPS}
+        for d in demands:
+            if d.key in self.floor:
+                self.book(d, 0.0)
 
     def copy(self) -> _Quotas:
         other = _Quotas(())
         other.left = {ns: [(t, dict(x)) for t, x in qs] for ns, qs in self.left.items()}
-        other.booked = dict(self.booked)
+        other.booked, other.floor = dict(self.booked), dict(self.floor)
         return other
 
     def bounds(self, d: Demand) -> bool:
@@ -506,7 +513,13 @@ class _Quotas:
         return _namespace(d) in self.left
 
     def _charge(self, d: Demand, amount: float) -> dict[str, float]:
+        amount = max(amount, self.floor.get(d.key, 0.0))
         return quota.charge(dict(d.pod_charge), d.mode, amount, _pod_count(d, amount))
+
+    def gone(self, d: Demand) -> None:
+        """``d``'s pods are gone (it finished, or it is preempted): it holds nothing."""
+        self.floor.pop(d.key, None)
+        self.book(d, 0.0)
 
     def short(self, d: Demand, amount: float) -> _Short | None:
         """The first quota (by name) and resource that ``amount`` of ``d`` would pass, what
@@ -581,11 +594,14 @@ def _within_quotas(
     this cuts only what best-effort jobs of one namespace would share; the baselines have
     no other bound."""
     out = dict(grants)
+    for d in demands:
+        if out[d.key].verdict == vocabulary.VERDICT_PREEMPTED:
+            quotas.gone(d)
     order = sorted(
         demands,
         key=lambda d: (d.deadline_s is None, -d.priority, d.deadline_s or 0.0, d.arrival_s, d.key),
     )
-    for d in order:
+    for d in (d for d in order if out[d.key].verdict != vocabulary.VERDICT_PREEMPTED):
         g = out[d.key]
         short = quotas.short(d, g.allocation) if g.allocation > EPS else None
         if short is not None:
@@ -635,13 +651,13 @@ def plan(
         raise ValueError("two demands share a key")
     cluster = _Cluster(nodes)
     if settings.policy in (POLICY_DECOR, POLICY_ELASTICFLOW):
-        grants = _plan_admission(ordered, cluster, now_s, settings, _Quotas(quotas))
+        grants = _plan_admission(ordered, cluster, now_s, settings, _Quotas(quotas, ordered))
     elif settings.policy == POLICY_PROPORTIONAL:
         grants = _plan_proportional(ordered, cluster, settings)
     else:
         grants = _plan_in_order(ordered, cluster, settings)
     if quotas:
-        grants = _within_quotas(ordered, grants, _Quotas(quotas), settings)
+        grants = _within_quotas(ordered, grants, _Quotas(quotas, ordered), settings)
     return Plan(grants={k: grants[k] for k in sorted(grants)})
 
 
@@ -827,7 +843,7 @@ class _Book:
     def _release(self, d: Demand) -> None:
         pods = self.pods_of.pop(d.key)
         self.cluster.give(d, pods)
-        self.quotas.book(d, 0.0)
+        self.quotas.gone(d)
         for node in _per_node(pods):
             self.held[node] = [(h, a) for h, a in self.held[node] if h.key != d.key]
 
@@ -881,6 +897,7 @@ class _Book:
             self.grants[d.key] = _grant(
                 d, 0.0, (), vocabulary.VERDICT_PREEMPTED, reason, self.cluster.home(d)
             )
+            self.quotas.gone(d)
             self.waiting.append(d)
             return
         got, pods = self.cluster.most(d, need, self.s)
@@ -1084,7 +1101,7 @@ class _Book:
             ends.append((self.now_s + r if r is not None else h.deadline_s or 0.0, key))
         points = [(self.now_s, trial.most(d, d.max_allocation, self.s))]
         for t, key in sorted(ends):
-            trial.book(holders[key], 0.0)
+            trial.gone(holders[key])
             points.append((max(t, self.now_s), trial.most(d, d.max_allocation, self.s)))
         return points
 

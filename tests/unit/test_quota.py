@@ -7,14 +7,25 @@ Speed curves are exact plants ``step_time = a / u``; times are seconds from 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
+from decor import build, quota, vocabulary
 from decor import planner as pl
-from decor import quota, vocabulary
+from decor.model import format_time
 from decor.planner import Demand, Node, PlannerSettings
+from decor.views import ClusterView, quotas_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
+from support.scenario import NAMESPACE, Bench, job_body  # noqa: E402
 
 GIB = 2.0**30
 SIDECAR = ((quota.LIMITS_CPU, 0.05), (quota.REQUESTS_CPU, 0.05))
@@ -188,9 +199,28 @@ def test_the_baselines_are_cut_to_the_quota_too() -> None:
 # The property: no plan passes a quota or a node
 
 
-def charged(d: Demand, g: pl.Grant) -> dict[str, float]:
+def charged(d: Demand, g: pl.Grant, floor: bool = False) -> dict[str, float]:
+    """What ``g`` charges; ``floor``: what the job's pods hold, at least its min while it
+    runs (only preemption takes a pod away)."""
     pods = len(g.pods) if g.allocation > 0 else 0
-    return quota.charge(dict(d.pod_charge), d.mode, g.allocation, pods)
+    amount = g.allocation
+    if floor and d.current > 0 and g.verdict != vocabulary.VERDICT_PREEMPTED:
+        amount = max(amount, d.min_allocation)
+        pods = pl._pod_count(d, amount)
+    return quota.charge(dict(d.pod_charge), d.mode, amount, pods)
+
+
+def over(
+    quotas: Sequence[quota.Quota], used: Callable[[str], dict[str, float]]
+) -> list[tuple[str, str, float, float]]:
+    """(quota, resource, charged, left) for each resource a namespace's charge passes."""
+    out = []
+    for q in quotas:
+        charge = used(q.namespace)
+        out += [
+            (q.name, r, charge.get(r, 0.0), x) for r, x in q.left if charge.get(r, 0.0) > x + 1e-6
+        ]
+    return out
 
 
 @st.composite
@@ -246,7 +276,7 @@ def clusters(
     return demands, nodes, quotas, draw(st.sampled_from(pl.POLICIES))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, database=None)
 @given(clusters())
 def test_no_plan_passes_a_namespaces_quota_or_a_nodes_capacity(
     case: tuple[list[Demand], list[Node], list[quota.Quota], str],
@@ -254,14 +284,30 @@ def test_no_plan_passes_a_namespaces_quota_or_a_nodes_capacity(
     demands, nodes, quotas, policy = case
     g = grants(demands, nodes, quotas, policy)
     by_key = {d.key: d for d in demands}
-    for q in quotas:
-        used: dict[str, float] = {}
+
+    def used(namespace: str, floor: bool = False) -> dict[str, float]:
+        total: dict[str, float] = {}
         for key, x in g.items():
-            if key.startswith(q.namespace + "/"):
-                for r, a in charged(by_key[key], x).items():
-                    used[r] = used.get(r, 0.0) + a
-        for r, left in q.left:
-            assert used.get(r, 0.0) <= left + 1e-6, (q, r, used, g)
+            if key.startswith(namespace + "/"):
+                for r, a in charged(by_key[key], x, floor).items():
+                    total[r] = total.get(r, 0.0) + a
+        return total
+
+    assert not over(quotas, used), g
+    # What the pods hold (a running job at least its min) passes no quota either, unless
+    # those mins alone do.
+    floors = {k: replace(x, allocation=0.0, pods=()) for k, x in g.items()}
+
+    def held_mins(namespace: str) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for key, x in floors.items():
+            if key.startswith(namespace + "/"):
+                for r, a in charged(by_key[key], x, True).items():
+                    total[r] = total.get(r, 0.0) + a
+        return total
+
+    if not over(quotas, held_mins):
+        assert not over(quotas, lambda ns: used(ns, True)), g
     for node in nodes:
         for gpu in (False, True):
             held = sum(
@@ -272,3 +318,139 @@ def test_no_plan_passes_a_namespaces_quota_or_a_nodes_capacity(
             assert held <= room + 1e-6, (node, gpu, g)
     for key, x in g.items():
         assert x.allocation == 0 or x.allocation >= by_key[key].min_allocation - 1e-6
+
+
+# ---------------------------------------------------------------------------------------
+# What a pod charges, and what a ResourceQuota leaves (the view layer)
+
+
+def pod(*containers: dict[str, Any], phase: str = "Running", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": list(containers), **spec},
+        "status": {"phase": phase},
+    }
+
+
+def container(name: str, **resources: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "resources": resources}
+
+
+TRAINER = container("trainer", requests={"cpu": "2"}, limits={"cpu": "2", "memory": "1Gi"})
+SIDECAR_CONTAINER = container(
+    "metrics", requests={"cpu": "50m", "memory": "64Mi"}, limits={"cpu": "50m", "memory": "64Mi"}
+)
+
+
+def test_a_pod_charges_its_containers_and_sidecars_or_its_largest_init_container() -> None:
+    usage = build.pod_quota_usage(pod(TRAINER, SIDECAR_CONTAINER))
+    assert usage[quota.REQUESTS_CPU] == pytest.approx(2.05)
+    assert usage[quota.LIMITS_CPU] == pytest.approx(2.05)
+    # The trainer's memory request is its limit (the API server's defaulting).
+    assert usage[quota.REQUESTS_MEMORY] == usage[quota.LIMITS_MEMORY] == (1024 + 64) * 2**20
+    assert usage[quota.PODS] == 1.0
+    init = container("setup", requests={"cpu": "3"}, limits={"cpu": "3"})
+    usage = build.pod_quota_usage(pod(TRAINER, initContainers=[init]))
+    assert usage[quota.LIMITS_CPU] == 3.0
+    native = {**init, "restartPolicy": "Always"}
+    usage = build.pod_quota_usage(pod(TRAINER, initContainers=[native]))
+    assert usage[quota.LIMITS_CPU] == 5.0
+    assert build.pod_quota_usage(pod(TRAINER, phase="Succeeded")) == {}
+
+
+def test_a_trainer_pod_charges_beside_its_allocation_what_its_other_containers_hold() -> None:
+    beside = dict(build.pod_charge_beside([pod(TRAINER, SIDECAR_CONTAINER)], "cpu"))
+    assert beside[quota.REQUESTS_CPU] == pytest.approx(0.05)
+    assert beside[quota.LIMITS_CPU] == pytest.approx(0.05)
+    assert beside[quota.LIMITS_MEMORY] == (1024 + 64) * 2**20
+    assert quota.PODS not in beside
+
+
+def quota_body(name: str, hard: dict[str, str], used: dict[str, str], **spec: Any) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"hard": hard, **spec},
+        "status": {"hard": hard, "used": used},
+    }
+
+
+def test_what_a_quota_leaves_gives_back_what_the_planned_trainers_charge() -> None:
+    view = ClusterView()
+    view.put_quota(
+        quota_body("q", {"limits.cpu": "4", "cpu": "3"}, {"limits.cpu": "3500m", "cpu": "2500m"})
+    )
+    view.put_quota(quota_body("objects", {"services": "2", "count/pods": "10"}, {"services": "1"}))
+    view.put_quota(
+        quota_body("scoped", {"limits.cpu": "1"}, {"limits.cpu": "0"}, scopes=["BestEffort"])
+    )
+    left = {
+        q.name: dict(q.left)
+        for q in quotas_left(view.snapshot(), [pod(TRAINER, SIDECAR_CONTAINER)])
+    }
+    assert set(left) == {"q", "objects"}  # a quota with scopes is not read
+    assert left["q"] == pytest.approx({quota.LIMITS_CPU: 2.55, quota.REQUESTS_CPU: 2.55})
+    assert left["objects"] == {quota.PODS: 11.0}  # used has no count/pods yet: 0 used
+    view.put_quota(quota_body("q", {}, {}), deleted=True)
+    assert [q.name for q in quotas_left(view.snapshot(), [])] == ["objects"]
+
+
+# ---------------------------------------------------------------------------------------
+# The operator's loop against a fake cluster whose quota controller counts its pods
+
+QUOTA_CPU = 2.5
+
+
+def counted_quota(bench: Bench) -> dict[str, Any]:
+    """The namespace's quota as the quota controller would show it now."""
+    used = sum(
+        build.pod_quota_usage(p).get(quota.LIMITS_CPU, 0.0)
+        for (namespace, _), p in bench.kube.pods.items()
+        if namespace == NAMESPACE
+    )
+    return {
+        "metadata": {"name": "team", "namespace": NAMESPACE},
+        "spec": {"hard": {"limits.cpu": f"{QUOTA_CPU:g}"}},
+        "status": {"hard": {"limits.cpu": f"{QUOTA_CPU:g}"}, "used": {"limits.cpu": f"{used:g}"}},
+    }
+
+
+def admitted_condition(bench: Bench, job: str) -> dict[str, Any]:
+    conditions = bench.status(job).get("conditions") or []
+    return next(c for c in conditions if c["type"] == vocabulary.CONDITION_ADMITTED)
+
+
+def test_the_second_job_waits_for_the_quota_and_runs_when_the_first_is_done() -> None:
+    bench = Bench({"node-a": (8.0, 0)})
+    # 1,000 steps at a step per second per core: 1.67 cores each to finish in 600 s.
+    bench.apply(
+        job_body("first", maximum="2", initial="2", duration="600s"),
+        FakeTrainer(1000, 100, linear_speed(1.0), exits=True),
+    )
+    bench.apply(
+        job_body("second", maximum="2", initial="2", duration="1500s"),
+        FakeTrainer(1000, 100, linear_speed(1.0), exits=True),
+    )
+    queued, second_created_s = [], None
+    for _ in range(300):
+        bench.view.put_quota(counted_quota(bench))
+        bench.period()
+        assert quota_used(bench) <= QUOTA_CPU + 1e-6
+        if bench.phase("first") != "Succeeded":
+            queued.append(admitted_condition(bench, "second"))
+        if second_created_s is None and bench.pods("second"):
+            second_created_s = bench.now
+        if bench.phase("second") == "Succeeded":
+            break
+    assert bench.phase("first") == bench.phase("second") == "Succeeded"
+    assert queued and all(c["reason"] == vocabulary.VERDICT_QUEUED for c in queued)
+    message = queued[-1]["message"]
+    assert "its need of 2 cores is more than ResourceQuota ml/team leaves" in message
+    assert "of limits.cpu; room for its need frees at" in message  # (no speed curve yet)
+    first = bench.status("first")
+    assert first["outcome"]["late"] is False
+    finished = first["outcome"]["finishedAt"]
+    assert second_created_s is not None and format_time(second_created_s) >= finished
+
+
+def quota_used(bench: Bench) -> float:
+    return float(counted_quota(bench)["status"]["used"]["limits.cpu"])
