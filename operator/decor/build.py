@@ -19,7 +19,7 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import control, podsecurity, vocabulary
+from decor import control, podsecurity, quota, vocabulary
 from decor.model import (
     GPU_RESOURCE,
     JobSpec,
@@ -1129,6 +1129,60 @@ def job_overhead_cpu_cores(spec: JobSpec) -> float:
     the template's own containers beside the trainer."""
     template_spec = spec.template.get("spec") or {}
     return sidecar_cpu_cores() + sum(_cpu_request_cores(c) for c in _beside_trainer(template_spec))
+
+
+_QUOTA_KEYS = (
+    ("requests", "cpu", quota.REQUESTS_CPU),
+    ("limits", "cpu", quota.LIMITS_CPU),
+    ("requests", "memory", quota.REQUESTS_MEMORY),
+    ("limits", "memory", quota.LIMITS_MEMORY),
+    ("requests", GPU_RESOURCE, quota.REQUESTS_GPU),
+)
+
+
+def _container_quota_usage(container: Mapping[str, Any]) -> dict[str, float]:
+    """What one container charges a quota; a request left out is its limit (the API server's
+    defaulting)."""
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    kinds = {"requests": requests, "limits": limits}
+    return {
+        name: quantity_value(kinds[kind].get(resource)) or 0.0
+        for kind, resource, name in _QUOTA_KEYS
+    }
+
+
+def pod_quota_usage(pod: Mapping[str, Any]) -> dict[str, float]:
+    """What ``pod`` charges its namespace's ResourceQuota, per ``quota.CHARGED`` resource (cores,
+    bytes, GPUs, one pod), as Kubernetes counts it: its containers and native sidecars
+    together, or its largest init container if that is more. A finished pod charges nothing."""
+    if pod_phase(pod) in ("Succeeded", "Failed"):
+        return {}
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {name: 0.0 for _, _, name in _QUOTA_KEYS}
+    inits = list(spec.get("initContainers") or [])
+    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+    for container in [*(spec.get("containers") or []), *sidecars]:
+        for name, amount in _container_quota_usage(container).items():
+            total[name] += amount
+    for init in (c for c in inits if c.get("restartPolicy") != "Always"):
+        for name, amount in _container_quota_usage(init).items():
+            total[name] = max(total[name], amount)
+    total[quota.PODS] = 1.0
+    return total
+
+
+def pod_charge_beside(pods: Sequence[Mapping[str, Any]], mode: str) -> quota.Amounts:
+    """What each trainer pod of ``pods`` (built by this operator) charges a quota beside its
+    allocation (the first container's cores or GPUs): the most of any of them, per resource."""
+    most: dict[str, float] = {}
+    for pod in pods:
+        trainer = str(((pod.get("spec") or {}).get("containers") or [{}])[0].get("name"))
+        allocation = pod_allocation(pod, trainer, mode) or 0.0
+        for name, amount in quota.pod_charge_beside(pod_quota_usage(pod), mode, allocation):
+            most[name] = max(most.get(name, 0.0), amount)
+    return tuple(sorted(most.items()))
 
 
 def termination_steps(pod: Mapping[str, Any], container: str) -> tuple[float, float] | None:

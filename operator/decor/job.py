@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from decor import build, control, group, lifecycle, metrics, planner, policy, vocabulary
+from decor import build, control, group, lifecycle, metrics, planner, policy, quota, vocabulary
 from decor.actuate import REFUSALS, Actuator, ResizeRefused
 from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
@@ -160,6 +160,8 @@ class JobController:
         self.done = False
         self.overhead_cpu_cores = build.sidecar_cpu_cores()
         """Cores a trainer pod holds beside its trainer (read by the loop's planner)."""
+        self.pod_charge: quota.Amounts = ()
+        """What a trainer pod charges a ResourceQuota beside its allocation (the planner's)."""
         self._judged: tuple[tuple[str, int | None], JobSpec, list[policy.Violation]] | None = None
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
         self._period: Period | None = None
@@ -226,11 +228,13 @@ class JobController:
                 spec.template, self.config.template_policy, spec.resources.mode
             ) + policy.check_claims(spec, self.config.template_policy)
             if not violations:  # the pods it would make, judged now (and again at create)
-                violations = build.judge_pods(
-                    self.actuator.build_pods(body, spec, spec.resources.max, group.LEADER_ADDRESS),
-                    self.config.template_policy,
-                    self.config.checkpoint_storage,
+                built = self.actuator.build_pods(
+                    body, spec, spec.resources.max, group.LEADER_ADDRESS
                 )
+                violations = build.judge_pods(
+                    built, self.config.template_policy, self.config.checkpoint_storage
+                )
+                self.pod_charge = build.pod_charge_beside(built, spec.resources.mode)
             self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
             self._judged = (key, spec, violations)
         return self._judged[1], self._judged[2]
@@ -280,6 +284,7 @@ class JobController:
             nodes=_pod_nodes(period.pod, period.workers),
             step_time_s=curve,
             restart_cost_s=state.restart_cost_s or period.settings.restart_cost_s,
+            pod_charge=self.pod_charge,
         )
         return self.demand
 

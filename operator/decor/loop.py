@@ -38,7 +38,15 @@ from decor.job import JobController, Room
 from decor.kube import Kube, KubeError
 from decor.model import DEFAULT_METRICS_PATH
 from decor.operator_metrics import OperatorMetrics
-from decor.views import ClusterView, Key, NodeCapacity, Snapshot, free_capacity, pod_charge
+from decor.views import (
+    ClusterView,
+    Key,
+    NodeCapacity,
+    Snapshot,
+    free_capacity,
+    pod_charge,
+    quotas_left,
+)
 
 log = logging.getLogger("decor.operator")
 
@@ -255,8 +263,8 @@ class ControlLoop:
         free: Mapping[str, NodeCapacity] | None,
         now: float,
     ) -> Mapping[str, planner.Grant] | None:
-        """Step 4: the planner over every active job's latest demand and each node's ``free``
-        capacity. None when the operator cannot see nodes (a namespaced install): every job
+        """Step 4: the planner over every active job's latest demand, each node's ``free``
+        capacity and what each namespace's ResourceQuotas leave. None when the operator cannot see nodes (a namespaced install): every job
         then gets what its law asks."""
         if free is None:
             return None
@@ -280,8 +288,17 @@ class ControlLoop:
             )
             for n in sorted(free.values(), key=lambda n: n.name)
         ]
+        # The namespaces' ResourceQuotas, what the planned jobs' trainers charge now given back
+        # (a trainer being deleted stays charged until it is gone).
+        planned = [
+            pod
+            for c in active
+            for pod in snapshot.job_pods(c.namespace, c.uid)
+            if not build.is_terminating(pod)
+        ]
+        quotas = quotas_left(snapshot, planned)
         started = time.perf_counter()
-        result = planner.plan(demands, nodes, now, self.planner_settings)
+        result = planner.plan(demands, nodes, now, self.planner_settings, quotas)
         self.metrics.plan_seconds.observe(time.perf_counter() - started)
         return result.grants
 

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from decor import vocabulary
+from decor import quota, vocabulary
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
@@ -76,6 +76,9 @@ class Demand:
     # Its max before a cap that lasts a while (a fallback's hold, a refused resize's backoff):
     # whether it can still meet its deadline is judged at this. 0: ``max_allocation``.
     uncapped_max: float = 0.0
+    # What each of its pods charges against its namespace's ResourceQuota beside the
+    # allocation (sidecars, memory: ``quota.pod_charge_beside``); () for nothing.
+    pod_charge: quota.Amounts = ()
 
 
 @dataclass(frozen=True)
@@ -466,6 +469,179 @@ def _fit(d: Demand, room: float, want: float, s: PlannerSettings) -> float:
 
 
 # ---------------------------------------------------------------------------------------
+# ResourceQuotas: what each namespace leaves, booked as a plan makes its grants
+
+QUOTA_TOLERANCE = 1e-6
+"""A charge may pass what a quota leaves by this much (rounding of cores and bytes)."""
+
+
+def _namespace(d: Demand) -> str:
+    return d.key.partition("/")[0]
+
+
+def _pod_count(d: Demand, amount: float) -> int:
+    """How many pods ``amount`` of ``d`` runs as (none for nothing)."""
+    if amount <= EPS:
+        return 0
+    return len(pod_gpu_counts(round(amount), d.gpus_per_pod)) if _spans_pods(d) else 1
+
+
+@dataclass(frozen=True)
+class _Short:
+    """Why an amount does not fit: the quota, the resource and what the quota leaves of it."""
+
+    title: str
+    resource: str
+    left: float
+
+    def __str__(self) -> str:
+        bytes_ = self.resource.endswith("memory")
+        left = f"{self.left / 2**20:g}Mi" if bytes_ else f"{self.left:g}"
+        return f"{self.title} leaves {left} of {self.resource}"
+
+
+class _Quotas:
+    """What each namespace's ResourceQuotas leave as a plan books its grants (local to one
+    ``plan`` call). A namespace with no quota is not bounded.
+
+    A running job is booked for its min from the start: granted less, its pod keeps its min
+    (``lifecycle.run_target``: only preemption takes a pod away), and that is charged."""
+
+    def __init__(self, quotas: Sequence[quota.Quota], demands: Sequence[Demand] = ()) -> None:
+        self.left: dict[str, list[tuple[str, dict[str, float]]]] = {}
+        for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
+            self.left.setdefault(q.namespace, []).append((q.title, dict(q.left)))
+        self.booked: dict[str, dict[str, float]] = {}  # job -> what its grant charges
+        self.floor = {d.key: d.min_allocation for d in demands if d.current > EPS}
+        for d in demands:
+            if d.key in self.floor:
+                self.book(d, 0.0)
+
+    def copy(self) -> _Quotas:
+        other = _Quotas(())
+        other.left = {ns: [(t, dict(x)) for t, x in qs] for ns, qs in self.left.items()}
+        other.booked, other.floor = dict(self.booked), dict(self.floor)
+        return other
+
+    def bounds(self, d: Demand) -> bool:
+        """Whether any quota bounds ``d``'s namespace."""
+        return _namespace(d) in self.left
+
+    def _charge(self, d: Demand, amount: float) -> dict[str, float]:
+        amount = max(amount, self.floor.get(d.key, 0.0))
+        return quota.charge(dict(d.pod_charge), d.mode, amount, _pod_count(d, amount))
+
+    def gone(self, d: Demand) -> None:
+        """``d``'s pods are gone (it finished, or it is preempted): it holds nothing."""
+        self.floor.pop(d.key, None)
+        self.book(d, 0.0)
+
+    def short(self, d: Demand, amount: float) -> _Short | None:
+        """The first quota (by name) and resource that ``amount`` of ``d`` would pass, what
+        ``d`` has booked given back; None when it fits."""
+        quotas = self.left.get(_namespace(d))
+        if not quotas:
+            return None
+        want, had = self._charge(d, amount), self.booked.get(d.key, {})
+        for title, left in quotas:
+            for r in quota.CHARGED:
+                back = had.get(r, 0.0)
+                if r in left and want.get(r, 0.0) - back > left[r] + QUOTA_TOLERANCE:
+                    return _Short(title, r, left[r] + back)
+        return None
+
+    def book(self, d: Demand, amount: float) -> None:
+        """``d`` holds ``amount`` now (what it was booked for before is given back)."""
+        quotas = self.left.get(_namespace(d))
+        if not quotas:
+            return
+        want, had = self._charge(d, amount), self.booked.pop(d.key, {})
+        for _, left in quotas:
+            for r in left:
+                left[r] += had.get(r, 0.0) - want.get(r, 0.0)
+        if want:
+            self.booked[d.key] = want
+
+    def most(self, d: Demand, want: float, s: PlannerSettings) -> float:
+        """The most of ``want`` that the quotas let ``d`` hold: on the quantum, at least its
+        min, else 0."""
+        if self.short(d, want) is None:
+            return want
+        if _is_gpu(d):
+            fewest = max(1, math.ceil(d.min_allocation - 1e-6))
+            for count in range(math.floor(want + 1e-6), fewest - 1, -1):
+                if self.short(d, float(count)) is None:
+                    return float(count)
+            return 0.0
+        top, had, per_pod = want, self.booked.get(d.key, {}), dict(d.pod_charge)
+        for _, left in self.left[_namespace(d)]:  # one pod: its charge grows with its cores
+            for r in quota.ALLOCATION_CHARGES["cpu"]:
+                if r in left:
+                    top = min(top, left[r] + had.get(r, 0.0) - per_pod.get(r, 0.0))
+        got = _floor_q(max(top, 0.0), _quantum(d, s))
+        if got <= EPS or got < d.min_allocation - EPS or self.short(d, got) is not None:
+            return 0.0
+        return got
+
+
+def _shrunk(d: Demand, pods: Pods, amount: float) -> Pods:
+    """``amount`` of ``d`` on the nodes of ``pods`` (what they hold there bounds it): a one-pod
+    job's pod; a job that spans pods, the largest count from ``amount`` down whose pods fit."""
+    if amount <= EPS or not pods:
+        return ()
+    if not _spans_pods(d):
+        return ((pods[0][0], amount),)
+    held = _per_node(pods)
+    fewest = max(1, math.ceil(d.min_allocation - 1e-6))
+    for count in range(math.floor(amount + 1e-6), fewest - 1, -1):
+        placed = pack_pods(pod_gpu_counts(count, d.gpus_per_pod), held, sorted(held), {})
+        if placed is not None:
+            return placed
+    return ()
+
+
+def _within_quotas(
+    demands: Sequence[Demand], grants: Mapping[str, Grant], quotas: _Quotas, s: PlannerSettings
+) -> dict[str, Grant]:
+    """Every grant within what its namespace's quotas leave, deadline jobs first (priority,
+    deadline, arrival), best-effort ones after (arrival): a grant past them is cut to the
+    most they leave, on the nodes it had. Policy decor books the quotas as it admits, so
+    this cuts only what best-effort jobs of one namespace would share; the baselines have
+    no other bound."""
+    out = dict(grants)
+    for d in demands:
+        if out[d.key].verdict == vocabulary.VERDICT_PREEMPTED:
+            quotas.gone(d)
+    order = sorted(
+        demands,
+        key=lambda d: (d.deadline_s is None, -d.priority, d.deadline_s or 0.0, d.arrival_s, d.key),
+    )
+    for d in (d for d in order if out[d.key].verdict != vocabulary.VERDICT_PREEMPTED):
+        g = out[d.key]
+        short = quotas.short(d, g.allocation) if g.allocation > EPS else None
+        if short is not None:
+            pods = _shrunk(d, g.pods, quotas.most(d, g.allocation, s))
+            got = sum(a for _, a in pods)
+            late = d.deadline_s is not None and got < need_of(d, s) - EPS
+            verdict = vocabulary.VERDICT_SHORTED if late else g.verdict
+            reason = f"{g.reason}; cut to {got:g} {_unit(d)}: {short}"
+            g = out[d.key] = _grant(d, got, pods, verdict, reason, g.node)
+        quotas.book(d, g.allocation)
+    return out
+
+
+def _lower(
+    a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The smaller of two step functions given as (time, value) from the same start."""
+
+    def at(points: Sequence[tuple[float, float]], t: float) -> float:
+        return [v for u, v in points if u <= t][-1] if points and points[0][0] <= t else 0.0
+
+    return [(t, min(at(a, t), at(b, t))) for t in sorted({t for t, _ in [*a, *b]})]
+
+
+# ---------------------------------------------------------------------------------------
 # The entry point
 
 
@@ -474,9 +650,12 @@ def plan(
     nodes: Sequence[Node],
     now_s: float,
     settings: PlannerSettings = PlannerSettings(),
+    quotas: Sequence[quota.Quota] = (),
 ) -> Plan:
     """Allocations and admission verdicts for every demand. Deterministic for equal input:
     the demands' and nodes' order does not matter (ties are broken by key, then node name).
+    ``quotas``: what each namespace's ResourceQuotas leave for its jobs; no grant passes them
+    (a namespace without one is not bounded).
 
     Raises ValueError for an unknown policy or two demands with the same key.
     """
@@ -487,11 +666,13 @@ def plan(
         raise ValueError("two demands share a key")
     cluster = _Cluster(nodes)
     if settings.policy in (POLICY_DECOR, POLICY_ELASTICFLOW):
-        grants = _plan_admission(ordered, cluster, now_s, settings)
+        grants = _plan_admission(ordered, cluster, now_s, settings, _Quotas(quotas, ordered))
     elif settings.policy == POLICY_PROPORTIONAL:
         grants = _plan_proportional(ordered, cluster, settings)
     else:
         grants = _plan_in_order(ordered, cluster, settings)
+    if quotas:
+        grants = _within_quotas(ordered, grants, _Quotas(quotas, ordered), settings)
     return Plan(grants={k: grants[k] for k in sorted(grants)})
 
 
@@ -618,15 +799,16 @@ def _plan_proportional(
 
 
 def _plan_admission(
-    demands: Sequence[Demand], cluster: _Cluster, now_s: float, s: PlannerSettings
+    demands: Sequence[Demand], cluster: _Cluster, now_s: float, s: PlannerSettings, q: _Quotas
 ) -> dict[str, Grant]:
     """The phases, in order: hold admitted needs (priority, then deadline, decides who gives
     way on a full node); admit new jobs whose need fits (ours: a higher priority may displace
     a lower one); tell the waiting ones the earliest deadline they could meet; hand out the
     leftover (ours: to best-effort jobs, GPU counts with restart costs; elasticflow: to every
-    running job by marginal gain)."""
+    running job by marginal gain). A namespace's quotas bound its jobs as its nodes do: a
+    new job whose need they cannot hold waits, best-effort jobs get what they leave."""
     ours = s.policy == POLICY_DECOR
-    book = _Book(cluster, s, now_s, ours)
+    book = _Book(cluster, s, now_s, ours, q)
     lost = _lost_causes(demands, now_s) if ours and s.lost_deadline == LOST_BEST_EFFORT else {}
     with_deadline = [d for d in demands if d.deadline_s is not None and d.key not in lost]
     for d in sorted((d for d in with_deadline if d.admitted), key=book.hold_rank):
@@ -634,11 +816,13 @@ def _plan_admission(
     for d in sorted((d for d in with_deadline if not d.admitted), key=book.rank):
         book.admit_new(d)
     book.tell_waiting()
-    best_effort = [
-        replace(d, deadline_s=None) if d.key in lost else d
-        for d in demands
-        if d.deadline_s is None or d.key in lost
-    ]
+    best_effort = book.within_quota(
+        [
+            replace(d, deadline_s=None) if d.key in lost else d
+            for d in demands
+            if d.deadline_s is None or d.key in lost
+        ]
+    )
     book.fill_leftover(best_effort)
     for key, why in lost.items():
         g = book.grants[key]
@@ -671,8 +855,11 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
 class _Book:
     """The state of one admission plan as its phases run (local to one ``plan`` call)."""
 
-    def __init__(self, cluster: _Cluster, s: PlannerSettings, now_s: float, ours: bool) -> None:
+    def __init__(
+        self, cluster: _Cluster, s: PlannerSettings, now_s: float, ours: bool, quotas: _Quotas
+    ) -> None:
         self.cluster, self.s, self.now_s, self.ours = cluster, s, now_s, ours
+        self.quotas = quotas
         self.grants: dict[str, Grant] = {}
         self.held: dict[str, list[tuple[Demand, float]]] = {}  # node -> deadline jobs' holds there
         self.pods_of: dict[str, Pods] = {}  # deadline job -> the pods it holds
@@ -695,6 +882,7 @@ class _Book:
 
     def _hold(self, d: Demand, pods: Pods) -> None:
         self.cluster.take(d, pods)
+        self.quotas.book(d, sum(a for _, a in pods))
         self.pods_of[d.key] = pods
         for node, amount in _per_node(pods).items():
             self.held.setdefault(node, []).append((d, amount))
@@ -702,6 +890,7 @@ class _Book:
     def _release(self, d: Demand) -> None:
         pods = self.pods_of.pop(d.key)
         self.cluster.give(d, pods)
+        self.quotas.gone(d)
         for node in _per_node(pods):
             self.held[node] = [(h, a) for h, a in self.held[node] if h.key != d.key]
 
@@ -737,6 +926,10 @@ class _Book:
         """An admitted job keeps at least its need unless a job ranked before it holds the
         node: a higher priority preempts it, an earlier deadline shorts it."""
         need = need_of(d, self.s)
+        short = self.quotas.short(d, need)
+        if short is not None:
+            self._quota_shorted(d, need, short)
+            return
         pods = self.cluster.place(d, need)
         if pods is not None:
             self._admitted(d, pods, need)
@@ -752,6 +945,7 @@ class _Book:
             self.grants[d.key] = _grant(
                 d, 0.0, (), vocabulary.VERDICT_PREEMPTED, reason, self.cluster.home(d)
             )
+            self.quotas.gone(d)
             self.waiting.append(d)
             return
         got, pods = self.cluster.most(d, need, self.s)
@@ -763,6 +957,21 @@ class _Book:
             f"{_on_nodes(reach)} {'holds' if len(reach) == 1 else 'hold'} {who}; it will be late"
         )
         self.grants[d.key] = _grant(d, got, pods, vocabulary.VERDICT_SHORTED, reason)
+
+    def _quota_shorted(self, d: Demand, need: float, short: _Short) -> None:
+        """An admitted job whose need its namespace's quotas no longer hold: the most they
+        and the nodes let it have."""
+        cap = self.quotas.most(d, need, self.s)
+        got, pods = self.cluster.most(d, cap, self.s) if cap > 0 else (0.0, ())
+        if got > 0:
+            self._hold(d, pods)
+        reason = (
+            f"shorted: granted {got:g} of the {need:g} {_unit(d)} it needs; {short}; "
+            "it will be late"
+        )
+        self.grants[d.key] = _grant(
+            d, got, pods, vocabulary.VERDICT_SHORTED, reason, self.cluster.home(d)
+        )
 
     def admit_new(self, d: Demand) -> None:
         """Admit ``d`` if its need fits beside the admitted needs (ours: or by displacing
@@ -776,6 +985,10 @@ class _Book:
                 f"finish at {_utc(self.now_s + at_max_s)}, after its deadline {_utc(d.deadline_s)}"
             )
             self._wait(d, reason)
+            return
+        short = self.quotas.short(d, need)
+        if short is not None:
+            self._wait(d, f"not admitted: its need of {need:g} {_unit(d)} is more than {short}")
             return
         pods = self.cluster.place(d, need)
         if pods is not None:
@@ -912,7 +1125,10 @@ class _Book:
     def tell_waiting(self) -> None:
         envelopes: dict[object, list[tuple[float, float]]] = {}
         for d in self.waiting:
-            earliest, frees_at = self._earliest(d, self._room_over_time(d, envelopes))
+            room = list(self._room_over_time(d, envelopes))
+            if self.quotas.bounds(d):
+                room = _lower(room, self._quota_over_time(d))
+            earliest, frees_at = self._earliest(d, room)
             if earliest is not None:
                 tail = f"; the earliest deadline it could meet now is {_utc(earliest)}"
             elif frees_at is not None:
@@ -921,6 +1137,21 @@ class _Book:
                 tail = "; no room for it frees while the admitted jobs run"
             g = self.grants[d.key]  # (nothing granted: no pods)
             self.grants[d.key] = Grant(g.key, 0.0, g.node, g.verdict, g.reason + tail, earliest)
+
+    def _quota_over_time(self, d: Demand) -> list[tuple[float, float]]:
+        """(time, the most the quotas of ``d``'s namespace let it hold then) as the deadline
+        jobs of its namespace finish (as ``_timeline`` predicts)."""
+        trial, ns = self.quotas.copy(), _namespace(d)
+        holders = {h.key: h for held in self.held.values() for h, _ in held if _namespace(h) == ns}
+        ends = []
+        for key, h in holders.items():
+            r = run_s(h, sum(a for _, a in self.pods_of[key]))
+            ends.append((self.now_s + r if r is not None else h.deadline_s or 0.0, key))
+        points = [(self.now_s, trial.most(d, d.max_allocation, self.s))]
+        for t, key in sorted(ends):
+            trial.gone(holders[key])
+            points.append((max(t, self.now_s), trial.most(d, d.max_allocation, self.s)))
+        return points
 
     def _earliest(
         self, d: Demand, points: Iterable[tuple[float, float]]
@@ -943,6 +1174,25 @@ class _Book:
         return best, frees_at
 
     # -- leftover ------------------------------------------------------------------------
+
+    def within_quota(self, jobs: Sequence[Demand]) -> list[Demand]:
+        """Best-effort jobs, each with its max cut to what its namespace's quotas leave after
+        the deadline jobs; one they leave no room for is granted nothing here and left out.
+        (Jobs of one namespace that share what is left: ``_within_quotas`` after the plan.)"""
+        out = []
+        for d in jobs:
+            cap = self.quotas.most(d, d.max_allocation, self.s) if self.quotas.bounds(d) else None
+            if cap is None:
+                out.append(d)
+            elif cap > EPS:
+                out.append(replace(d, max_allocation=cap, need=min(d.need, cap)))
+            else:
+                short = self.quotas.short(d, max(d.min_allocation, _quantum(d, self.s)))
+                reason = f"best-effort: no room within its namespace's quota ({short})"
+                self.grants[d.key] = Grant(
+                    d.key, 0.0, self.cluster.home(d), vocabulary.VERDICT_BEST_EFFORT, reason
+                )
+        return out
 
     def _place(
         self, jobs: Sequence[Demand]

@@ -1,27 +1,31 @@
-"""Live in-memory views of jobs, pods and nodes, and the capacity DECOR may hand out.
+"""Live in-memory views of jobs, pods, nodes and ResourceQuotas, and the capacity DECOR may
+hand out.
 
 The kopf layer feeds every watch event into one :class:`ClusterView` (no LIST per job per
 period); the control loop takes an immutable :class:`Snapshot` of it at the start of each
 period. Capacity accounting (:func:`free_capacity`) is a pure function of a snapshot and
 follows the kubelet: a node's allocatable minus every other pod's requests, and a pod being
-resized in place is charged ``max(requested, applied)``.
+resized in place is charged ``max(requested, applied)``. What a namespace's ResourceQuotas
+leave for the planned trainers (:func:`quotas_left`) is one too.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from decor import build, vocabulary
+from decor import build, quota, vocabulary
 from decor.model import (
     MAX_TEMPLATE_BYTES,
     OVERSIZED_TEMPLATE_KEY,
     ManifestError,
     parse_cpu_cores,
+    quantity_value,
     template_bytes,
 )
 
@@ -47,6 +51,7 @@ class Snapshot:
     nodes: Mapping[str, NodeCapacity]
     nodes_known: bool  # False: the operator cannot see nodes (namespaced install)
     by_owner: Mapping[str, tuple[Key, ...]] = field(default_factory=dict)  # job uid -> pods
+    quotas: Mapping[Key, dict[str, Any]] = field(default_factory=dict)  # ResourceQuotas
 
     def job_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
         """Trainer pods owned by the job with ``uid`` (an index lookup, not a scan)."""
@@ -155,6 +160,36 @@ def free_capacity(snapshot: Snapshot, decor_pods: set[Key]) -> dict[str, NodeCap
     return free
 
 
+def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> list[quota.Quota]:
+    """What each ResourceQuota leaves for the planned trainers: ``status.hard`` minus
+    ``status.used``, plus what the ``planned`` pods (the trainers of the jobs being planned)
+    charge now, since the planner hands that out again; per ``quota.CHARGED`` resource it
+    limits. A quota with scopes is not read (which pods it counts is its scopes' to say)."""
+    given_back: dict[str, dict[str, float]] = {}
+    for pod in planned:
+        namespace = str((pod.get("metadata") or {}).get("namespace"))
+        back = given_back.setdefault(namespace, {})
+        for name, amount in build.pod_quota_usage(pod).items():
+            back[name] = back.get(name, 0.0) + amount
+    out = []
+    for (namespace, name), body in sorted(snapshot.quotas.items()):
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        if spec.get("scopes") or spec.get("scopeSelector"):
+            continue
+        hard, used = status.get("hard") or spec.get("hard") or {}, status.get("used") or {}
+        left: dict[str, float] = {}
+        for resource, value in hard.items():
+            charged = quota.canonical(str(resource))
+            limit = quantity_value(value)
+            if charged is None or limit is None:
+                continue
+            spent = quantity_value(used.get(resource)) or 0.0
+            free = limit - spent + given_back.get(namespace, {}).get(charged, 0.0)
+            left[charged] = min(left.get(charged, math.inf), max(0.0, free))
+        out.append(quota.Quota(namespace, name, tuple(sorted(left.items()))))
+    return out
+
+
 def bounded_job(body: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a job for the view, its template replaced by its size when it is over
     ``model.MAX_TEMPLATE_BYTES`` (the job is refused for it: nothing more is needed)."""
@@ -175,6 +210,7 @@ class ClusterView:
     _jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
+    _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -203,6 +239,21 @@ class ClusterView:
             else:
                 self._nodes[name] = node_capacity(body)
 
+    def put_quota(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A ResourceQuota's event (its spec and status are kept)."""
+        key = _key(body)
+        with self._lock:
+            if deleted:
+                self._quotas.pop(key, None)
+            else:
+                self._quotas[key] = _slim_quota(body)
+
+    def replace_quotas(self, bodies: list[dict[str, Any]]) -> None:
+        """A fresh LIST of every ResourceQuota."""
+        quotas = {_key(b): _slim_quota(b) for b in bodies}
+        with self._lock:
+            self._quotas = quotas
+
     def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every pod (a re-listed watch)."""
         pods = {_key(b): _slim_pod(b) for b in bodies}
@@ -224,6 +275,7 @@ class ClusterView:
             pods = dict(self._pods)
             jobs = dict(self._jobs)
             nodes = dict(self._nodes)
+            quotas = dict(self._quotas)
             nodes_known = self.nodes_known
         by_owner: dict[str, list[Key]] = {}
         for key, pod in pods.items():
@@ -236,12 +288,22 @@ class ClusterView:
             nodes=MappingProxyType(nodes),
             nodes_known=nodes_known,
             by_owner=MappingProxyType({uid: tuple(keys) for uid, keys in by_owner.items()}),
+            quotas=MappingProxyType(quotas),
         )
 
 
 def _key(body: Mapping[str, Any]) -> Key:
     meta = body.get("metadata") or {}
     return (str(meta.get("namespace") or "default"), str(meta["name"]))
+
+
+def _slim_quota(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": copy.deepcopy(dict(body.get("spec") or {})),
+        "status": copy.deepcopy(dict(body.get("status") or {})),
+    }
 
 
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:

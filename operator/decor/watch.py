@@ -1,10 +1,12 @@
-"""Cluster-wide watches of nodes and pods that feed the :class:`views.ClusterView`.
+"""Cluster-wide watches of nodes, pods and ResourceQuotas that feed the :class:`views.ClusterView`.
 
 Capacity accounting needs every pod on a node, in every namespace, and the nodes
 themselves, even when the operator serves one namespace; kopf serves only what it handles
-in its namespaces, so these two watches run beside it, each in a thread: list, then watch
-from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails.
-Needs ``list``/``watch`` on nodes and pods cluster-wide (the chart's ``planner.watchNodes``).
+in its namespaces, so these watches run beside it, each in a thread: list, then watch
+from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails. The
+planner reads every namespace's ResourceQuotas as capacity too.
+Needs ``list``/``watch`` on nodes, pods and resourcequotas cluster-wide (the chart's
+``planner.watchNodes``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ RETRY_S = 5.0
 
 
 class ClusterWatch:
-    """Two threads keeping ``view``'s nodes and pods current until :meth:`stop`."""
+    """Three threads keeping ``view``'s nodes, pods and ResourceQuotas current until
+    :meth:`stop`."""
 
     def __init__(self, view: ClusterView, api_client: Any) -> None:
         from kubernetes import client
@@ -51,6 +54,17 @@ class ClusterWatch:
                     view.put_pod,
                 ),
                 name="decor-watch-pods",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=self._run,
+                args=(
+                    "resourcequotas",
+                    self.core.list_resource_quota_for_all_namespaces,
+                    view.replace_quotas,
+                    view.put_quota,
+                ),
+                name="decor-watch-quotas",
                 daemon=True,
             ),
         ]
