@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell bash hack/venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: help venv test unit integration e2e demo crds lint
+.PHONY: help venv test unit integration e2e demo trainer-wheel crds lint
 
 help: ## list the verbs
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,9 @@ e2e: ## end-to-end tests on the cluster in KUBECONFIG (make cluster-up first): c
 demo: ## run a reference training job to a 90 s deadline on this machine
 	$(VENV)/bin/decor run examples/resnet-cpu.yaml --local --out decor-runs/demo
 
+trainer-wheel: ## build the decor-trainer wheel into dist/ (pip install it into your training image)
+	bash hack/trainer-wheel.sh dist
+
 crds: ## copy the CRD (single source: crds/) into the chart
 	cp crds/*.yaml helm/decor/crds/
 
@@ -34,6 +37,7 @@ lint: ## ruff + mypy + the import contract (.importlinter)
 	$(VENV)/bin/ruff check operator trainer_image tests bench
 	$(VENV)/bin/ruff format --check operator trainer_image tests bench
 	$(VENV)/bin/mypy operator/decor
+	$(VENV)/bin/mypy --python-version 3.10 trainer_image/decor_trainer  # decor-trainer supports 3.10
 	PYTHONPATH=operator:trainer_image $(VENV)/bin/lint-imports
 
 # Where `make install` links the commands: PREFIX/bin (override, e.g. make install PREFIX=~/.local).

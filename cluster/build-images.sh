@@ -2,7 +2,8 @@
 # Build DECOR's container images without Docker and import them into the test bed's
 # containerd (namespace k8s.io):
 #   localhost/decor/trainer:0.1.0   Debian bookworm minbase + python3, python3-torch (CPU),
-#                                   python3-prometheus-client, python3-yaml + decor_trainer
+#                                   python3-prometheus-client, python3-yaml + the decor-trainer
+#                                   wheel (hack/trainer-wheel.sh), installed with pip
 #   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml
 #                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
 #                                   + the decor package and decor_trainer.contract
@@ -29,6 +30,8 @@ IMG=$DECOR_CACHE/images
 SITE=usr/local/lib/python3.11/dist-packages
 mkdir -p "$IMG"
 t_all=$SECONDS
+pip_py=python3  # the pip that builds and installs into the root filesystems
+"$pip_py" -m pip --version >/dev/null 2>&1 || pip_py=/usr/bin/python3
 
 # ------------------------------------------------------------------ Debian mirror (host's own)
 # The mirror is read from this machine's apt configuration, so nothing is hard-coded here.
@@ -143,8 +146,6 @@ if [ ! -f "$operator_base/.complete" ]; then
   log "operator: pip install -r cluster/operator-image-requirements.txt into the rootfs"
   t=$SECONDS
   rm -rf "$operator_base.tmp"; mkdir -p "$operator_base.tmp/$SITE"
-  pip_py=python3
-  "$pip_py" -m pip --version >/dev/null 2>&1 || pip_py=/usr/bin/python3
   # Same CPython minor (3.11) and libc family as the image, so wheels fit; cp311 manylinux.
   "$pip_py" -m pip install -q --disable-pip-version-check --no-warn-conflicts --root-user-action=ignore --no-compile --target "$operator_base.tmp/$SITE" \
     --python-version 3.11 --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
@@ -172,6 +173,11 @@ containerd_up() { [ -S "$CONTAINERD_SOCK" ] && ctr_k8s version >/dev/null 2>&1; 
 TRAINER_USER=1000:1000   # build.TRAINER_UID/TRAINER_GID in operator/decor/build.py
 OPERATOR_USER=65534:65534  # nobody, as the chart's podSecurityContext
 
+image_built() { # image_built NAME KEY: the image of KEY is at hand (its archive, or in containerd)
+  local short=${1#localhost/decor/}; short=${short%%:*}
+  if [ "$do_import" = 0 ]; then [ -f "$IMG/$short-$2.oci.tar" ]; else containerd_up && [ "$(image_key_in_containerd "$1")" = "$2" ]; fi
+}
+
 build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per directory
   local name=$1 key=$2 cmd=$3 user=$4; shift 4
   local short=${name#localhost/decor/}; short=${short%%:*}
@@ -183,7 +189,7 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
   if [ "$do_import" = 0 ]; then
     local archive=$IMG/$short-$key.oci.tar
     ARCHIVES+=("$short $archive")
-    if [ -f "$archive" ]; then log "$short: cached archive $archive"; return 0; fi
+    if image_built "$name" "$key"; then log "$short: cached archive $archive"; return 0; fi
     t=$SECONDS
     python3 "$here/oci-pack.py" "${args[@]}" --out "$archive"
     find "$IMG" -maxdepth 1 -name "$short-*.oci.tar" -not -name "$short-$key.oci.tar" -delete
@@ -191,7 +197,7 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
     return 0
   fi
   containerd_up || die "the test bed's containerd is not running ($CONTAINERD_SOCK): run 'make cluster-up' first, or push the images to a registry instead: make images REGISTRY=host:port/prefix"
-  if [ "$(image_key_in_containerd "$name")" = "$key" ]; then
+  if image_built "$name" "$key"; then
     log "$short: $name already in containerd (key $key)"
     return 0
   fi
@@ -213,17 +219,27 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
 
 ARCHIVES=()  # "NAME PATH" of each archive --no-import built or found
 
-# trainer: the decor_trainer package, importable as `decor_trainer`
-tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$odir"' EXIT
+# trainer: decor_trainer from its wheel, installed with pip as a user's image takes it
+# (docs/contract.md#install). --no-deps: its one dependency, prometheus-client, is Debian's
+# python3-prometheus-client of the apt layer. The key is the wheel's sources: a cached image
+# needs no wheel build (nor the index, when the build has to fetch setuptools).
+tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$tdir.dist" "$odir"' EXIT
 [ -d "$root/trainer_image/decor_trainer" ] || die "trainer_image/decor_trainer not found in $root"
-mkdir -p "$tdir/$SITE"
-cp -r "$root/trainer_image/decor_trainer" "$tdir/$SITE/"
-find "$tdir" -name '__pycache__' -prune -exec rm -rf {} +
-# The default checkpoint directory, writable by the trainer's user (pods mount a volume there).
-mkdir -p "$tdir/var/lib/decor/checkpoints"
-chmod -R u=rwX,go=rX "$tdir"
-chown "$TRAINER_USER" "$tdir/var/lib/decor/checkpoints"
-tkey=$(hash_of "trainer $trainer_base v2 $TRAINER_USER" "$tdir" "$here/oci-pack.py")
+tkey=$(hash_of "trainer $trainer_base v3 $TRAINER_USER" "$root/trainer_image/pyproject.toml" \
+  "$root/trainer_image/README.md" "$root/trainer_image/decor_trainer" "$root/hack/trainer-wheel.sh" "$here/oci-pack.py")
+if ! image_built "$TRAINER_IMAGE" "$tkey"; then
+  t=$SECONDS
+  wheel=$(PYTHON=$pip_py bash "$root/hack/trainer-wheel.sh" "$tdir.dist") || die "building the decor-trainer wheel failed"
+  mkdir -p "$tdir/$SITE"
+  "$pip_py" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-compile \
+    --no-deps --target "$tdir/$SITE" "$wheel" >&2
+  rm -rf "$tdir.dist" "$tdir/$SITE/bin"
+  # The default checkpoint directory, writable by the trainer's user (pods mount a volume there).
+  mkdir -p "$tdir/var/lib/decor/checkpoints"
+  chmod -R u=rwX,go=rX "$tdir"
+  chown "$TRAINER_USER" "$tdir/var/lib/decor/checkpoints"
+  log "trainer: ${wheel##*/} built and installed with pip in $((SECONDS - t))s"
+fi
 build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$trainer_base" "$tdir"
 
 # operator: the decor package + a `decor` command

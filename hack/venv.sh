@@ -2,11 +2,12 @@
 # Make (or reuse) the project's Python environment and print its path.
 # PyTorch comes from Debian's python3-torch (CPU, small); the venv sees it through
 # --system-site-packages. Everything else comes from PyPI. The venv is cached outside the
-# repository, keyed by the hash of pyproject.toml; the repository itself is installed editable.
+# repository, keyed by the hash of both pyproject.toml files; the repository's two distributions
+# are installed editable: decor-trainer (trainer_image/) and decor, which depends on it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DECOR_CACHE:-/var/cache/decor}
-key=$(cat "$root/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)  # content, not path
+key=$(cat "$root/pyproject.toml" "$root/trainer_image/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)  # content, not path
 venv="$cache/venv-$key"
 log() { printf '[venv] %s\n' "$*" >&2; }
 if ! /usr/bin/python3 -c 'import torch, venv' 2>/dev/null; then
@@ -26,10 +27,12 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   torch_version=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("torch"))')
   constraints="$venv/constraints.txt"
   printf 'torch==%s\nnumpy<2\n' "$torch_version" >"$constraints"
-  "$venv/bin/pip" install -q -c "$constraints" -e "$root[operator,trainer,dev,integrations]" >&2
+  # decor-trainer is named on the same command line: pip takes it from trainer_image/, never
+  # from an index, when it resolves decor's dependency on it.
+  "$venv/bin/pip" install -q -c "$constraints" -e "$root/trainer_image" -e "$root[operator,dev,integrations]" >&2
   touch "$venv/.complete"
 else
   # editable install points at this checkout (CI clones elsewhere)
-  "$venv/bin/pip" install -q --no-deps -e "$root" >&2
+  "$venv/bin/pip" install -q --no-deps -e "$root/trainer_image" -e "$root" >&2
 fi
 echo "$venv"

@@ -9,6 +9,7 @@ What it does for DECOR, and nothing else:
 * on start resumes from ``$DECOR_CHECKPOINT_DIR`` at the exact step: model, optimizer, RNG
   and the position in the data, so no step is repeated or lost.
 
+It needs PyTorch and decor-trainer (``pip install ./trainer_image``, docs/contract.md#install).
 Run it alone (``python3 examples/own-loop/train.py``) or as a job:
 ``decor run examples/own-loop/job.yaml --local``.
 """
