@@ -1,4 +1,4 @@
-"""Where a controlled run's deviation comes from: ``python bench/bias.py [RUNS_DIR]``.
+"""Where a controlled run's deviation comes from: ``python -m bench.bias [RUNS_DIR]``.
 
 Reads every ``trace.json`` of the ``decor`` runs under RUNS_DIR (default: the quick grid's
 work directory, ``$TMPDIR/decor-bench-quick/runs``) and splits each run's signed deviation
@@ -27,9 +27,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
-
-from decor.control import Settings  # noqa: E402
+from decor.control import Settings
 
 # The law's default (what the runs used unless a spec overrides it).
 ENDGAME_RATIO = Settings.endgame_ratio
@@ -121,7 +119,9 @@ FEASIBLE = ("d1.5", "d1.8", "d2.5", "move-0.8", "move-1.3", "disturb")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.bias", description=__doc__.split("\n\n")[0]
+    )
     default = Path(tempfile.gettempdir()) / "decor-bench-quick" / "runs"
     parser.add_argument("runs_dir", nargs="?", type=Path, default=default)
     parser.add_argument(

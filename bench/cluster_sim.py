@@ -32,7 +32,7 @@ What is real and what is simulated:
   any schedule could meet, the least resource-seconds that meets them, and every policy's
   ratio to both. Its simplifications all relax, so it is a true upper bound on met deadlines.
 
-Run ``python bench/cluster_sim.py --help``; ``--quick`` runs two small traces in seconds.
+Run ``python -m bench.cluster_sim --help``; ``--quick`` runs two small traces in seconds.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from pathlib import Path
 from statistics import quantiles
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+from decor import control, vocabulary
+from decor import planner as pl
 
-import clairvoyant  # noqa: E402
-from decor import control, vocabulary  # noqa: E402
-from decor import planner as pl  # noqa: E402
+from bench import clairvoyant, plotting
+
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT_DIR = ROOT / "docs" / "benchmarks" / "cluster"
 PROFILES_JSON = ROOT / "docs" / "benchmarks" / "results.json"
@@ -806,11 +806,7 @@ def _bound_section(records: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _plots(out: Path, records: Sequence[dict[str, Any]]) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plotting.pyplot()
     sims = [r for r in records if r.get("kind") == "simulation"]
     traces_ = list(dict.fromkeys(r["trace"] for r in sims))
     names = []
@@ -830,10 +826,8 @@ def _plots(out: Path, records: Sequence[dict[str, Any]]) -> list[str]:
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(traces_))], traces_, fontsize=8)
         ax.set_title(title + " (simulation)")
         ax.legend(fontsize=7)
-        fig.tight_layout()
         name = f"{metric}.png"
-        fig.savefig(out / name, dpi=90)
-        plt.close(fig)
+        plotting.save(fig, out / name, dpi=90)
         names.append(name)
     return names
 
@@ -959,7 +953,9 @@ def _names(value: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.cluster_sim", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--quick", action="store_true", help="two small traces (seconds)")
     ap.add_argument(
         "--out",

@@ -1,4 +1,4 @@
-"""Run the DECOR benchmark grid on this machine: ``python bench/harness.py --grid quick``.
+"""Run the DECOR benchmark grid on this machine: ``python -m bench.harness --grid quick``.
 
 For each reference workload: profile it (a short all-cores probe sizes the job so that an
 all-cores run takes the grid's T; one full all-cores run measures T; short runs at fractions
@@ -10,7 +10,7 @@ balanced over the repetitions (``benchlib.plan_runs``). Deadline moves are sent 
 processes in the harness's own cgroup (not the job's).
 
 Every finished run is appended to ``OUT/results.json`` at once (``--resume`` skips runs
-already there), its compact trace to ``OUT/traces.json``. Then ``bench/report.py`` writes
+already there), its compact trace to ``OUT/traces.json``. Then :mod:`bench.report` writes
 ``OUT/README.md`` and the plots.
 
 Measurement hygiene (this is a shared 2-core machine): before the grid the harness waits
@@ -41,11 +41,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import benchlib as bl
-from decor import vocabulary  # noqa: E402
+from decor import vocabulary
 from decor.local import LocalOptions, RunSummary, request_deadline, run_local
 from decor.model import parse_job
 from decor.trace import read_trace
+
+from bench import benchlib as bl
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_NAME = "decor-bench"
@@ -699,7 +700,7 @@ def narrowed(grid: bl.Grid, args: argparse.Namespace) -> bl.Grid:
             reps=args.reps,
         )
     except ValueError as exc:
-        raise SystemExit(f"bench/harness.py: {exc}") from None
+        raise SystemExit(f"bench.harness: {exc}") from None
 
 
 def run_grid(args: argparse.Namespace) -> int:
@@ -891,7 +892,7 @@ def execute(
 
 def run_grid_k8s(args: argparse.Namespace) -> int:
     """The k8s subset on the cluster in $KUBECONFIG, through the checkout's operator."""
-    import k8s_bench as kb
+    from bench import k8s_bench as kb
 
     grid = narrowed(kb.k8s_grid(bl.make_grid("quick", sizes=args.sizes)), args)
     out = Path(args.out or ROOT / "docs" / "benchmarks")
@@ -997,7 +998,7 @@ def _probe_k8s(cluster: Any, size: bl.WorkloadSize, max_cores: float) -> tuple[f
 
 
 def _static_k8s(cluster: Any, size: bl.WorkloadSize, steps: int, cores: float, hint: str) -> Any:
-    import k8s_bench as kb
+    from bench import k8s_bench as kb
 
     doc = manifest(size, whole_epochs(steps), 3600.0, cores, cores, cores, "decor")
     kr = kb.run_job(cluster, doc, bl.Scenario("static", 1.0), 3600.0, cores, f"profile-{hint}")
@@ -1015,7 +1016,7 @@ def execute_k8s(
     max_cores: float,
 ) -> dict[str, Any]:
     """One planned run as a DeadlineTrainingJob on the cluster; its record (runtime k8s)."""
-    import k8s_bench as kb
+    from bench import k8s_bench as kb
 
     prof = results.data["k8s"]["profiles"][run.workload]
     steps, all_cores_s = int(prof["steps"]), float(prof["all_cores_s"])
@@ -1102,7 +1103,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench/harness.py",
+        prog="python -m bench.harness",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -1179,7 +1180,7 @@ def main(argv: list[str] | None = None) -> int:
         log("interrupted; the finished runs are saved (--resume continues)")
         return 130
     if code == 0 and args.report:
-        import report
+        from bench import report
 
         out = Path(
             args.out

@@ -1,6 +1,6 @@
 """The benchmark's cluster runtime: one grid run as a DeadlineTrainingJob on a real cluster.
 
-``bench/harness.py --runtime k8s`` uses it. Against the cluster in ``$KUBECONFIG`` (the test
+``python -m bench.harness --runtime k8s`` uses it. Against the cluster in ``$KUBECONFIG`` (the test
 bed: ``make cluster-up images``, ``. cluster/env.sh``; see docs/cluster.md) it
 
 * applies the CRD and starts the checkout's operator **out of cluster** from this venv
@@ -33,12 +33,12 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import benchlib as bl
-from decor import build, vocabulary
+from decor import build, model, vocabulary
+
+from bench import benchlib as bl
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
@@ -89,32 +89,11 @@ def cluster_manifest(doc: dict[str, Any], name: str, image: str = TRAINER_IMAGE)
     return doc
 
 
-def parse_cpu(quantity: Any) -> float | None:
-    """Cores from a Kubernetes CPU quantity (``1500m``, ``2``, ``0.5``); None if absent."""
-    if quantity is None or quantity == "":
-        return None
-    text = str(quantity)
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000.0
-    if text.endswith("u"):
-        return float(text[:-1]) / 1e6
-    if text.endswith("n"):
-        return float(text[:-1]) / 1e9
-    return float(text)
-
-
 def pod_cpu_limit(pod: dict[str, Any], container: str = "trainer") -> float | None:
-    """The CPU limit in effect: the container status's resources (what the kubelet applied
-    after an in-place resize), else the pod spec's."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        if status.get("name") == container:
-            limits = (status.get("resources") or {}).get("limits") or {}
-            if limits.get("cpu") is not None:
-                return parse_cpu(limits["cpu"])
-    for spec in (pod.get("spec") or {}).get("containers") or []:
-        if spec.get("name") == container:
-            return parse_cpu(((spec.get("resources") or {}).get("limits") or {}).get("cpu"))
-    return None
+    """The CPU limit in effect (cores): what the kubelet applied after an in-place resize,
+    else what the pod's spec asks for; None when neither is readable."""
+    applied = build.applied_cpu_cores(pod, container)
+    return applied if applied is not None else build.desired_cpu_cores(pod, container)
 
 
 def integrate_cores(
@@ -161,10 +140,6 @@ def unschedulable(pod: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_rfc3339(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 @dataclass(frozen=True)
 class Outcome:
     start_s: float  # absolute (epoch) start the operator registered (whole seconds)
@@ -182,12 +157,18 @@ def outcome_of(status: dict[str, Any]) -> Outcome | None:
     phase = status.get("phase") or ""
     if not outcome and phase != vocabulary.PHASE_FAILED:
         return None
-    start = parse_rfc3339(status["startTime"]) if status.get("startTime") else math.nan
+    start = (
+        model.parse_time(status["startTime"], "status.startTime").timestamp()
+        if status.get("startTime")
+        else math.nan
+    )
     finished = None
     if outcome and outcome.get("finishedAtSeconds") is not None:
         finished = float(outcome["finishedAtSeconds"]) - start
     elif outcome and outcome.get("finishedAt"):
-        finished = parse_rfc3339(outcome["finishedAt"]) - start
+        finished = (
+            model.parse_time(outcome["finishedAt"], "status.outcome.finishedAt").timestamp() - start
+        )
     dev = (outcome or {}).get("deviationPercent")
     return Outcome(
         start_s=start,
@@ -256,7 +237,9 @@ class Cluster:
     def node_cpu(self) -> float:
         """Allocatable CPU of the (single) node."""
         nodes = self.core.list_node().items
-        return max(parse_cpu(n.status.allocatable.get("cpu")) or 0.0 for n in nodes)
+        return max(
+            build.parse_allocation("cpu", n.status.allocatable.get("cpu")) or 0.0 for n in nodes
+        )
 
     def other_requests(self) -> float:
         """CPU requested by the pods that run now (they keep it from a benchmark job)."""
@@ -265,7 +248,8 @@ class Cluster:
             if pod.status.phase in ("Succeeded", "Failed"):
                 continue
             for c in pod.spec.containers:
-                total += parse_cpu(((c.resources and c.resources.requests) or {}).get("cpu")) or 0.0
+                requests = (c.resources and c.resources.requests) or {}
+                total += build.parse_allocation("cpu", requests.get("cpu")) or 0.0
         return total
 
     def apply_crd(self) -> None:
@@ -458,7 +442,7 @@ def run_job(
             job = cluster.get_job(namespace, job_name)
             status = job.get("status") or {}
             if start_s is None and status.get("startTime"):
-                start_s = parse_rfc3339(status["startTime"])
+                start_s = model.parse_time(status["startTime"], "status.startTime").timestamp()
                 run.notes["start_lag_s"] = round(start_s - created, 3)
             pod_name = status.get("podName") or pod_name
             pod = cluster.trainer_pod(namespace, job_name, pod_name) if start_s else None

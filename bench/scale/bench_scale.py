@@ -47,13 +47,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from decor import vocabulary
+
+from bench.scale import fleet, measure
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-
-import fleet  # noqa: E402
-import measure  # noqa: E402
-from decor import vocabulary  # noqa: E402
 
 OPERATOR_USER = "decor-operator"
 NAMESPACE = "scale"
@@ -312,7 +311,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     profile_out = state / "logs/operator-profile.json"
     command = [sys.executable, "-m", "decor.cli", "operator"]
     if args.profile:
-        command = [sys.executable, str(HERE / "profile_operator.py"), "--out", str(profile_out)]
+        command = [sys.executable, "-m", "bench.scale.profile_operator", "--out", str(profile_out)]
     operator = subprocess.Popen(
         command,
         cwd=REPO,
@@ -570,7 +569,9 @@ def save(record: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale.bench_scale", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--grid", choices=sorted(GRIDS), default="full")
     parser.add_argument("--jobs", type=int, nargs="*", help="only these sizes of the grid")
     parser.add_argument("--period-s", type=float, default=10.0)
@@ -602,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(record, indent=1), flush=True)
         save(record, out)
     if not args.no_report:
-        import scale_report as report
+        from bench.scale import scale_report as report
 
         report.write_report(out, out.parent)
     return 0

@@ -7,9 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import measure  # noqa: E402
+from bench.scale import measure
 
 
 def problems(record: dict) -> list[str]:

@@ -35,7 +35,6 @@ RESIZE_IN_PROGRESS = "PodResizeInProgress"
 REASON_DEFERRED = "Deferred"
 REASON_INFEASIBLE = "Infeasible"
 VERDICT_APPLY = "Apply"
-MILLI = 1000.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,13 +237,9 @@ def workload_of(pod: Mapping[str, Any]) -> str:
 
 
 def parse_cpu_cores(value: Any) -> float:
-    """A Kubernetes CPU quantity (``500m``, ``2``) in cores; 0 for none."""
-    if value is None or value == "":
-        return 0.0
-    text = str(value)
-    if text.endswith("m"):
-        return float(text[:-1]) / MILLI
-    return float(text)
+    """A Kubernetes CPU quantity (``500m``, ``2``) in cores, read as the operator reads one
+    (:func:`decor.build.parse_allocation`); 0 for none."""
+    return build.parse_allocation("cpu", value) or 0.0
 
 
 def parse_count(value: Any) -> float:

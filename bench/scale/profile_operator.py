@@ -7,7 +7,7 @@ Every ``--interval-s`` the sampler reads every other thread's Python stack
 JSON parse). The counts are wall-clock samples: a thread waiting on the API server is counted
 as much as one computing. On SIGTERM the summary is written as JSON to ``--out``.
 
-Run: ``python bench/scale/profile_operator.py --out prof.json`` (the operator's environment as
+Run: ``python -m bench.scale.profile_operator --out prof.json`` (the operator's environment as
 for ``python -m decor.cli operator``).
 """
 
@@ -84,7 +84,9 @@ class Sampler:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale.profile_operator", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--interval-s", type=float, default=0.01)
     args = parser.parse_args(argv)

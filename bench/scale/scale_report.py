@@ -10,9 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from measure import percentile  # noqa: E402  (bench/scale is not a package)
+from bench import plotting
+from bench.scale.measure import percentile
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = HERE.parents[1] / "docs/benchmarks/scale/results.json"
@@ -295,11 +294,7 @@ RUNNING = [
 
 
 def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plotting.pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
     for ax, (key, title) in zip(axes.flat, PLOTTED, strict=True):
         for period in sorted({r["period_s"] for r in records}):
@@ -320,9 +315,7 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle("DECOR operator cost against the number of jobs (kwok + simulated trainers)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    plotting.save(fig, path, dpi=90)
 
 
 def write_report(results: Path, out_dir: Path) -> None:
@@ -334,7 +327,7 @@ def write_report(results: Path, out_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.scale.scale_report", description=__doc__)
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
     args = parser.parse_args(argv)
     write_report(args.results, args.results.parent)

@@ -17,7 +17,7 @@ this process, for every pod labelled ``decor.dev/job`` on a node:
 * serves every trainer's progress on one ``/metrics`` endpoint with the reporter's metric
   names and ``namespace``/``pod`` labels, for the real Prometheus to scrape.
 
-Run: ``python bench/scale/simulator.py --kubeconfig K --port 19100 --profiles
+Run: ``python -m bench.scale.simulator --kubeconfig K --port 19100 --profiles
 docs/benchmarks/results.json``.
 """
 
@@ -36,13 +36,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decor import build, vocabulary
 
-import fleet  # noqa: E402  (bench/scale is not a package)
-from decor import (
-    build,  # noqa: E402
-    vocabulary,
-)
+from bench.scale import fleet
 
 log = logging.getLogger("decor.scale.simulator")
 
@@ -297,7 +293,9 @@ def serve_metrics(sim: Fleet, port: int) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale.simulator", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--port", type=int, required=True, help="port of /metrics on 127.0.0.1")
     parser.add_argument(

@@ -157,7 +157,7 @@ nodes_ready() { [ "$(api GET /api/v1/nodes | grep -c '"type": "Ready"')" -ge "$t
 wait_for "kwok nodes Ready" 120 nodes_ready || { dump_log kwok; die "kwok did not make its nodes Ready"; }
 
 # --- the SIMULATED trainer fleet and the real Prometheus scraping it ----------------------------
-start_daemon simulator "$PY" "$repo/bench/scale/simulator.py" --kubeconfig "$(scale_kubeconfig simulator)" \
+start_daemon simulator env PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m bench.scale.simulator --kubeconfig "$(scale_kubeconfig simulator)" \
   --port "$SCALE_SIMULATOR_PORT" --profiles "$repo/docs/benchmarks/results.json"
 cat > "$SCALE_CONFIG/prometheus.yml" <<EOF2
 global:

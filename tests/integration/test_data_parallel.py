@@ -9,16 +9,14 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
+from support.waiting import wait_for
 
 TIMEOUT_S = 120.0
-POLL_S = 0.01
 LOSS_RELATIVE_TOLERANCE = 1e-5
 """2 workers vs 1 with a fixed global batch, deterministic mode, no batch norm (the LSTM):
 measured at most 1.3e-7 relative (float32 summation order), so 1e-5 leaves room while still
@@ -42,16 +40,6 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         command(*args), env=trainer_env(), capture_output=True, text=True, timeout=TIMEOUT_S
     )
-
-
-def wait_for(predicate: Callable[[], Any], what: str) -> Any:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(POLL_S)
-    pytest.fail(f"timed out after {TIMEOUT_S} s waiting for {what}")
 
 
 def losses(path: Path) -> list[float]:
@@ -166,6 +154,7 @@ def test_one_two_one_workers_with_sigterm_and_resume_run_every_step_and_sample_o
             wait_for(
                 lambda target=before + 5: lines(step_log) >= target,  # type: ignore[misc]
                 f"5 steps with {workers} workers",
+                TIMEOUT_S,
             )
             run_.popen.send_signal(signal.SIGTERM)
             assert run_.wait() == 0, run_.stderr

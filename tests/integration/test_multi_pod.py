@@ -13,13 +13,14 @@ import signal
 from pathlib import Path
 
 from decor_trainer.distributed import LOCALHOST, free_port
+from support.waiting import wait_for
 from test_data_parallel import (
     LSTM,
+    TIMEOUT_S,
     Trainer,
     global_order,
     lines,
     samples_by_step,
-    wait_for,
 )
 
 STEPS = 400
@@ -78,13 +79,17 @@ def test_two_pods_one_pod_two_pods_with_sigterm_run_every_step_and_sample_once(
         stopped_at = []
 
         pods = start_pods(pod_args, tmp_path / "stage1")
-        wait_for(lambda: lines(step_log) >= STEPS_BEFORE_STOP, "steps on two pods")
+        wait_for(lambda: lines(step_log) >= STEPS_BEFORE_STOP, "steps on two pods", TIMEOUT_S)
         stop(pods)
         stopped_at.append(lines(step_log))
         assert re.search(rf"checkpoint \(stop\) at step {stopped_at[-1]} saved", pods[0].stderr)
 
         alone = Trainer(pod_args[0], tmp_path / "stage2.err")  # one pod, no DECOR_WORLD_SIZE
-        wait_for(lambda: lines(step_log) >= stopped_at[0] + STEPS_BEFORE_STOP, "steps on one pod")
+        wait_for(
+            lambda: lines(step_log) >= stopped_at[0] + STEPS_BEFORE_STOP,
+            "steps on one pod",
+            TIMEOUT_S,
+        )
         stop([alone])
         stopped_at.append(lines(step_log))
         assert "with 1 workers (checkpoint written with 2)" in alone.stderr

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from decor_trainer.checkpoint import StopRequest, read_checkpoint
 from decor_trainer.reporter import ProgressSnapshot
 from decor_trainer.train import main, parse_args, train
 from prometheus_client.parser import text_string_to_metric_families
+from support.waiting import wait_for
 
 TIMEOUT_S = 60.0
 TINY = ["--batch-size", "4", "--width", "4", "--vocab-size", "50", "--seq-len", "8"]
@@ -38,17 +39,6 @@ def trainer_env() -> dict[str, str]:
 
 def train_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "decor_trainer.train", *TINY, *args]
-
-
-def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = TIMEOUT_S) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.01)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class Process:
@@ -159,7 +149,7 @@ def test_sigterm_then_resume_loses_and_repeats_no_step(tmp_path: Path) -> None:
         )  # fmt: skip
         with running(command) as first:
             port = int(first.wait_for_line(PORT_LINE).group(1))
-            wait_for(lambda: scrape(port)["decor_steps_completed_total"] >= 3, "3 steps")
+            wait_for(lambda: scrape(port)["decor_steps_completed_total"] >= 3, "3 steps", TIMEOUT_S)
             first.popen.send_signal(signal.SIGTERM)
             assert first.wait() == 0, first.text()
         stopped_at = final_state(stopped_dir)["step"]

@@ -1,1 +1,2 @@
-"""Test doubles and builders shared by the unit tests (imported as ``support``)."""
+"""Test doubles, builders and waits shared by the unit and integration tests (imported as
+``support``: pytest puts tests/ on the import path, pyproject.toml)."""

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import bias  # noqa: E402
+from bench import bias
 
 
 def _rows(etas: list[float], deadline_s: float = 100.0) -> list[dict[str, float]]:

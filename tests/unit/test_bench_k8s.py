@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from decor import build
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import benchlib as bl  # noqa: E402
-import k8s_bench as kb  # noqa: E402
+from bench import benchlib as bl
+from bench import k8s_bench as kb
 
 
 def test_k8s_grid_is_the_cluster_subset() -> None:
@@ -49,10 +47,17 @@ def test_cluster_manifest_adds_image_pull_policy_and_memory() -> None:
 
 @pytest.mark.parametrize(
     ("quantity", "cores"),
-    [("1500m", 1.5), ("2", 2.0), ("0.5", 0.5), (2, 2.0), ("250000u", 0.25), (None, None)],
+    [("1500m", 1.5), ("750m", 0.75), ("2", 2.0), ("0.5", 0.5), (2, 2.0), ("0", None), (None, None)],
 )
-def test_parse_cpu(quantity: object, cores: float | None) -> None:
-    assert kb.parse_cpu(quantity) == cores
+def test_cpu_quantities_read_as_the_operator_reads_them(
+    quantity: object, cores: float | None
+) -> None:
+    """The bench reads node, request and limit quantities with the operator's reader. They come
+    from the API server in millicores or cores (the operator writes millicores); a zero or an
+    absent one counts as no cores (``or 0.0`` where summed). A sub-millicore quantity
+    (``250000u``) is no CPU limit the operator could have written: it reads as None."""
+    assert build.parse_allocation("cpu", quantity) == cores
+    assert build.parse_allocation("cpu", "250000u") is None
 
 
 def test_pod_cpu_limit_prefers_the_applied_resources() -> None:
@@ -127,7 +132,7 @@ def test_pod_max_cores_leaves_room_for_the_sidecar() -> None:
 
 
 def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
-    import harness
+    from bench import harness
 
     grid = kb.k8s_grid(bl.make_grid("quick"))
     results = harness.Results(tmp_path / "new", grid, "small", resume=True, runtime="k8s")
@@ -136,7 +141,7 @@ def test_k8s_results_start_a_fresh_folder(tmp_path: Path) -> None:
 
 
 def test_a_fresh_local_grid_keeps_the_cluster_runs(tmp_path: Path) -> None:
-    import harness
+    from bench import harness
 
     base = {"workload": "resnet", "scenario": "d1.5", "policy": "decor", "repetition": 0}
     old = {
@@ -159,8 +164,9 @@ def test_a_fresh_local_grid_keeps_the_cluster_runs(tmp_path: Path) -> None:
 
 
 def test_a_run_manifest_carries_the_estimate_it_is_given() -> None:
-    import harness
     from decor.model import parse_job
+
+    from bench import harness
 
     size = bl.make_grid("quick").workloads[0]
     step_s, cores = harness.profile_estimate(24.0, 1000, 2.0)

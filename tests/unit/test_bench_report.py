@@ -7,16 +7,13 @@ clock, no process and no cgroup.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import benchlib as bl  # noqa: E402
-import report  # noqa: E402
+from bench import benchlib as bl
+from bench import report
 
 # --------------------------------------------------------------------------------------
 # Grid

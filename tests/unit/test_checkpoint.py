@@ -20,14 +20,7 @@ from decor_trainer.checkpoint import (
     stop_on_signals,
 )
 from decor_trainer.workloads import WorkloadConfig, build_workload
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import FakeClock
 
 
 def train_steps(workload_name: str, steps: range) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -144,7 +137,7 @@ def test_sigterm_sets_the_stop_flag_and_the_handler_is_restored() -> None:
 
 
 def test_periodic_saver_is_due_every_interval() -> None:
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     saver = PeriodicSaver(every_s=30, clock=clock)
     assert not saver.due()
     clock.now = 29.9
@@ -158,7 +151,7 @@ def test_periodic_saver_is_due_every_interval() -> None:
 
 
 def test_periodic_saver_zero_means_never() -> None:
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     saver = PeriodicSaver(every_s=0, clock=clock)
     clock.now = 1e9
     assert not saver.due()

@@ -4,15 +4,10 @@ and on small random traces no policy meets more deadlines than it."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import clairvoyant as cv  # noqa: E402
-import cluster_sim as cs  # noqa: E402
+from bench import clairvoyant as cv
+from bench import cluster_sim as cs
 
 LINEAR = cs.Amdahl(a=1.0, b=0.0)  # u cores or GPUs: u steps per second
 

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from decor import planner as pl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-import cluster_sim as cs  # noqa: E402
-from decor import planner as pl  # noqa: E402
+from bench import cluster_sim as cs
 
 
 def test_fit_recovers_a_known_curve() -> None:

@@ -17,19 +17,15 @@ rewritten by mistake still has to tell the same story.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from decor.model import format_time  # noqa: E402
-from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
-from support.golden import check_golden  # noqa: E402
-from support.scenario import NAMESPACE, START_S, Bench, job_body, scenario_config  # noqa: E402
+from decor.model import format_time
+from support.fake_trainers import FakeTrainer, linear_speed
+from support.golden import check_golden
+from support.scenario import NAMESPACE, START_S, Bench, job_body, scenario_config
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "job_scenarios"
 CPU_NODE = {"node-a": (8.0, 0)}

@@ -7,17 +7,12 @@ compares the actions and the status that follow.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from decor import group, lifecycle, metrics, planner, vocabulary  # noqa: E402
-from decor.lifecycle import (  # noqa: E402
+from decor import group, lifecycle, metrics, planner, vocabulary
+from decor.lifecycle import (
     CountActuation,
     DeletePod,
     LifecycleSettings,
@@ -28,9 +23,9 @@ from decor.lifecycle import (  # noqa: E402
     ResizeCpu,
     WriteStatus,
 )
-from decor.model import format_time, parse_job  # noqa: E402
-from decor.policy import CheckpointStorage, TemplatePolicy  # noqa: E402
-from support.scenario import START_S, job_body  # noqa: E402
+from decor.model import format_time, parse_job
+from decor.policy import CheckpointStorage, TemplatePolicy
+from support.scenario import START_S, job_body
 
 NOW_S = START_S + 100.0
 SETTINGS = LifecycleSettings(

@@ -19,6 +19,7 @@ from decor_trainer.reporter import ErrorLog, ProgressReporter, ProgressSnapshot
 from decor_trainer.sidecar import ProgressFileSource, build_registry
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from support.clock import FakeClock
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 FILE_KEYS = {
@@ -32,19 +33,6 @@ FILE_KEYS = {
     "t",
     "restart_s",
 }
-
-
-class FakeClock:
-    """A clock that only moves when told to (seconds)."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def contract_metric_names() -> set[str]:

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
+from decor import build, metrics
+
+from bench.scale import fleet
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench/scale"))
-
-import fleet  # noqa: E402
-from decor import build, metrics  # noqa: E402
 
 RESNET = fleet.SpeedCurve("resnet", "cpu", ((0.5, 16.0), (1.0, 32.0), (1.5, 33.0), (2.0, 44.8)))
 

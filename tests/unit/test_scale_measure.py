@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from decor.model import parse_job
+
+from bench.scale import measure
+from bench.scale import scale_report as report
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench/scale"))
-
-import measure  # noqa: E402
-import scale_report as report  # noqa: E402
-from decor.model import parse_job  # noqa: E402
 
 
 def plans(count: int = 20) -> list[measure.JobPlan]:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench/scale"))
+from decor import metrics
 
-import profile_operator  # noqa: E402
-from decor import metrics  # noqa: E402
+from bench.scale import profile_operator
 
 
 def test_sampler_counts_where_each_thread_waits() -> None:
