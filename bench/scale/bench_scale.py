@@ -321,7 +321,7 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
             # The chart's defaults (helm/decor/values.yaml), cluster-wide:
             "DECOR_PROMETHEUS_URL": prometheus,
             "DECOR_METRICS_PORT": str(metrics_port),
-            "DECOR_WATCH_NAMESPACE": "",
+            "DECOR_WATCH_NAMESPACES": "",
             "DECOR_WATCH_NODES": "true",
             "DECOR_PLANNER_POLICY": "decor",
             "DECOR_MIN_PERIOD_SECONDS": "1",

@@ -252,7 +252,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_operator(args: argparse.Namespace) -> int:
     from decor.handlers import run_operator
 
-    run_operator(namespace=args.namespace, prometheus_url=args.prometheus_url)
+    run_operator(namespaces=args.namespace, prometheus_url=args.prometheus_url)
     return 0
 
 
@@ -296,7 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("job")
     val.set_defaults(func=cmd_validate)
     op = sub.add_parser("operator", help="run the Kubernetes operator")
-    op.add_argument("--namespace", help="watch one namespace (default: all)")
+    op.add_argument(
+        "--namespace",
+        action="append",
+        help="serve this namespace; repeat for several (default: $DECOR_WATCH_NAMESPACES, "
+        "comma-separated, or all namespaces)",
+    )
     op.add_argument(
         "--prometheus-url", help="read progress from this Prometheus (default: scrape pods)"
     )

@@ -7,8 +7,9 @@ entry point (:mod:`decor.handlers`) builds it from the environment.
 from __future__ import annotations
 
 import os
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +35,10 @@ ENV_SCRAPE_VIA = "DECOR_SCRAPE_VIA"
 ``apiserver`` (the API server's pod proxy: for an operator outside the pod network)."""
 SCRAPE_DIRECT = "direct"
 SCRAPE_APISERVER = "apiserver"
-ENV_WATCH_NAMESPACE = "DECOR_WATCH_NAMESPACE"
-"""Serve only this namespace when run_operator is given none (empty: all namespaces)."""
+ENV_WATCH_NAMESPACES = "DECOR_WATCH_NAMESPACES"
+"""Serve only these namespaces, comma-separated, when run_operator is given none (empty: all)."""
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A namespace's name: an RFC 1123 label of at most 63 characters (no patterns or globs)."""
 ENV_WATCH_NODES = "DECOR_WATCH_NODES"
 """``true`` (default): watch nodes and every pod cluster-wide so the planner knows capacity;
 ``false``: no arbitration (each job gets what its law asks; for a namespaced install)."""
@@ -76,6 +79,39 @@ STALL_TIMEOUT_S = 120.0
 """A running trainer that completes no step for this long is reported Stalled."""
 MAX_POD_FAILURES = 5
 """Trainer pods lost or failed that are recreated before the job is marked Failed."""
+
+
+def parse_watch_namespaces(*lists: str | None) -> tuple[str, ...]:
+    """The namespaces to serve from comma-separated lists (``" ml, ml-dev "``), in order,
+    each once; empty: every namespace. Raises ValueError naming a name that is not a
+    namespace's (an RFC 1123 label; kopf's patterns such as ``ml-*`` or ``!kube-system`` are
+    refused: serving them would need a cluster-wide namespace watch)."""
+    names: list[str] = []
+    for text in lists:
+        for item in (text or "").split(","):
+            name = item.strip()
+            if not name:
+                continue
+            if not NAMESPACE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a namespace name (lowercase letters, digits and '-', "
+                    "at most 63 characters, starting and ending with a letter or digit)"
+                )
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def watch_namespaces(
+    given: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """The namespaces the operator serves: ``given`` (``decor operator --namespace``) when
+    not empty, else ``$DECOR_WATCH_NAMESPACES``; empty: all namespaces. Raises ValueError on a
+    bad name."""
+    if given:
+        return parse_watch_namespaces(*given)
+    env = os.environ if environ is None else environ
+    return parse_watch_namespaces(env.get(ENV_WATCH_NAMESPACES))
 
 
 @dataclass(frozen=True)

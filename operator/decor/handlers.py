@@ -40,10 +40,11 @@ from decor.config import (
     ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
     ENV_PROMETHEUS_URL,
-    ENV_WATCH_NAMESPACE,
     OperatorConfig,
+    watch_namespaces,
 )
-from decor.kube import Kube
+from decor.crd_revision import REFUSE, WARN, crd_unreadable, judge_crd
+from decor.kube import Kube, KubeError
 from decor.loop import IDLE_PERIOD_S, ControlLoop
 from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView
@@ -234,8 +235,22 @@ def start_metrics_server(port: int, registry: CollectorRegistry, address: str = 
     return started[0] if isinstance(started, tuple) else None
 
 
+def check_crd_revision(kube: Kube) -> bool:
+    """Log the verdict on the installed CRD's revision (one line); False: refuse to start.
+
+    An unreadable CRD (no ``get`` on it, say) is a warning, and the operator starts.
+    """
+    try:
+        verdict = judge_crd(kube.get_crd(vocabulary.CRD_NAME))
+    except KubeError as exc:
+        verdict = crd_unreadable(str(exc))
+    level = {REFUSE: logging.ERROR, WARN: logging.WARNING}.get(verdict.action, logging.INFO)
+    log.log(level, "%s", verdict.message)
+    return verdict.action != REFUSE
+
+
 def run_operator(
-    namespace: str | None = None,
+    namespaces: Sequence[str] | None = None,
     prometheus_url: str | None = None,
     *,
     metrics_port: int | None = None,
@@ -249,23 +264,25 @@ def run_operator(
 ) -> None:
     """Run the operator until it is stopped (blocking).
 
-    ``namespace``: serve only this namespace (a Role is enough); None: ``$DECOR_WATCH_NAMESPACE``,
-    and when that is empty too, all namespaces.
+    ``namespaces``: serve only these (a Role in each is enough); None or empty:
+    ``$DECOR_WATCH_NAMESPACES``, and when that is empty too, all namespaces (ValueError on a
+    name that is not a namespace's).
     ``prometheus_url``: read progress from this Prometheus (default ``$DECOR_PROMETHEUS_URL``;
     unset: scrape each trainer pod's /metrics). ``metrics_port``: the operator's own /metrics
     (default ``$DECOR_METRICS_PORT`` or 8080; 0 disables). ``health_port``: kopf's liveness
     endpoint /healthz (default ``$DECOR_HEALTH_PORT``; unset: none). ``standalone``: no kopf
     peering (one replica; no peering CRDs or RBAC needed); otherwise peering with ``priority``.
+    Exits (SystemExit 1) before serving anything when the installed CRD is older than needed.
     """
     _setup_logging(log_level)
-    namespace = namespace or os.environ.get(ENV_WATCH_NAMESPACE) or None
+    served = watch_namespaces(namespaces)
     config = OperatorConfig.from_env(prometheus_url=prometheus_url)
+    kube = Kube.from_environment(kubeconfig)
+    if not check_crd_revision(kube):
+        raise SystemExit(1)
+    log.info("serving %s", ", ".join(served) if served else "all namespaces")
     registry = CollectorRegistry()
-    set_runtime(
-        Runtime(
-            config=config, kube=Kube.from_environment(kubeconfig), metrics=OperatorMetrics(registry)
-        )
-    )
+    set_runtime(Runtime(config=config, kube=kube, metrics=OperatorMetrics(registry)))
     if not config.watch_nodes:
         register_pod_events()
     if metrics_port is None:
@@ -281,8 +298,8 @@ def run_operator(
         kopf.run(
             standalone=standalone,
             priority=priority,
-            clusterwide=namespace is None,
-            namespaces=[namespace] if namespace else (),
+            clusterwide=not served,
+            namespaces=served,
             liveness_endpoint=liveness,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
@@ -293,12 +310,15 @@ def run_operator(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m decor.handlers [--namespace NS] [--prometheus-url URL]`` (tests, debugging)."""
+    """``python -m decor.handlers [--namespace NS]... [--prometheus-url URL]`` (debugging)."""
     parser = argparse.ArgumentParser(
         prog="python -m decor.handlers", description="Run the DECOR operator."
     )
     parser.add_argument(
-        "--namespace", "-n", default=None, help="serve one namespace (default: all)"
+        "--namespace",
+        "-n",
+        action="append",
+        help="serve this namespace; repeat for several (default: $DECOR_WATCH_NAMESPACES or all)",
     )
     parser.add_argument("--prometheus-url", default=None, help=f"default ${ENV_PROMETHEUS_URL}")
     parser.add_argument(

@@ -1,9 +1,10 @@
 """The only module that calls the Kubernetes API (besides kopf's own watching).
 
 A small synchronous facade over the official ``kubernetes`` client: the trainer pod
-(create, get, list, delete, resize), the job's status, and Events. Everything returns plain
-dicts shaped like the API's JSON (camelCase keys), so the pure builders and readers of
-``build.py`` work on them directly. Calls block; the kopf layer runs them in a thread.
+(create, get, list, delete, resize), the job's status, Events, and the CRD (its revision).
+Everything returns plain dicts shaped like the API's JSON (camelCase keys), so the pure
+builders and readers of ``build.py`` work on them directly. Calls block; the kopf layer runs
+them in a thread.
 
 Errors: a missing object is None / False, never an exception; anything else raises
 ``KubeError`` (with the API's status code and message), except Events, which are best
@@ -267,6 +268,21 @@ class Kube:
         if not address or address == "None":
             raise KubeError(f"service {namespace}/{name}", 0, "has no cluster IP")
         return address
+
+    # --- the CRD ------------------------------------------------------------------------------
+
+    def get_crd(self, name: str) -> dict[str, Any] | None:
+        """The CustomResourceDefinition ``name``, or None when there is none; raises
+        KubeError (403 without ``get`` on it)."""
+        from kubernetes import client
+
+        result = self._call(
+            f"get crd {name}",
+            client.ApiextensionsV1Api(self.api_client).read_custom_resource_definition,
+            name,
+            missing_ok=True,
+        )
+        return dict(result) if result is not None else None
 
     # --- events -------------------------------------------------------------------------------
 

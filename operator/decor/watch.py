@@ -1,7 +1,7 @@
 """Cluster-wide watches of nodes, pods and ResourceQuotas that feed the :class:`views.ClusterView`.
 
 Capacity accounting needs every pod on a node, in every namespace, and the nodes
-themselves, even when the operator serves one namespace; kopf serves only what it handles
+themselves, even when the operator serves some namespaces; kopf serves only what it handles
 in its namespaces, so these watches run beside it, each in a thread: list, then watch
 from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails. The
 planner reads every namespace's ResourceQuotas as capacity too.

@@ -26,6 +26,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -116,6 +117,10 @@ class Kube:
     def diagnostics(self, namespace: str) -> str:
         return collect_diagnostics(self, namespace)
 
+    def fresh_namespace(self, slug: str) -> AbstractContextManager[str]:
+        """One more namespace for a test that needs several (deleted when the block ends)."""
+        return fresh_namespace(self, slug)
+
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> str:
         """Run kubectl (>= 1.35 required: cluster/env.sh puts one on PATH) and return stdout."""
         exe = os.environ.get("KUBECTL") or _find_kubectl()
@@ -197,12 +202,12 @@ def node(kube: Kube) -> Any:
     return wait_for(ready_node, 120, "a Ready node")
 
 
-@pytest.fixture
-def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test, with its default ServiceAccount; deleted afterwards."""
+@contextmanager
+def fresh_namespace(kube: Kube, slug: str) -> Iterator[str]:
+    """A new namespace ``e2e-SLUG-RANDOM`` with its default ServiceAccount; deleted after."""
     from kubernetes import client
 
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    slug = re.sub(r"[^a-z0-9]+", "-", slug.lower()).strip("-")[:40].strip("-")
     name = f"e2e-{slug}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace(
         client.V1Namespace(
@@ -222,6 +227,13 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
             kube.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
         except Exception as exc:  # noqa: BLE001 - cleanup must not mask the test's result
             print(f"warning: could not delete namespace {name}: {exc}")
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, with its default ServiceAccount; deleted afterwards."""
+    with fresh_namespace(kube, request.node.name) as name:
+        yield name
 
 
 # ----------------------------------------------------------------------------- diagnostics

@@ -327,11 +327,22 @@ def crd(kube: Any) -> None:
 
 
 class OperatorProcess:
-    """``decor operator`` for one namespace, in a subprocess this test can kill and restart."""
+    """``decor operator`` for one namespace (or more), in a subprocess this test can kill and
+    restart."""
 
-    def __init__(self, kubeconfig: str, namespace: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        kubeconfig: str,
+        namespace: str,
+        log_path: Path,
+        *,
+        more_namespaces: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
+        self.more_namespaces = more_namespaces  # served too: --namespace each
+        self.env = env or {}  # more DECOR_* settings
         self.log_path = log_path
         self.metrics_port = free_port()
         self.prometheus_url: str | None = None
@@ -347,8 +358,11 @@ class OperatorProcess:
             "PYTHONUNBUFFERED": "1",
             # Off the test bed (kind) this machine is outside the pod network.
             "DECOR_SCRAPE_VIA": "apiserver" if NODE_EXEC else "direct",
+            **self.env,
         }
         args = [sys.executable, "-m", "decor.cli", "operator", "--namespace", self.namespace]
+        for namespace in self.more_namespaces:
+            args += ["--namespace", namespace]
         if self.prometheus_url:
             args += ["--prometheus-url", self.prometheus_url]
         with open(self.log_path, "ab") as log:
@@ -1126,7 +1140,7 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         job_image, pull_policy, registry_values = trainer_image, "Never", []
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
     subprocess.run(
-        [*base, "install", "decor", str(CHART), "--set", f"watchNamespace={namespace}",
+        [*base, "install", "decor", str(CHART), "--set", f"watchNamespaces={{{namespace}}}",
          "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
          "--set", f"image.pullPolicy={pull_policy}", *registry_values,
          "--set", "logLevel=DEBUG",

@@ -543,7 +543,7 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
     repository, tag = operator_image.rsplit(":", 1)
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
     subprocess.run(
-        [*base, "install", "decor", str(CHART), "--set", f"watchNamespace={namespace}",
+        [*base, "install", "decor", str(CHART), "--set", f"watchNamespaces={{{namespace}}}",
          "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
          "--set", "image.pullPolicy=Never", "--set", "replicaCount=0"],
         check=True, capture_output=True, text=True, timeout=120,

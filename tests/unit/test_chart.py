@@ -84,7 +84,7 @@ def test_every_values_key_is_documented() -> None:
         "metrics",
         "resources",
         "logLevel",
-        "watchNamespace",
+        "watchNamespaces",
         "rbac",
     } <= set(top)
     assert _undocumented_keys(text.splitlines()) == []
@@ -164,7 +164,7 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     assert container["image"] == "localhost/decor/operator:0.1.0"
     assert container["command"] == ["decor", "operator"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["DECOR_WATCH_NAMESPACE"] == ""
+    assert env["DECOR_WATCH_NAMESPACES"] == ""
     assert env["DECOR_PROMETHEUS_URL"] == ""
     assert env["DECOR_METRICS_PORT"] == "8080"
     assert env["DECOR_LOG_LEVEL"] == "INFO"
@@ -228,16 +228,80 @@ def test_host_path_checkpoints_need_no_claim_rights(helm: str) -> None:
 
 
 def test_namespaced_install_has_nothing_cluster_scoped(helm: str) -> None:
-    documents = render(helm, "watchNamespace=ml")
+    documents = render(helm, "watchNamespaces={ml,ml-dev}")
     kinds = sorted(d["kind"] for d in documents)
-    assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
-    role = named(documents, "Role")
-    assert role["metadata"]["namespace"] == "ml"
-    assert granted(role) == {**OPERATOR_RIGHTS, ("", "persistentvolumeclaims"): ["create", "get"]}
-    binding = named(documents, "RoleBinding")
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
+    assert kinds == [
+        "Deployment", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount",
+    ]  # fmt: skip
+    roles = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "Role"}
+    bindings = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "RoleBinding"}
+    assert set(roles) == set(bindings) == {"ml", "ml-dev"}
+    for namespace in ("ml", "ml-dev"):
+        assert roles[namespace]["metadata"]["name"] == "decor"
+        assert granted(roles[namespace]) == {
+            **OPERATOR_RIGHTS,
+            ("", "persistentvolumeclaims"): ["create", "get"],
+        }
+        assert bindings[namespace]["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "decor",
+        }
+        assert bindings[namespace]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
+        ]
+    env = operator_env(documents)
+    assert (env["DECOR_WATCH_NAMESPACES"], env["DECOR_WATCH_NODES"]) == ("ml,ml-dev", "false")
+
+
+def test_a_namespaced_install_with_node_capacity_adds_that_cluster_role_only(helm: str) -> None:
+    documents = render(helm, "watchNamespaces={ml,ml-dev}", "planner.watchNodes=true")
+    cluster_scoped = sorted(
+        (d["kind"], d["metadata"]["name"]) for d in documents if d["kind"].startswith("Cluster")
+    )
+    assert cluster_scoped == [
+        ("ClusterRole", "decor-capacity"),
+        ("ClusterRoleBinding", "decor-capacity"),
     ]
+    assert granted(named(documents, "ClusterRole", "decor-capacity")) == {
+        ("", "nodes"): ["list", "watch"],
+        ("", "pods"): ["list", "watch"],
+    }
+    assert sorted(d["metadata"]["namespace"] for d in documents if d["kind"] == "Role") == [
+        "ml",
+        "ml-dev",
+    ]
+    assert operator_env(documents)["DECOR_WATCH_NODES"] == "true"
+
+
+def test_the_crd_revision_check_reads_that_one_crd_only(helm: str) -> None:
+    crd = {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "resourceNames": ["deadlinetrainingjobs.decor.dev"],
+        "verbs": ["get"],
+    }
+    assert named(render(helm), "ClusterRole", "decor-crd")["rules"] == [crd]
+    binding = named(render(helm), "ClusterRoleBinding", "decor-crd")
+    assert binding["roleRef"]["name"] == "decor-crd"
+    namespaced = render(helm, "watchNamespaces={ml}", "rbac.checkCRD=true")
+    assert named(namespaced, "ClusterRole", "decor-crd")["rules"] == [crd]
+    names = [d["metadata"]["name"] for d in render(helm, "rbac.checkCRD=false")]
+    assert "decor-crd" not in names
+
+
+def test_watch_namespaces_are_named_once_and_checked(helm: str) -> None:
+    # the deprecated watchNamespace joins the list; a comma-separated string is a list too
+    env = operator_env(render(helm, "watchNamespaces={ml,ml-dev,ml}", "watchNamespace=team-a"))
+    assert env["DECOR_WATCH_NAMESPACES"] == "ml,ml-dev,team-a"
+    assert operator_env(render(helm, r"watchNamespaces=a\,b"))["DECOR_WATCH_NAMESPACES"] == "a,b"
+    for bad in ("ML", "ml_dev", "ml-*", "-ml"):
+        result = subprocess.run(
+            [helm, "template", "decor", str(CHART), "--set", f"watchNamespaces={{ok,{bad}}}"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode != 0, bad
+        assert f'"{bad}" is not a namespace name' in result.stderr, result.stderr
 
 
 def operator_env(documents: list[dict[str, Any]]) -> dict[str, str]:
@@ -297,7 +361,7 @@ def test_scraping_through_the_api_server_adds_only_pod_proxy(helm: str) -> None:
     assert {"name": "DECOR_SCRAPE_VIA", "value": "apiserver"} in container["env"]
 
 
-def test_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
+def test_the_deprecated_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
     objects = by_kind(
         render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG")
     )
@@ -313,7 +377,7 @@ def test_watch_namespace_renders_a_role_in_that_namespace(helm: str) -> None:
         e["name"]: e["value"]
         for e in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
-    assert env["DECOR_WATCH_NAMESPACE"] == "ml"
+    assert env["DECOR_WATCH_NAMESPACES"] == "ml"
     assert env["DECOR_PROMETHEUS_URL"] == "http://prom:9090"
     assert env["DECOR_LOG_LEVEL"] == "DEBUG"
 
@@ -366,7 +430,7 @@ def test_user_roles_are_aggregated_into_edit_admin_and_view(helm: str) -> None:
 
 
 def test_user_roles_can_be_turned_off_and_stay_out_of_a_namespaced_install(helm: str) -> None:
-    for sets in (["rbac.aggregateToUserRoles=false"], ["watchNamespace=ml"]):
+    for sets in (["rbac.aggregateToUserRoles=false"], ["watchNamespaces={ml}"]):
         names = [d["metadata"]["name"] for d in render(helm, *sets)]
         assert "decor-edit" not in names and "decor-view" not in names, sets
 

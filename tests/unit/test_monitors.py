@@ -128,8 +128,8 @@ def test_pod_monitor_selects_trainer_pods_at_the_control_period() -> None:
     (endpoint,) = spec["podMetricsEndpoints"]
     assert endpoint["port"] == "metrics"  # the sidecar's port name (build.py)
     assert endpoint["interval"] == endpoint["scrapeTimeout"] == "5s"
-    (scoped,) = of_kind(render(*ALL_ON, "watchNamespace=ml"), "PodMonitor")
-    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
+    (scoped,) = of_kind(render(*ALL_ON, "watchNamespaces={ml,ml-dev}"), "PodMonitor")
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": ["ml", "ml-dev"]}
 
 
 def test_service_monitor_selects_the_operators_metrics_service() -> None:
