@@ -266,6 +266,7 @@ def test_a_namespaced_install_with_node_capacity_adds_that_cluster_role_only(hel
     assert granted(named(documents, "ClusterRole", "decor-capacity")) == {
         ("", "nodes"): ["list", "watch"],
         ("", "pods"): ["list", "watch"],
+        ("", "resourcequotas"): ["list", "watch"],
     }
     assert sorted(d["metadata"]["namespace"] for d in documents if d["kind"] == "Role") == [
         "ml",
