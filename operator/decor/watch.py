@@ -38,35 +38,19 @@ class ClusterWatch:
         self.core = client.CoreV1Api(api_client)
         self.api_client = api_client
         self.stopped = threading.Event()
+        watched = (
+            ("nodes", self.core.list_node, view.replace_nodes, view.put_node),
+            ("pods", self.core.list_pod_for_all_namespaces, view.replace_pods, view.put_pod),
+            (
+                "resourcequotas",
+                self.core.list_resource_quota_for_all_namespaces,
+                view.replace_quotas,
+                view.put_quota,
+            ),
+        )
         self.threads = [
-            threading.Thread(
-                target=self._run,
-                args=("nodes", self.core.list_node, view.replace_nodes, view.put_node),
-                name="decor-watch-nodes",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self._run,
-                args=(
-                    "pods",
-                    self.core.list_pod_for_all_namespaces,
-                    view.replace_pods,
-                    view.put_pod,
-                ),
-                name="decor-watch-pods",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=self._run,
-                args=(
-                    "resourcequotas",
-                    self.core.list_resource_quota_for_all_namespaces,
-                    view.replace_quotas,
-                    view.put_quota,
-                ),
-                name="decor-watch-quotas",
-                daemon=True,
-            ),
+            threading.Thread(target=self._run, args=w, name=f"decor-watch-{w[0]}", daemon=True)
+            for w in watched
         ]
 
     def start(self) -> None:
