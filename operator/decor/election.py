@@ -86,6 +86,8 @@ class LeaderElection:
             body = self.kube.get_lease(self.namespace, self.name)
         except KubeError as exc:
             log.warning("leader election: cannot read the Lease: %s", exc)
+            with self._lock:
+                self._publish()  # the fence closes on its own: the gauge follows it
             return self.timings.retry_period_s
         read = None if body is None else leader.record_from_lease(body)
         with self._lock:
@@ -149,7 +151,11 @@ class LeaderElection:
     def _run(self) -> None:
         was_acting = False
         while not self._stop.is_set():
-            wait_s = self.step()
+            try:
+                wait_s = self.step()
+            except Exception:  # noqa: BLE001 - the election must outlive anything; the fence
+                log.exception("leader election: step failed")  # closes on its own
+                wait_s = self.timings.retry_period_s
             now_acting = self.acting()
             if was_acting and not now_acting:
                 log.warning("leader election: %s stopped acting (no renewal)", self.identity)

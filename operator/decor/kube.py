@@ -54,6 +54,14 @@ def _api_exception() -> type[Exception]:
     return ApiException
 
 
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What a request raises when it never got an answer: connection refused or reset, a
+    timeout (urllib3 wraps those in MaxRetryError, which is no OSError), a bad payload."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, ValueError, HTTPError)
+
+
 def _error_message(exc: Exception) -> tuple[int, str]:
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
@@ -131,7 +139,7 @@ class Kube:
             if missing_ok and status == 404:
                 return None
             raise KubeError(what, status, message) from exc
-        except (OSError, ValueError) as exc:  # connection refused, timeouts, bad payloads
+        except _transport_errors() as exc:
             raise KubeError(what, 0, str(exc)) from exc
         return self._json(response)
 
@@ -242,7 +250,7 @@ class Kube:
             )
         except _api_exception() as exc:
             raise KubeError(what, *_error_message(exc)) from exc
-        except (OSError, ValueError) as exc:
+        except _transport_errors() as exc:
             raise KubeError(what, 0, str(exc)) from exc
         data = getattr(response, "data", None)
         if data is None and hasattr(response, "read"):
