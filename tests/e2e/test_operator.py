@@ -336,6 +336,8 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.prometheus_url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+        """More environment for the operator (e.g. leader election's settings)."""
 
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None
@@ -347,6 +349,7 @@ class OperatorProcess:
             "PYTHONUNBUFFERED": "1",
             # Off the test bed (kind) this machine is outside the pod network.
             "DECOR_SCRAPE_VIA": "apiserver" if NODE_EXEC else "direct",
+            **self.env,
         }
         args = [sys.executable, "-m", "decor.cli", "operator", "--namespace", self.namespace]
         if self.prometheus_url:

@@ -1,0 +1,172 @@
+"""End to end: two operator replicas, one acting, and a fail-over under a deadline patch.
+
+Two ``decor operator`` processes serve one namespace with leader election on and short
+timings (Lease 6 s, renew deadline 4 s, retry period 1 s). A CPU job runs under the leader;
+the leader is SIGKILLed at the moment the job's deadline is patched earlier. The standby
+must answer the patch (``status.deadline`` shows the new deadline) within the Lease duration
+plus two periods, adopt the running trainer (no pod created, no step lost), never resize
+while the leader acted (and the leader never after it died), and finish on time.
+
+``alone``: it kills operators, and its timing bound needs the node's cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from decor.control import SpeedFit
+from test_operator import (  # noqa: F401 - fixtures used by name
+    DEVIATION_BOUND_PERCENT,
+    OperatorProcess,
+    create_job,
+    crd,
+    delete_jobs,
+    get_job,
+    job_events,
+    job_manifest,
+    job_status,
+    report,
+    rfc3339,
+    trainer_pods,
+    trainer_restarts,
+    wait_succeeded,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
+
+LEASE_S, RENEW_S, RETRY_S = 6.0, 4.0, 1.0
+PERIOD_S = 1.0  # the job's control period
+FAILOVER_BOUND_S = LEASE_S + 2 * max(PERIOD_S, RETRY_S)
+LEASE_NAME = "decor-operator"
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _election_env(namespace: str, identity: str) -> dict[str, str]:
+    return {
+        "DECOR_LEADER_ELECTION": "true",
+        "DECOR_LEADER_LEASE_NAME": LEASE_NAME,
+        "DECOR_LEADER_LEASE_NAMESPACE": namespace,
+        "DECOR_LEADER_IDENTITY": identity,
+        "DECOR_LEASE_DURATION_SECONDS": str(LEASE_S),
+        "DECOR_RENEW_DEADLINE_SECONDS": str(RENEW_S),
+        "DECOR_RETRY_PERIOD_SECONDS": str(RETRY_S),
+    }
+
+
+def _sample(process: OperatorProcess, name: str) -> float | None:
+    try:
+        return process.metrics().get(name)
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def replicas(
+    kube: Any, namespace: str, crd: None, tmp_path: Path
+) -> Iterator[dict[str, OperatorProcess]]:
+    """Two operators for the namespace, ``a`` started first (it leads), then ``b``."""
+    processes = {
+        n: OperatorProcess(kube.kubeconfig, namespace, tmp_path / f"{n}.log") for n in "ab"
+    }
+    for name, process in processes.items():
+        process.env = _election_env(namespace, name)
+    try:
+        processes["a"].start()
+        kube.wait_for(
+            lambda: _sample(processes["a"], "decor_operator_leader") == 1.0, 60, "a to lead"
+        )
+        processes["b"].start()
+        kube.wait_for(
+            lambda: _sample(processes["b"], "decor_operator_leader") == 0.0, 60, "b standing by"
+        )
+        yield processes
+    finally:
+        delete_jobs(kube, namespace)  # no finalizer: no operator is needed for this
+        for name, process in processes.items():
+            process.stop()
+            print(f"\n----- operator {name} log (tail) -----\n{process.log_text()[-12000:]}")
+
+
+def _resize_times(process: OperatorProcess, job: str) -> list[float]:
+    """Wall-clock times (epoch s) of the resizes this operator issued (its log's Resized)."""
+    times = []
+    for line in process.log_text().splitlines():
+        match = LOG_TIME.match(line)
+        if match and f"/{job}: Resized " in line:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            times.append(stamp.astimezone().timestamp())  # the log's local time
+    return times
+
+
+def _earlier_deadline(status: dict[str, Any]) -> str:
+    """A deadline that needs about 0.8 core by the speed seen so far (feasible at 1.5)."""
+    coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
+    assert coefficients is not None, status["controller"]
+    a, b = coefficients
+    remaining = status["stepsTotal"] - status["stepsDone"]
+    needed_s = max(25.0, remaining * (a / 0.8 + b))
+    return rfc3339(datetime.now(UTC) + timedelta(seconds=needed_s))
+
+
+def test_the_standby_takes_over_within_a_lease_and_two_periods(
+    kube: Any, namespace: str, replicas: dict[str, OperatorProcess], trainer_image: str
+) -> None:
+    name = "failover"
+    create_job(kube, namespace, job_manifest(name, trainer_image, duration="90s"))
+
+    def throttled() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, name)
+        decisions = (status.get("controller") or {}).get("decisions", 0)
+        return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
+
+    before = kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+    (pod_before,) = trainer_pods(kube, namespace, name)
+    new_deadline = _earlier_deadline(before)
+    # The leader dies at the moment the deadline moves.
+    killed_at = time.time()
+    started = time.monotonic()
+    replicas["a"].kill()
+    kube.kubectl("-n", namespace, "patch", "dtj", name, "--type", "merge",
+                 "-p", json.dumps({"spec": {"deadline": new_deadline}}))  # fmt: skip
+
+    def answered() -> bool:
+        return job_status(kube, namespace, name).get("deadline") == new_deadline
+
+    kube.wait_for(answered, 30, "the new leader to answer the moved deadline", interval=0.1)
+    failover_s = time.monotonic() - started
+    print(f"\n[e2e failover] the standby answered the patch {failover_s:.2f} s after the kill "
+          f"(bound {FAILOVER_BOUND_S:.0f} s: Lease {LEASE_S:.0f} s + 2 periods)")  # fmt: skip
+    assert failover_s <= FAILOVER_BOUND_S
+    assert _sample(replicas["b"], "decor_operator_leader") == 1.0
+    assert _sample(replicas["b"], "decor_operator_leader_takeovers_total") == 1.0
+    lease = kube.kubectl("-n", namespace, "get", "lease", LEASE_NAME, "-o", "json")
+    assert json.loads(lease)["spec"]["holderIdentity"] == "b"
+    assert json.loads(lease)["spec"]["leaseTransitions"] == 1
+
+    final = wait_succeeded(kube, namespace, name, timeout=180)
+    report(name, final, failover_s=round(failover_s, 2))
+    # No step lost: the running trainer was adopted, never restarted or recreated.
+    (pod_after,) = trainer_pods(kube, namespace, name)
+    assert pod_after.metadata.uid == pod_before.metadata.uid
+    assert trainer_restarts(pod_after) == 0
+    assert final["podsCreated"] == 1
+    assert final["stepsDone"] == final["stepsTotal"]
+    assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
+    # No resize issued twice: each replica resized only while it acted, and the resizes
+    # both logged are exactly those the job counts (one Event each).
+    by_a, by_b = _resize_times(replicas["a"], name), _resize_times(replicas["b"], name)
+    assert by_a and all(t <= killed_at for t in by_a), (by_a, killed_at)
+    assert all(t > killed_at for t in by_b), (by_b, killed_at)
+    assert len(by_a) + len(by_b) == final["resizes"]
+    resized = [m for _t, r, m in job_events(kube, namespace, name) if r == "Resized"]
+    assert len(resized) == final["resizes"]
+    assert _sample(replicas["b"], 'decor_operator_actuations_total{kind="resize"}') == len(by_b)
+    # The operator keeps no finalizer: deleting a job needs no replica at all.
+    assert not get_job(kube, namespace, name)["metadata"].get("finalizers")
