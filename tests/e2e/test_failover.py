@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 from decor.control import SpeedFit
-from test_operator import (  # noqa: F401 - fixtures used by name
+from test_operator import (  # noqa: F401, F811 - fixtures used by name
     DEVIATION_BOUND_PERCENT,
     OperatorProcess,
-    create_job,
     crd,
+    create_job,
     delete_jobs,
     get_job,
     job_events,
@@ -69,7 +69,10 @@ def _sample(process: OperatorProcess, name: str) -> float | None:
 
 @pytest.fixture
 def replicas(
-    kube: Any, namespace: str, crd: None, tmp_path: Path
+    kube: Any,
+    namespace: str,
+    crd: None,  # noqa: F811 - the fixture, by name
+    tmp_path: Path,
 ) -> Iterator[dict[str, OperatorProcess]]:
     """Two operators for the namespace, ``a`` started first (it leads), then ``b``."""
     processes = {
