@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from decor.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
+    CPU_MAX_CORES,
     DEVIATION_BOUND_PERCENT,
     OperatorProcess,
     crd,
@@ -109,12 +110,12 @@ def _resize_times(process: OperatorProcess, job: str) -> list[float]:
 
 
 def _earlier_deadline(status: dict[str, Any]) -> str:
-    """A deadline that needs about 0.8 core by the speed seen so far (feasible at 1.5)."""
+    """A deadline that needs about 85 % of CPU_MAX by the speed seen so far (feasible)."""
     coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
     assert coefficients is not None, status["controller"]
     a, b = coefficients
     remaining = status["stepsTotal"] - status["stepsDone"]
-    needed_s = max(25.0, remaining * (a / 0.8 + b))
+    needed_s = max(25.0, remaining * (a / (0.85 * CPU_MAX_CORES) + b))
     return rfc3339(datetime.now(UTC) + timedelta(seconds=needed_s))
 
 
@@ -122,7 +123,8 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
     kube: Any, namespace: str, replicas: dict[str, OperatorProcess], trainer_image: str
 ) -> None:
     name = "failover"
-    create_job(kube, namespace, job_manifest(name, trainer_image, duration="90s"))
+    deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=90))
+    create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
 
     def throttled() -> dict[str, Any] | None:
         status = job_status(kube, namespace, name)
