@@ -1,11 +1,14 @@
-"""End to end: two operator replicas, one acting, and a fail-over under a deadline patch.
+"""End to end: two operator replicas, one acting, fail-overs under one running job.
 
 Two ``decor operator`` processes serve one namespace with leader election on and short
-timings (Lease 6 s, renew deadline 4 s, retry period 1 s). A CPU job runs under the leader;
-the leader is SIGKILLed at the moment the job's deadline is patched earlier. The standby
-must answer the patch (``status.deadline`` shows the new deadline) within the Lease duration
-plus two periods, adopt the running trainer (no pod created, no step lost), never resize
-while the leader acted (and the leader never after it died), and finish on time.
+timings (Lease 6 s, renew deadline 4 s, retry period 1 s). A CPU job runs under the leader
+``a``; ``a`` is SIGKILLed at the moment the job's deadline is patched earlier. The standby
+``b`` must answer the patch (``status.deadline`` shows the new deadline) within the Lease
+duration plus two periods and adopt the running trainer (no pod created, no step lost).
+Then ``a`` comes back as a standby and ``b`` is frozen (SIGSTOP: a long pause, a frozen
+VM): ``a`` takes over when ``b``'s Lease expires, and ``b``, thawed, must write nothing (its
+fence closed while it was frozen) and stand by. No resize is issued by a replica that does
+not act, the resizes both logged are those the job counts, and the job finishes on time.
 
 ``alone``: it kills operators, and its timing bound needs the node's cores.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -155,8 +159,26 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
     assert json.loads(lease)["spec"]["holderIdentity"] == "b"
     assert json.loads(lease)["spec"]["leaseTransitions"] == 1
 
+    # Fencing: a back as a standby, b frozen past its Lease; b, thawed, must not act.
+    replicas["a"].start()
+    kube.wait_for(lambda: _sample(replicas["a"], "decor_operator_leader") == 0.0, 60, "a back")
+    frozen = replicas["b"].process
+    assert frozen is not None
+    frozen_at, frozen_started = time.time(), time.monotonic()
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        kube.wait_for(lambda: _sample(replicas["a"], "decor_operator_leader") == 1.0,
+                      30, "a to take over from the frozen b", interval=0.1)  # fmt: skip
+        takeover_s = time.monotonic() - frozen_started
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    print(f"[e2e failover] a took over {takeover_s:.2f} s after b froze")
+    assert takeover_s <= FAILOVER_BOUND_S
+    kube.wait_for(lambda: _sample(replicas["b"], "decor_operator_leader") == 0.0, 10, "b stands by")
+    assert _sample(replicas["a"], "decor_operator_leader_takeovers_total") == 1.0  # its 2nd run
+
     final = wait_succeeded(kube, namespace, name, timeout=180)
-    report(name, final, failover_s=round(failover_s, 2))
+    report(name, final, failover_s=round(failover_s, 2), takeover_s=round(takeover_s, 2))
     # No step lost: the running trainer was adopted, never restarted or recreated.
     (pod_after,) = trainer_pods(kube, namespace, name)
     assert pod_after.metadata.uid == pod_before.metadata.uid
@@ -164,14 +186,15 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
     assert final["podsCreated"] == 1
     assert final["stepsDone"] == final["stepsTotal"]
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
-    # No resize issued twice: each replica resized only while it acted, and the resizes
-    # both logged are exactly those the job counts (one Event each).
+    # No resize issued twice: each replica resized only while it acted (b never after it
+    # froze), and the resizes both logged are exactly those the job counts (one Event each).
     by_a, by_b = _resize_times(replicas["a"], name), _resize_times(replicas["b"], name)
-    assert by_a and all(t <= killed_at for t in by_a), (by_a, killed_at)
-    assert all(t > killed_at for t in by_b), (by_b, killed_at)
+    assert by_a and all(t <= killed_at or t > frozen_at for t in by_a), (by_a, killed_at)
+    assert all(killed_at < t <= frozen_at for t in by_b), (by_b, killed_at, frozen_at)
     assert len(by_a) + len(by_b) == final["resizes"]
     resized = [m for _t, r, m in job_events(kube, namespace, name) if r == "Resized"]
     assert len(resized) == final["resizes"]
     assert _sample(replicas["b"], 'decor_operator_actuations_total{kind="resize"}') == len(by_b)
+    assert "stopped acting" in replicas["b"].log_text()
     # The operator keeps no finalizer: deleting a job needs no replica at all.
     assert not get_job(kube, namespace, name)["metadata"].get("finalizers")
