@@ -9,6 +9,7 @@ Then ``a`` comes back as a standby and ``b`` is frozen (SIGSTOP: a long pause, a
 VM): ``a`` takes over when ``b``'s Lease expires, and ``b``, thawed, must write nothing (its
 fence closed while it was frozen) and stand by. No resize is issued by a replica that does
 not act, the resizes both logged are those the job counts, and the job finishes on time.
+Last, ``a`` stops cleanly and releases the Lease: ``b`` takes it within a retry period.
 
 ``alone``: it kills operators, and its timing bound needs the node's cores.
 """
@@ -198,3 +199,10 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
     assert "stopped acting" in replicas["b"].log_text()
     # The operator keeps no finalizer: deleting a job needs no replica at all.
     assert not get_job(kube, namespace, name)["metadata"].get("finalizers")
+    # A clean stop (SIGINT) releases the Lease: the standby takes it at its next look.
+    stopped = time.monotonic()
+    replicas["a"].stop()
+    kube.wait_for(lambda: _sample(replicas["b"], "decor_operator_leader") == 1.0,
+                  RETRY_S + 2.0, "b to take the released Lease", interval=0.1)  # fmt: skip
+    print(f"[e2e failover] b took the released Lease {time.monotonic() - stopped:.2f} s "
+          "after a was asked to stop")  # fmt: skip
