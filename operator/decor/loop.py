@@ -139,6 +139,7 @@ class ControlLoop:
             for key in self.controllers:
                 self.metrics.job_phase(key, None)
             self.controllers.clear()
+            self.metrics.jobs_total.set(0)  # a standby counts none: sums over replicas hold
             self._term = term
         return term is not None
 
