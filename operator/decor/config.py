@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decor import metrics, planner
+from decor import leader, metrics, planner
 from decor.policy import CheckpointStorage, TemplatePolicy
 
 ENV_PROMETHEUS_URL = "DECOR_PROMETHEUS_URL"
@@ -55,8 +55,25 @@ ENV_MAX_POD_FAILURES = "DECOR_MAX_POD_FAILURES"
 """Trainer crashes, or pods lost, a job survives before it is Failed (default 5)."""
 ENV_MIN_PERIOD_S = "DECOR_MIN_PERIOD_SECONDS"
 """The shortest control period any job runs at (the admin's floor over spec.control)."""
+ENV_LEADER_ELECTION = "DECOR_LEADER_ELECTION"
+"""``true``: several replicas elect one that acts, through a Lease (the chart's default);
+unset or ``false`` (the default of ``decor operator`` run by hand): this replica always acts."""
+ENV_LEADER_LEASE_NAME = "DECOR_LEADER_LEASE_NAME"
+"""Name of the coordination.k8s.io Lease the replicas elect through (default decor-operator)."""
+ENV_LEADER_LEASE_NAMESPACE = "DECOR_LEADER_LEASE_NAMESPACE"
+"""Namespace of that Lease: the operator's own (the chart sets it from the downward API);
+unset: the namespace served, else ``default``."""
+ENV_LEADER_IDENTITY = "DECOR_LEADER_IDENTITY"
+"""This replica's name in the Lease (the chart: the pod's name); unset: HOSTNAME-PID."""
+ENV_LEASE_DURATION_S = "DECOR_LEASE_DURATION_SECONDS"
+"""How long a standby waits after the Lease last changed before taking it (default 15)."""
+ENV_RENEW_DEADLINE_S = "DECOR_RENEW_DEADLINE_SECONDS"
+"""How long the leader acts after its last renewal was sent (default 10; < lease duration)."""
+ENV_RETRY_PERIOD_S = "DECOR_RETRY_PERIOD_SECONDS"
+"""Time between two looks at the Lease, renewals included (default 2; < renew deadline)."""
 
 DEFAULT_OPERATOR_METRICS_PORT = 8080
+DEFAULT_LEASE_NAME = "decor-operator"
 DEFAULT_MIN_PERIOD_S = 1.0
 READ_TIMEOUT_S = 2.0
 """Total time one progress read may take (a Prometheus query or one trainer's /metrics)."""
@@ -137,6 +154,11 @@ class OperatorConfig:
     read_wait_s: float = metrics.READ_WAIT_S
     scrape_workers: int = SCRAPE_WORKERS
     commit_workers: int = COMMIT_WORKERS
+    leader_election: bool = False
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_namespace: str | None = None
+    leader_identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    lease_timings: leader.LeaseTimings = field(default_factory=leader.LeaseTimings)
 
     def __post_init__(self) -> None:
         if self.planner_policy not in planner.POLICIES:
@@ -156,7 +178,7 @@ class OperatorConfig:
             "checkpoint_storage": CheckpointStorage.from_env(env),
             "template_policy": TemplatePolicy.from_env(env),
             "scrape_via": env.get(ENV_SCRAPE_VIA) or SCRAPE_DIRECT,
-            "watch_nodes": (env.get(ENV_WATCH_NODES) or "true").lower() not in ("0", "false", "no"),
+            "watch_nodes": _flag(env.get(ENV_WATCH_NODES), default=True),
             "planner_policy": env.get(ENV_PLANNER_POLICY) or planner.POLICY_DECOR,
             "lost_deadline": env.get(ENV_LOST_DEADLINE) or planner.LOST_BEST_EFFORT,
             "min_period_s": float(env.get(ENV_MIN_PERIOD_S) or DEFAULT_MIN_PERIOD_S),
@@ -165,6 +187,23 @@ class OperatorConfig:
                 env.get(ENV_UNSCHEDULABLE_WAIT_S) or UNSCHEDULABLE_WAIT_S
             ),
             "max_pod_failures": int(env.get(ENV_MAX_POD_FAILURES) or MAX_POD_FAILURES),
+            "leader_election": _flag(env.get(ENV_LEADER_ELECTION), default=False),
+            "lease_name": env.get(ENV_LEADER_LEASE_NAME) or DEFAULT_LEASE_NAME,
+            "lease_namespace": env.get(ENV_LEADER_LEASE_NAMESPACE) or None,
+            "lease_timings": leader.LeaseTimings(
+                lease_duration_s=float(env.get(ENV_LEASE_DURATION_S) or leader.LEASE_DURATION_S),
+                renew_deadline_s=float(env.get(ENV_RENEW_DEADLINE_S) or leader.RENEW_DEADLINE_S),
+                retry_period_s=float(env.get(ENV_RETRY_PERIOD_S) or leader.RETRY_PERIOD_S),
+            ),
         }
+        if env.get(ENV_LEADER_IDENTITY):
+            values["leader_identity"] = env[ENV_LEADER_IDENTITY]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _flag(text: str | None, *, default: bool) -> bool:
+    """An on/off setting: 0, false, no, off are off; 1, true, yes, on are on; unset: default."""
+    if not text:
+        return default
+    return text.strip().lower() not in ("0", "false", "no", "off")

@@ -12,6 +12,13 @@ Where status goes, on purpose: the loop writes ``status`` itself through the sta
 subresource (every field is declared in the CRD); handlers return None, so kopf writes no
 ``status.<handler_id>``; kopf's own bookkeeping goes to ``decor.dev/`` annotations.
 
+Several replicas: with leader election on (``DECOR_LEADER_ELECTION``), every replica runs
+kopf and its watches (kopf runs standalone: its own peering would pause the standby's
+watches), and only the replica that holds the Lease runs control periods and writes
+(:mod:`decor.election`). The handlers themselves write nothing and the operator keeps no
+finalizer on jobs, so a job's deletion needs no replica at all (its pods and claims are
+owned by it: the garbage collector removes them).
+
 Configuration lives in :mod:`decor.config`, the operator's own metrics in
 :mod:`decor.operator_metrics`; this module is the only one that imports kopf, and only the
 entry point (``decor operator``) imports it.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -36,6 +44,7 @@ from decor.config import (
     DEFAULT_OPERATOR_METRICS_PORT,
     ENV_HEALTH_ADDRESS,
     ENV_HEALTH_PORT,
+    ENV_LEADER_LEASE_NAMESPACE,
     ENV_LOG_LEVEL,
     ENV_METRICS_ADDRESS,
     ENV_METRICS_PORT,
@@ -44,6 +53,7 @@ from decor.config import (
     watch_namespaces,
 )
 from decor.crd_revision import REFUSE, WARN, crd_unreadable, judge_crd
+from decor.election import LeaderElection
 from decor.kube import Kube, KubeError
 from decor.loop import IDLE_PERIOD_S, ControlLoop
 from decor.operator_metrics import OperatorMetrics
@@ -66,13 +76,52 @@ class Runtime:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     specs_seen: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+    election: LeaderElection | None = None
+    io_loop: asyncio.AbstractEventLoop | None = None
+    period_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a control period runs (in a worker thread that outlives a cancel)."""
 
     def __post_init__(self) -> None:
+        if self.config.leader_election:
+            self.election = LeaderElection(
+                self.kube,
+                self.config.lease_namespace or "default",
+                self.config.lease_name,
+                self.config.leader_identity,
+                self.config.lease_timings,
+                self.metrics,
+                on_acting=self._wake_from_thread,
+            )
+            self.kube.may_write = self.election.acting
+        else:
+            self.metrics.leader.set(1.0)
         self.loop = ControlLoop(
-            self.view, kube=self.kube, config=self.config, operator_metrics=self.metrics
+            self.view,
+            kube=self.kube,
+            config=self.config,
+            operator_metrics=self.metrics,
+            acting_term=self.election.term if self.election is not None else None,
         )
         if self.config.watch_nodes:
             self.watch = ClusterWatch(self.view, self.kube.api_client)
+
+    def run_period(self) -> float:
+        """One control period (in a worker thread); see :meth:`ControlLoop.run_period`."""
+        with self.period_lock:
+            return self.loop.run_period()
+
+    def release_lease(self) -> None:
+        """Free the leader's Lease once no period is in flight any more (shutdown)."""
+        if self.election is None:
+            return
+        if self.period_lock.acquire(timeout=self.kube.timeout_s):
+            self.period_lock.release()
+        self.election.release()
+
+    def _wake_from_thread(self) -> None:
+        """Wake the control loop from another thread (this replica has just begun to act)."""
+        if self.io_loop is not None:
+            self.io_loop.call_soon_threadsafe(self.wake.set)
 
 
 _runtime: Runtime | None = None
@@ -132,17 +181,30 @@ async def dtj_operator_startup(settings: kopf.OperatorSettings, **_: Any) -> Non
     )
     if current.watch is not None:
         current.watch.start()
+    current.io_loop = asyncio.get_running_loop()
+    if current.election is not None:
+        log.info(
+            "leader election: %s, Lease %s/%s",
+            current.config.leader_identity,
+            current.config.lease_namespace,
+            current.config.lease_name,
+        )
+        current.election.start()
     current.task = asyncio.create_task(_run_loop(current))
 
 
 @kopf.on.cleanup()
 async def dtj_operator_cleanup(**_: Any) -> None:
     current = runtime()
+    io_loop = asyncio.get_running_loop()
+    if current.election is not None:  # first the fence: no write is sent from now on
+        await io_loop.run_in_executor(None, current.election.stop)
     if current.watch is not None:
         current.watch.stop()
     if current.task is not None:
         current.task.cancel()
         await asyncio.gather(current.task, return_exceptions=True)
+    await io_loop.run_in_executor(None, current.release_lease)
     current.loop.close()
 
 
@@ -152,7 +214,7 @@ async def _run_loop(current: Runtime) -> None:
     loop = asyncio.get_running_loop()
     while True:
         try:
-            wait_s = await loop.run_in_executor(None, current.loop.run_period)
+            wait_s = await loop.run_in_executor(None, current.run_period)
         except Exception:  # noqa: BLE001 - the loop must survive anything
             log.exception("control period failed")
             current.metrics.reconcile_errors.inc()
@@ -281,6 +343,8 @@ def run_operator(
     if not check_crd_revision(kube):
         raise SystemExit(1)
     log.info("serving %s", ", ".join(served) if served else "all namespaces")
+    if not os.environ.get(ENV_LEADER_LEASE_NAMESPACE):  # (the chart sets it: its own namespace)
+        config = dataclasses.replace(config, lease_namespace=served[0] if served else "default")
     registry = CollectorRegistry()
     set_runtime(Runtime(config=config, kube=kube, metrics=OperatorMetrics(registry)))
     if not config.watch_nodes:

@@ -9,13 +9,17 @@ them in a thread.
 Errors: a missing object is None / False, never an exception; anything else raises
 ``KubeError`` (with the API's status code and message), except Events, which are best
 effort and only logged.
+
+Fencing: with several replicas, only the leader writes. ``may_write`` (set by the leader
+election, :mod:`decor.election`) is asked before every write to the cluster; when it says no,
+the write is not sent and :class:`Fenced` is raised. The Lease itself is written regardless.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from decor.build import build_resize_patch
@@ -38,10 +42,25 @@ class KubeError(RuntimeError):
         self.message = message
 
 
+class Fenced(KubeError):
+    """A write refused before it was sent: this replica does not hold the leader's Lease."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what, 0, "not sent: this replica is not the acting leader")
+
+
 def _api_exception() -> type[Exception]:
     from kubernetes.client.exceptions import ApiException
 
     return ApiException
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What a request raises when it never got an answer: connection refused or reset, a
+    timeout (urllib3 wraps those in MaxRetryError, which is no OSError), a bad payload."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, ValueError, HTTPError)
 
 
 def _error_message(exc: Exception) -> tuple[int, str]:
@@ -65,7 +84,10 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
         self.timeout_s = timeout_s
+        self.may_write: Callable[[], bool] | None = None
+        """Asked before each write to the cluster (None: always allowed; one replica)."""
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> Kube:
@@ -93,8 +115,24 @@ class Kube:
         result = json.loads(data) if data else {}
         return result if isinstance(result, dict) else {}
 
-    def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
-        """Call ``fn`` returning the raw JSON dict; None for 404 when ``missing_ok``."""
+    def _fence(self, what: str) -> None:
+        """Raise :class:`Fenced` unless this replica may write now."""
+        if self.may_write is not None and not self.may_write():
+            raise Fenced(what)
+
+    def _call(
+        self,
+        what: str,
+        fn: Any,
+        *args: Any,
+        missing_ok: bool = False,
+        write: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Call ``fn`` returning the raw JSON dict; None for 404 when ``missing_ok``.
+        ``write``: a write to the cluster, sent only while the fence allows it."""
+        if write:
+            self._fence(what)
         try:
             response = fn(*args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs)
         except _api_exception() as exc:
@@ -102,7 +140,7 @@ class Kube:
             if missing_ok and status == 404:
                 return None
             raise KubeError(what, status, message) from exc
-        except (OSError, ValueError) as exc:  # connection refused, timeouts, bad payloads
+        except _transport_errors() as exc:
             raise KubeError(what, 0, str(exc)) from exc
         return self._json(response)
 
@@ -121,6 +159,7 @@ class Kube:
             {"status": dict(status)},
             _content_type=MERGE_PATCH,
             missing_ok=True,
+            write=True,
         )
         return result is not None
 
@@ -134,6 +173,7 @@ class Kube:
             self.core.create_namespaced_pod,
             namespace,
             dict(body),
+            write=True,
         )
 
     def delete_pod(self, namespace: str, name: str, grace_period_s: int | None = None) -> bool:
@@ -148,6 +188,7 @@ class Kube:
             namespace,
             missing_ok=True,
             **kwargs,
+            write=True,
         )
         return result is not None
 
@@ -164,7 +205,13 @@ class Kube:
         resize = getattr(self.core, "patch_namespaced_pod_resize", None)
         if resize is not None:
             return self._call(
-                what, resize, name, namespace, patch, _content_type=STRATEGIC_MERGE_PATCH
+                what,
+                resize,
+                name,
+                namespace,
+                patch,
+                _content_type=STRATEGIC_MERGE_PATCH,
+                write=True,
             )
         return self._raw_resize(what, namespace, name, patch)  # pragma: no cover (old clients)
 
@@ -172,6 +219,7 @@ class Kube:
         self, what: str, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any]:
         """PATCH /api/v1/namespaces/NS/pods/NAME/resize for clients without the method."""
+        self._fence(what)
         try:
             response = self.api_client.call_api(
                 f"/api/v1/namespaces/{namespace}/pods/{name}/resize",
@@ -203,7 +251,7 @@ class Kube:
             )
         except _api_exception() as exc:
             raise KubeError(what, *_error_message(exc)) from exc
-        except (OSError, ValueError) as exc:
+        except _transport_errors() as exc:
             raise KubeError(what, 0, str(exc)) from exc
         data = getattr(response, "data", None)
         if data is None and hasattr(response, "read"):
@@ -225,6 +273,7 @@ class Kube:
                 self.core.create_namespaced_persistent_volume_claim,
                 namespace,
                 dict(body),
+                write=True,
             )
         except KubeError as exc:
             if exc.status == 409:
@@ -254,6 +303,7 @@ class Kube:
                 self.core.create_namespaced_service,
                 namespace,
                 dict(body),
+                write=True,
             )
         except KubeError as exc:
             if exc.status != 409:
@@ -284,6 +334,41 @@ class Kube:
         )
         return dict(result) if result is not None else None
 
+    # --- the leader's Lease (never fenced: it is how a replica becomes the leader) ----------
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The coordination.k8s.io/v1 Lease, or None when there is none."""
+        result = self._call(
+            f"get lease {namespace}/{name}",
+            self.coordination.read_namespaced_lease,
+            name,
+            namespace,
+            missing_ok=True,
+        )
+        return dict(result) if result is not None else None
+
+    def create_lease(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease; raises KubeError (409 when another replica created it first)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        return self._call(
+            f"create lease {namespace}/{name}",
+            self.coordination.create_namespaced_lease,
+            namespace,
+            dict(body),
+        )
+
+    def replace_lease(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the Lease, on condition of ``metadata.resourceVersion`` (compare-and-swap);
+        raises KubeError, 409 when it changed since it was read."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        return self._call(
+            f"replace lease {namespace}/{name}",
+            self.coordination.replace_namespaced_lease,
+            name,
+            namespace,
+            dict(body),
+        )
+
     # --- events -------------------------------------------------------------------------------
 
     def post_event(self, body: Mapping[str, Any]) -> None:
@@ -295,6 +380,7 @@ class Kube:
                 self.core.create_namespaced_event,
                 namespace,
                 dict(body),
+                write=True,
             )
         except KubeError as exc:
             log.warning("could not post event %s: %s", body.get("reason"), exc)

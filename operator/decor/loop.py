@@ -18,6 +18,11 @@ minimum) has passed, or at once when its spec changed (a deadline patch wakes th
 job whose spec changed runs first and alone, ahead of the other due jobs. A period runs at
 most :data:`PERIOD_JOBS` due jobs, the longest overdue first, so that it stays short (and a
 patch's wait for the period in progress with it) however many jobs are due.
+
+With several replicas (leader election, :mod:`decor.election`), only the acting one runs
+periods; a standby keeps its views warm and runs none. Each time this replica begins to act
+(a new term) it forgets its job controllers, so that every job is reloaded from the status
+the previous leader wrote and is due at once.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ from decor.views import (
 
 log = logging.getLogger("decor.operator")
 
+ActingTerm = Callable[[], int | None]
+"""The leader election's current term while this replica acts, else None (a standby)."""
+
 ProgressReader = Callable[[Snapshot, list[Key]], Mapping[metrics.PodKey, metrics.ProgressRead]]
 """Step 2: every running trainer pod's progress (or why there is none) for the due jobs."""
 
@@ -73,8 +81,10 @@ class ControlLoop:
         operator_metrics: OperatorMetrics,
         clock: Callable[[], float] = time.time,
         read_progress: ProgressReader | None = None,
+        acting_term: ActingTerm | None = None,
     ) -> None:
-        """``read_progress``: replaces step 2's reads (a simulated trainer fleet, tests)."""
+        """``read_progress``: replaces step 2's reads (a simulated trainer fleet, tests);
+        ``acting_term``: the leader election's term (None: this replica always acts)."""
         self.view = view
         self.read_progress = read_progress
         self.kube = kube
@@ -88,6 +98,8 @@ class ControlLoop:
         self._woken: set[Key] = set()
         self._woken_lock = threading.Lock()
         self._scraper: metrics.Scraper | None = None
+        self.acting_term = acting_term
+        self._term: int | None = None
 
     def close(self) -> None:
         """Stop the background reads (the operator is shutting down)."""
@@ -103,7 +115,9 @@ class ControlLoop:
 
     def run_period(self) -> float:
         """Run the due jobs through one period. Returns seconds until the next job is due
-        (0 when more are due than one period runs)."""
+        (0 when more are due than one period runs); a standby runs none."""
+        if not self._acting():
+            return IDLE_PERIOD_S
         now = self.clock()
         # The woken set before the snapshot: a spec change is in the view before its wake
         # (handlers.dtj_event), so a wake taken here is one whose change the snapshot holds;
@@ -123,6 +137,21 @@ class ControlLoop:
         self.metrics.jobs_total.set(len(self.controllers))
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
+
+    def _acting(self) -> bool:
+        """Whether this replica acts this period; a change of term forgets every job's
+        controller (what it remembered may be older than what another leader wrote)."""
+        if self.acting_term is None:
+            return True
+        term = self.acting_term()
+        if term != self._term:
+            log.info("control loop: %s", "standing by" if term is None else f"acting (term {term})")
+            for key in self.controllers:
+                self.metrics.job_phase(key, None)
+            self.controllers.clear()
+            self.metrics.jobs_total.set(0)  # a standby counts none: sums over replicas hold
+            self._term = term
+        return term is not None
 
     def _take_woken(self) -> set[Key]:
         with self._woken_lock:

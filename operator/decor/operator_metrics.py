@@ -3,7 +3,8 @@
 ``decor_operator_actuations_total`` {kind}, ``decor_operator_reconcile_errors_total``,
 ``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
 ``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
-``decor_operator_plan_duration_seconds``.
+``decor_operator_plan_duration_seconds``, ``decor_operator_leader``,
+``decor_operator_leader_takeovers_total``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,18 @@ class OperatorMetrics:
         self.jobs_total = Gauge(
             vocabulary.METRIC_JOBS_TRACKED,
             "DeadlineTrainingJobs in the operator's view (any phase).",
+            registry=registry,
+        )
+        self.leader = Gauge(
+            vocabulary.METRIC_LEADER,
+            "1 while this replica is the one that acts (holds the leader Lease within its "
+            "renew deadline, or runs without leader election), else 0 (a standby).",
+            registry=registry,
+        )
+        self.leader_takeovers = Counter(
+            vocabulary.METRIC_LEADER_TAKEOVERS,
+            "Times this replica began to act: it created the leader Lease or took it over "
+            "(free, released, expired, or its own after its renewals lapsed).",
             registry=registry,
         )
         for kind in vocabulary.ACTUATIONS:

@@ -347,6 +347,8 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.prometheus_url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+        """More environment for the operator (e.g. leader election's settings)."""
 
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None
@@ -1144,6 +1146,8 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
          "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
          "--set", f"image.pullPolicy={pull_policy}", *registry_values,
          "--set", "logLevel=DEBUG",
+         # one operator pod (the lane's CPU share; two replicas: test_failover.py)
+         "--set", "replicaCount=1", "--set", "leaderElection.enabled=false",
          # the test bed has no volume provisioner (test_policy.py covers claims)
          "--set", "trainer.checkpoint.volume=hostPath"],
         check=True, capture_output=True, text=True, timeout=120,

@@ -553,7 +553,10 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             [*base, "get", "manifest", "decor"], check=True, capture_output=True, text=True
         ).stdout
         kinds = sorted(d["kind"] for d in yaml.safe_load_all(manifest) if d)
-        assert kinds == ["Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"]
+        # the operator's Role in the namespace it serves, and leader election's on its Lease
+        assert kinds == [
+            "Deployment", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount"
+        ]  # fmt: skip
         account = f"system:serviceaccount:{namespace}:decor"
 
         def can_i(*args: str) -> bool:
@@ -575,6 +578,9 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             ("get", "persistentvolumeclaims", *ns),
             ("create", "services", *ns),
             ("get", "services", *ns),
+            ("create", "leases.coordination.k8s.io", *ns),  # leader election
+            ("get", "leases.coordination.k8s.io/decor", *ns),
+            ("update", "leases.coordination.k8s.io/decor", *ns),
         ]
         denied = [
             ("delete", "services", *ns),
@@ -597,6 +603,10 @@ def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
             ("create", "serviceaccounts", "--subresource=token", *ns),
             ("create", "rolebindings.rbac.authorization.k8s.io", *ns),
             ("create", "deployments.apps", *ns),
+            ("get", "leases.coordination.k8s.io/another", *ns),  # only its own Lease
+            ("update", "leases.coordination.k8s.io/another", *ns),
+            ("delete", "leases.coordination.k8s.io/decor", *ns),
+            ("list", "leases.coordination.k8s.io", *ns),
             ("list", "pods", "-n", "default"),
             ("list", "deadlinetrainingjobs.decor.dev", "-n", "default"),
             ("list", "nodes"),

@@ -155,7 +155,10 @@ def test_default_render_is_clusterwide(helm: str) -> None:
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",  # the leader election's Lease
+        "RoleBinding",
         "Deployment",
+        "PodDisruptionBudget",
         "Service",
     }
     deployment = objects["Deployment"]
@@ -163,7 +166,7 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     (container,) = pod["containers"]
     assert container["image"] == "localhost/decor/operator:0.1.0"
     assert container["command"] == ["decor", "operator"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = container_env(container)
     assert env["DECOR_WATCH_NAMESPACES"] == ""
     assert env["DECOR_PROMETHEUS_URL"] == ""
     assert env["DECOR_METRICS_PORT"] == "8080"
@@ -171,8 +174,8 @@ def test_default_render_is_clusterwide(helm: str) -> None:
     # the one image DECOR runs as root (hostPath checkpoints) is the operator's own
     assert env["DECOR_OPERATOR_IMAGE"] == container["image"]
     assert pod["serviceAccountName"] == "decor"
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert deployment["spec"]["replicas"] == 2  # one acts, one stands by
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     binding = objects["ClusterRoleBinding"]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "decor", "namespace": "decor-system"}
@@ -231,10 +234,12 @@ def test_namespaced_install_has_nothing_cluster_scoped(helm: str) -> None:
     documents = render(helm, "watchNamespaces={ml,ml-dev}")
     kinds = sorted(d["kind"] for d in documents)
     assert kinds == [
-        "Deployment", "Role", "Role", "RoleBinding", "RoleBinding", "Service", "ServiceAccount",
+        "Deployment", "PodDisruptionBudget", "Role", "Role", "Role", "RoleBinding", "RoleBinding",
+        "RoleBinding", "Service", "ServiceAccount",
     ]  # fmt: skip
-    roles = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "Role"}
-    bindings = {d["metadata"]["namespace"]: d for d in documents if d["kind"] == "RoleBinding"}
+    served = [d for d in documents if d["metadata"]["name"] == "decor"]  # (decor-leader: the Lease)
+    roles = {d["metadata"]["namespace"]: d for d in served if d["kind"] == "Role"}
+    bindings = {d["metadata"]["namespace"]: d for d in served if d["kind"] == "RoleBinding"}
     assert set(roles) == set(bindings) == {"ml", "ml-dev"}
     for namespace in ("ml", "ml-dev"):
         assert roles[namespace]["metadata"]["name"] == "decor"
@@ -269,6 +274,7 @@ def test_a_namespaced_install_with_node_capacity_adds_that_cluster_role_only(hel
         ("", "resourcequotas"): ["list", "watch"],
     }
     assert sorted(d["metadata"]["namespace"] for d in documents if d["kind"] == "Role") == [
+        "decor-system",  # the leader election's Lease
         "ml",
         "ml-dev",
     ]
@@ -305,9 +311,18 @@ def test_watch_namespaces_are_named_once_and_checked(helm: str) -> None:
         assert f'"{bad}" is not a namespace name' in result.stderr, result.stderr
 
 
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """A container's environment; a value from the downward API as ``<fieldPath>``."""
+    return {
+        e["name"]: e["value"] if "value" in e else f"<{e['valueFrom']['fieldRef']['fieldPath']}>"
+        for e in container["env"]
+    }
+
+
 def operator_env(documents: list[dict[str, Any]]) -> dict[str, str]:
-    container = named(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    return {e["name"]: e["value"] for e in container["env"]}
+    return container_env(
+        named(documents, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    )
 
 
 def test_template_policy_and_checkpoint_storage_reach_the_operator(helm: str) -> None:
@@ -367,17 +382,15 @@ def test_the_deprecated_watch_namespace_renders_a_role_in_that_namespace(helm: s
         render(helm, "watchNamespace=ml", "prometheus.url=http://prom:9090", "logLevel=DEBUG")
     )
     assert "ClusterRole" not in objects and "ClusterRoleBinding" not in objects
-    assert objects["Role"]["metadata"]["namespace"] == "ml"
-    assert objects["RoleBinding"]["metadata"]["namespace"] == "ml"
-    assert objects["RoleBinding"]["roleRef"] == {
+    documents = render(helm, "watchNamespace=ml")
+    assert named(documents, "Role")["metadata"]["namespace"] == "ml"
+    assert named(documents, "RoleBinding")["metadata"]["namespace"] == "ml"
+    assert named(documents, "RoleBinding")["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
         "name": "decor",
     }
-    env = {
-        e["name"]: e["value"]
-        for e in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
+    env = container_env(objects["Deployment"]["spec"]["template"]["spec"]["containers"][0])
     assert env["DECOR_WATCH_NAMESPACES"] == "ml"
     assert env["DECOR_PROMETHEUS_URL"] == "http://prom:9090"
     assert env["DECOR_LOG_LEVEL"] == "DEBUG"
@@ -391,6 +404,7 @@ def test_optional_objects_can_be_turned_off(helm: str) -> None:
             "rbac.aggregateToUserRoles=false",
             "serviceAccount.create=false",
             "metrics.service.enabled=false",
+            "podDisruptionBudget.enabled=false",
         )
     )
     assert set(objects) == {"Deployment"}
@@ -503,3 +517,63 @@ def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
         60.0,
         2,
     )
+
+
+def test_two_replicas_elect_one_through_a_lease_with_least_privilege(helm: str) -> None:
+    from decor import config, leader
+
+    documents = render(helm)
+    role = named(documents, "Role", "decor-leader")
+    assert role["metadata"]["namespace"] == "decor-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["decor"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    assert named(documents, "RoleBinding", "decor-leader")["roleRef"]["name"] == "decor-leader"
+    budget = named(documents, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    deployment = named(documents, "Deployment")
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    pod = deployment["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == (deployment["spec"]["selector"]["matchLabels"])
+    )
+    env = operator_env(documents)
+    assert env["DECOR_LEADER_LEASE_NAMESPACE"] == "<metadata.namespace>"  # the downward API
+    assert env["DECOR_LEADER_IDENTITY"] == "<metadata.name>"
+    settings = config.OperatorConfig.from_env(env)
+    assert settings.leader_election and settings.lease_name == "decor"
+    assert settings.lease_timings == leader.LeaseTimings(15.0, 10.0, 2.0)
+    tuned = operator_env(
+        render(
+            helm,
+            "leaderElection.leaseDurationSeconds=6",
+            "leaderElection.renewDeadlineSeconds=4",
+            "leaderElection.retryPeriodSeconds=1",
+        )
+    )
+    assert config.OperatorConfig.from_env(tuned).lease_timings == leader.LeaseTimings(6, 4, 1)
+
+
+def test_one_replica_may_run_without_election_but_two_may_not(helm: str) -> None:
+    documents = render(helm, "replicaCount=1", "leaderElection.enabled=false")
+    kinds = sorted(d["kind"] for d in documents)
+    assert "Role" not in kinds and "PodDisruptionBudget" not in kinds
+    deployment = named(documents, "Deployment")
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert "affinity" not in deployment["spec"]["template"]["spec"]
+    assert operator_env(documents)["DECOR_LEADER_ELECTION"] == "false"
+    refused = subprocess.run(
+        [helm, "template", "decor", str(CHART), "--set", "leaderElection.enabled=false"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "replicaCount > 1 needs leaderElection.enabled" in refused.stderr

@@ -1,0 +1,208 @@
+"""End to end: two operator replicas, one acting, fail-overs under one running job.
+
+Two ``decor operator`` processes serve one namespace with leader election on and short
+timings (Lease 6 s, renew deadline 4 s, retry period 1 s). A CPU job runs under the leader
+``a``; ``a`` is SIGKILLed at the moment the job's deadline is patched earlier. The standby
+``b`` must answer the patch (``status.deadline`` shows the new deadline) within the Lease
+duration plus two periods and adopt the running trainer (no pod created, no step lost).
+Then ``a`` comes back as a standby and ``b`` is frozen (SIGSTOP: a long pause, a frozen
+VM): ``a`` takes over when ``b``'s Lease expires, and ``b``, thawed, must write nothing (its
+fence closed while it was frozen) and stand by. No resize is issued by a replica that does
+not act, the resizes both logged are those the job counts, and the job finishes on time.
+Last, ``a`` stops cleanly and releases the Lease: ``b`` takes it within a retry period.
+
+``alone``: it kills operators, and its timing bound needs the node's cores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from decor.control import SpeedFit
+from test_operator import (  # noqa: F401, F811 - fixtures used by name
+    CPU_MAX_CORES,
+    DEVIATION_BOUND_PERCENT,
+    OperatorProcess,
+    crd,
+    create_job,
+    delete_jobs,
+    get_job,
+    job_events,
+    job_manifest,
+    job_status,
+    report,
+    rfc3339,
+    trainer_pods,
+    trainer_restarts,
+    wait_succeeded,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
+
+LEASE_S, RENEW_S, RETRY_S = 6.0, 4.0, 1.0
+PERIOD_S = 1.0  # the job's control period
+FAILOVER_BOUND_S = LEASE_S + 2 * max(PERIOD_S, RETRY_S)
+LEASE_NAME = "decor-operator"
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def _election_env(namespace: str, identity: str) -> dict[str, str]:
+    return {
+        "DECOR_LEADER_ELECTION": "true",
+        "DECOR_LEADER_LEASE_NAME": LEASE_NAME,
+        "DECOR_LEADER_LEASE_NAMESPACE": namespace,
+        "DECOR_LEADER_IDENTITY": identity,
+        "DECOR_LEASE_DURATION_SECONDS": str(LEASE_S),
+        "DECOR_RENEW_DEADLINE_SECONDS": str(RENEW_S),
+        "DECOR_RETRY_PERIOD_SECONDS": str(RETRY_S),
+    }
+
+
+def _sample(process: OperatorProcess, name: str) -> float | None:
+    try:
+        return process.metrics().get(name)
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def replicas(
+    kube: Any,
+    namespace: str,
+    crd: None,  # noqa: F811 - the fixture, by name
+    tmp_path: Path,
+) -> Iterator[dict[str, OperatorProcess]]:
+    """Two operators for the namespace, ``a`` started first (it leads), then ``b``."""
+    processes = {
+        n: OperatorProcess(kube.kubeconfig, namespace, tmp_path / f"{n}.log") for n in "ab"
+    }
+    for name, process in processes.items():
+        process.env = _election_env(namespace, name)
+    try:
+        processes["a"].start()
+        kube.wait_for(
+            lambda: _sample(processes["a"], "decor_operator_leader") == 1.0, 60, "a to lead"
+        )
+        processes["b"].start()
+        kube.wait_for(
+            lambda: _sample(processes["b"], "decor_operator_leader") == 0.0, 60, "b standing by"
+        )
+        yield processes
+    finally:
+        delete_jobs(kube, namespace)  # no finalizer: no operator is needed for this
+        for name, process in processes.items():
+            process.stop()
+            print(f"\n----- operator {name} log (tail) -----\n{process.log_text()[-12000:]}")
+
+
+def _resize_times(process: OperatorProcess, job: str) -> list[float]:
+    """Wall-clock times (epoch s) of the resizes this operator issued (its log's Resized)."""
+    times = []
+    for line in process.log_text().splitlines():
+        match = LOG_TIME.match(line)
+        if match and f"/{job}: Resized " in line:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
+            times.append(stamp.astimezone().timestamp())  # the log's local time
+    return times
+
+
+def _earlier_deadline(status: dict[str, Any]) -> str:
+    """A deadline that needs about 85 % of CPU_MAX by the speed seen so far (feasible)."""
+    coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
+    assert coefficients is not None, status["controller"]
+    a, b = coefficients
+    remaining = status["stepsTotal"] - status["stepsDone"]
+    needed_s = max(25.0, remaining * (a / (0.85 * CPU_MAX_CORES) + b))
+    return rfc3339(datetime.now(UTC) + timedelta(seconds=needed_s))
+
+
+def test_the_standby_takes_over_within_a_lease_and_two_periods(
+    kube: Any, namespace: str, replicas: dict[str, OperatorProcess], trainer_image: str
+) -> None:
+    name = "failover"
+    deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=90))
+    create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
+
+    def throttled() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, name)
+        decisions = (status.get("controller") or {}).get("decisions", 0)
+        return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
+
+    before = kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+    (pod_before,) = trainer_pods(kube, namespace, name)
+    new_deadline = _earlier_deadline(before)
+    # The leader dies at the moment the deadline moves.
+    killed_at = time.time()
+    started = time.monotonic()
+    replicas["a"].kill()
+    kube.kubectl("-n", namespace, "patch", "dtj", name, "--type", "merge",
+                 "-p", json.dumps({"spec": {"deadline": new_deadline}}))  # fmt: skip
+
+    def answered() -> bool:
+        return job_status(kube, namespace, name).get("deadline") == new_deadline
+
+    kube.wait_for(answered, 30, "the new leader to answer the moved deadline", interval=0.1)
+    failover_s = time.monotonic() - started
+    print(f"\n[e2e failover] the standby answered the patch {failover_s:.2f} s after the kill "
+          f"(bound {FAILOVER_BOUND_S:.0f} s: Lease {LEASE_S:.0f} s + 2 periods)")  # fmt: skip
+    assert failover_s <= FAILOVER_BOUND_S
+    assert _sample(replicas["b"], "decor_operator_leader") == 1.0
+    assert _sample(replicas["b"], "decor_operator_leader_takeovers_total") == 1.0
+    lease = kube.kubectl("-n", namespace, "get", "lease", LEASE_NAME, "-o", "json")
+    assert json.loads(lease)["spec"]["holderIdentity"] == "b"
+    assert json.loads(lease)["spec"]["leaseTransitions"] == 1
+
+    # Fencing: a back as a standby, b frozen past its Lease; b, thawed, must not act.
+    replicas["a"].start()
+    kube.wait_for(lambda: _sample(replicas["a"], "decor_operator_leader") == 0.0, 60, "a back")
+    frozen = replicas["b"].process
+    assert frozen is not None
+    frozen_at, frozen_started = time.time(), time.monotonic()
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        kube.wait_for(lambda: _sample(replicas["a"], "decor_operator_leader") == 1.0,
+                      30, "a to take over from the frozen b", interval=0.1)  # fmt: skip
+        takeover_s = time.monotonic() - frozen_started
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    print(f"[e2e failover] a took over {takeover_s:.2f} s after b froze")
+    assert takeover_s <= FAILOVER_BOUND_S
+    kube.wait_for(lambda: _sample(replicas["b"], "decor_operator_leader") == 0.0, 10, "b stands by")
+    assert _sample(replicas["a"], "decor_operator_leader_takeovers_total") == 1.0  # its 2nd run
+
+    final = wait_succeeded(kube, namespace, name, timeout=180)
+    report(name, final, failover_s=round(failover_s, 2), takeover_s=round(takeover_s, 2))
+    # No step lost: the running trainer was adopted, never restarted or recreated.
+    (pod_after,) = trainer_pods(kube, namespace, name)
+    assert pod_after.metadata.uid == pod_before.metadata.uid
+    assert trainer_restarts(pod_after) == 0
+    assert final["podsCreated"] == 1
+    assert final["stepsDone"] == final["stepsTotal"]
+    assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
+    # No resize issued twice: each replica resized only while it acted (b never after it
+    # froze), and the resizes both logged are exactly those the job counts (one Event each).
+    by_a, by_b = _resize_times(replicas["a"], name), _resize_times(replicas["b"], name)
+    assert by_a and all(t <= killed_at or t > frozen_at for t in by_a), (by_a, killed_at)
+    assert all(killed_at < t <= frozen_at for t in by_b), (by_b, killed_at, frozen_at)
+    assert len(by_a) + len(by_b) == final["resizes"]
+    resized = [m for _t, r, m in job_events(kube, namespace, name) if r == "Resized"]
+    assert len(resized) == final["resizes"]
+    assert _sample(replicas["b"], 'decor_operator_actuations_total{kind="resize"}') == len(by_b)
+    assert "stopped acting" in replicas["b"].log_text()
+    # The operator keeps no finalizer: deleting a job needs no replica at all.
+    assert not get_job(kube, namespace, name)["metadata"].get("finalizers")
+    # A clean stop (SIGINT) releases the Lease: the standby takes it at its next look.
+    stopped = time.monotonic()
+    replicas["a"].stop()
+    kube.wait_for(lambda: _sample(replicas["b"], "decor_operator_leader") == 1.0,
+                  RETRY_S + 2.0, "b to take the released Lease", interval=0.1)  # fmt: skip
+    print(f"[e2e failover] b took the released Lease {time.monotonic() - stopped:.2f} s "
+          "after a was asked to stop")  # fmt: skip
