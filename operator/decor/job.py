@@ -17,13 +17,25 @@ controller (operator restart) starts from the status stored in the job, so nothi
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from decor import build, control, group, lifecycle, metrics, planner, policy, quota, vocabulary
+from decor import (
+    build,
+    control,
+    group,
+    lifecycle,
+    limitrange,
+    metrics,
+    planner,
+    policy,
+    quota,
+    vocabulary,
+)
 from decor.actuate import REFUSALS, Actuator, ResizeRefused
 from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
@@ -183,9 +195,12 @@ class JobController:
         pods: Sequence[Mapping[str, Any]],
         progress: Mapping[str, metrics.Progress | metrics.MetricsError],
         now: float,
+        limit_ranges: Sequence[Mapping[str, Any]] = (),
     ) -> planner.Demand | None:
         """This period up to the law's decision. ``pods``: the job's trainer pods from the
-        snapshot; ``progress``: the period's batched progress read, by pod name. Returns the
+        snapshot; ``progress``: the period's batched progress read, by pod name;
+        ``limit_ranges``: the LimitRanges of the job's namespace (they clip the bounds the law
+        and the planner use, or refuse the job: :mod:`decor.limitrange`). Returns the
         job's demand, or None when it takes no part in this period's plan (finished, failed,
         suspended, invalid; ``self.done`` says whether it needs periods any more)."""
         self._period = None
@@ -207,6 +222,16 @@ class JobController:
                 self.status, self.memory, violations, generation, now
             )
             return self._finish_period(self._perform(refused, body, now))
+        spec, bounds = _within_limit_ranges(spec, limit_ranges, self.overhead_cpu_cores)
+        if bounds.refusal is not None:
+            refused = lifecycle.limit_range_refused(
+                self.status, self.memory, bounds.refusal, generation, now
+            )
+            return self._finish_period(self._perform(refused, body, now))
+        clip_message = "; ".join(bounds.changes)
+        self._perform(
+            lifecycle.limit_range_clipped(self.status, self.memory, clip_message), body, now
+        )
         opened, period = lifecycle.begin(self.status, self.memory, body, spec, generation, now)
         if not self._perform(opened, body, now):  # the first period records the start
             return self._finish_period(False)
@@ -412,6 +437,20 @@ class JobController:
         self.written = snapshot
         self.written_at_s = self.clock()
         return True
+
+
+def _within_limit_ranges(
+    spec: JobSpec, limit_ranges: Sequence[Mapping[str, Any]], beside_cores: float
+) -> tuple[JobSpec, limitrange.Clip]:
+    """``spec`` with ``resources.min``/``max`` clipped to what ``limit_ranges`` allow (the
+    same spec when they change nothing), and the clip (its ``refusal`` when none is left)."""
+    r = spec.resources
+    bounds = limitrange.clip(limit_ranges, r.mode, r.min, r.max, beside_cores=beside_cores,
+                             gpus_per_pod=r.gpus_per_pod)  # fmt: skip
+    if bounds.refusal is not None or not bounds.changes:
+        return spec, bounds
+    clipped = dataclasses.replace(r, min=bounds.low, max=bounds.high)
+    return dataclasses.replace(spec, resources=clipped), bounds
 
 
 def _estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:

@@ -218,6 +218,7 @@ class Memory:
     first_running_s: Mapping[str, float] = field(default_factory=dict)  # pod -> first run
     progress_seen: frozenset[str] = frozenset()  # pods that produced a progress sample
     invalid_generation: int | None = None  # generation whose refusal was announced
+    clip_announced: str | None = None  # the LimitRanges' clip last announced (its message)
     create_refused_generation: int | None = None  # same, for a create the API refused
     refusal_warned: str | None = None  # CPU quantity whose refused resize was announced
     create_refusal: Refusal | None = None  # the last create the API refused, while retried
@@ -376,6 +377,29 @@ def template_refused(
     condition = (vocabulary.CONDITION_ADMITTED, False, vocabulary.REASON_TEMPLATE_REFUSED)
     return _cannot_run(status, memory, condition, vocabulary.REASON_TEMPLATE_REFUSED,
                        policy.describe(violations), generation, now_s)  # fmt: skip
+
+
+def limit_range_refused(
+    status: Mapping[str, Any], memory: Memory, message: str, generation: int | None, now_s: float
+) -> Outcome:
+    """The namespace's LimitRanges leave no allocation within spec.resources.min..max
+    (``message``: which bound of which LimitRange, ``limitrange.clip``): no pod (a running
+    one is left to finish), a False Admitted condition and one Warning Event per generation."""
+    condition = (vocabulary.CONDITION_ADMITTED, False, vocabulary.REASON_LIMIT_RANGE_REFUSED)
+    return _cannot_run(status, memory, condition, vocabulary.REASON_LIMIT_RANGE_REFUSED,
+                       message, generation, now_s)  # fmt: skip
+
+
+def limit_range_clipped(status: Mapping[str, Any], memory: Memory, message: str) -> Outcome:
+    """The LimitRanges narrow the job's bounds (``message`` says how; "" when they do not):
+    one Normal Event when the clip is new or changed, nothing else (the law and the planner
+    use the clipped bounds quietly every period)."""
+    d = _Decision(status, memory)
+    if message and memory.clip_announced != message:
+        d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_LIMIT_RANGE_CLIPPED, message)
+    if memory.clip_announced != (message or None):
+        d.remember(clip_announced=message or None)
+    return d.finish()
 
 
 def _cannot_run(

@@ -280,7 +280,7 @@ class ControlLoop:
         }
         controller.next_due_s = now + controller.period_s
         try:
-            controller.prepare(body, pods, by_pod, now)
+            controller.prepare(body, pods, by_pod, now, snapshot.namespace_limit_ranges(key[0]))
         except Exception as exc:  # noqa: BLE001 - one bad job must not stop the loop
             self._failed(controller, exc)
         controller.next_due_s = now + controller.period_s

@@ -1,4 +1,4 @@
-"""Live in-memory views of jobs, pods, nodes and ResourceQuotas, and the capacity DECOR may
+"""Live in-memory views of jobs, pods, nodes, ResourceQuotas and LimitRanges, and the capacity DECOR may
 hand out.
 
 The kopf layer feeds every watch event into one :class:`ClusterView` (no LIST per job per
@@ -52,10 +52,15 @@ class Snapshot:
     nodes_known: bool  # False: the operator cannot see nodes (namespaced install)
     by_owner: Mapping[str, tuple[Key, ...]] = field(default_factory=dict)  # job uid -> pods
     quotas: Mapping[Key, dict[str, Any]] = field(default_factory=dict)  # ResourceQuotas
+    limit_ranges: Mapping[Key, dict[str, Any]] = field(default_factory=dict)  # LimitRanges
 
     def job_pods(self, namespace: str, uid: str) -> list[dict[str, Any]]:
         """Trainer pods owned by the job with ``uid`` (an index lookup, not a scan)."""
         return [self.pods[key] for key in self.by_owner.get(uid, ()) if key[0] == namespace]
+
+    def namespace_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        """The LimitRanges of ``namespace``, by name (``limitrange.clip`` reads them)."""
+        return [body for key, body in sorted(self.limit_ranges.items()) if key[0] == namespace]
 
     def trainer_pods(self) -> list[Key]:
         """The trainer pods of the jobs in the view (the ones this operator plans)."""
@@ -211,6 +216,7 @@ class ClusterView:
     _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -254,6 +260,21 @@ class ClusterView:
         with self._lock:
             self._quotas = quotas
 
+    def put_limit_range(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A LimitRange's event (its metadata's name and namespace and its spec are kept)."""
+        key = _key(body)
+        with self._lock:
+            if deleted:
+                self._limit_ranges.pop(key, None)
+            else:
+                self._limit_ranges[key] = _slim_limit_range(body)
+
+    def replace_limit_ranges(self, bodies: list[dict[str, Any]]) -> None:
+        """A fresh LIST of every LimitRange."""
+        limit_ranges = {_key(b): _slim_limit_range(b) for b in bodies}
+        with self._lock:
+            self._limit_ranges = limit_ranges
+
     def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every pod (a re-listed watch)."""
         pods = {_key(b): _slim_pod(b) for b in bodies}
@@ -276,6 +297,7 @@ class ClusterView:
             jobs = dict(self._jobs)
             nodes = dict(self._nodes)
             quotas = dict(self._quotas)
+            limit_ranges = dict(self._limit_ranges)
             nodes_known = self.nodes_known
         by_owner: dict[str, list[Key]] = {}
         for key, pod in pods.items():
@@ -289,6 +311,7 @@ class ClusterView:
             nodes_known=nodes_known,
             by_owner=MappingProxyType({uid: tuple(keys) for uid, keys in by_owner.items()}),
             quotas=MappingProxyType(quotas),
+            limit_ranges=MappingProxyType(limit_ranges),
         )
 
 
@@ -303,6 +326,14 @@ def _slim_quota(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
         "spec": copy.deepcopy(dict(body.get("spec") or {})),
         "status": copy.deepcopy(dict(body.get("status") or {})),
+    }
+
+
+def _slim_limit_range(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+        "spec": copy.deepcopy(dict(body.get("spec") or {})),
     }
 
 

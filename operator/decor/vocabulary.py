@@ -116,6 +116,9 @@ REASON_NO_NEW_STEPS = "NoNewSteps"  # Stalled: the trainer runs but completes no
 REASON_STEPS_MOVING = "StepsMoving"  # Stalled cleared
 REASON_TEMPLATE_REFUSED = "TemplateRefused"
 """Condition reason and Event reason when the template asks for something not allowed."""
+REASON_LIMIT_RANGE_REFUSED = "LimitRangeRefused"
+"""Admitted condition (False) and Warning Event reason when the namespace's LimitRanges allow
+no allocation within spec.resources.min..max (the message names the LimitRange and bound)."""
 
 # --- event reasons ----------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ EVENT_METRICS_RECOVERED = "MetricsRecovered"  # progress readable again
 EVENT_COMPLETED = "Completed"  # all steps done; message gives the deviation
 EVENT_FAILED = "Failed"  # gave up after repeated trainer failures
 EVENT_INVALID_SPEC = REASON_INVALID_SPEC
+EVENT_LIMIT_RANGE_CLIPPED = "LimitRangeClipped"  # a LimitRange narrowed spec.resources.min/max
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"

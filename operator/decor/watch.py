@@ -1,11 +1,12 @@
-"""Cluster-wide watches of nodes, pods and ResourceQuotas that feed the :class:`views.ClusterView`.
+"""Cluster-wide watches of nodes, pods, ResourceQuotas and LimitRanges that feed the :class:`views.ClusterView`.
 
 Capacity accounting needs every pod on a node, in every namespace, and the nodes
 themselves, even when the operator serves some namespaces; kopf serves only what it handles
 in its namespaces, so these watches run beside it, each in a thread: list, then watch
 from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails. The
-planner reads every namespace's ResourceQuotas as capacity too.
-Needs ``list``/``watch`` on nodes, pods and resourcequotas cluster-wide (the chart's
+planner reads every namespace's ResourceQuotas as capacity too, and a job's settings the
+LimitRanges of its namespace (they clip its bounds).
+Needs ``list``/``watch`` on nodes, pods, resourcequotas and limitranges cluster-wide (the chart's
 ``planner.watchNodes``).
 """
 
@@ -28,7 +29,7 @@ RETRY_S = 5.0
 
 
 class ClusterWatch:
-    """Three threads keeping ``view``'s nodes, pods and ResourceQuotas current until
+    """Four threads keeping ``view``'s nodes, pods, ResourceQuotas and LimitRanges current until
     :meth:`stop`."""
 
     def __init__(self, view: ClusterView, api_client: Any) -> None:
@@ -46,6 +47,12 @@ class ClusterWatch:
                 self.core.list_resource_quota_for_all_namespaces,
                 view.replace_quotas,
                 view.put_quota,
+            ),
+            (
+                "limitranges",
+                self.core.list_limit_range_for_all_namespaces,
+                view.replace_limit_ranges,
+                view.put_limit_range,
             ),
         )
         self.threads = [

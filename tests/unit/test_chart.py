@@ -272,6 +272,7 @@ def test_a_namespaced_install_with_node_capacity_adds_that_cluster_role_only(hel
         ("", "nodes"): ["list", "watch"],
         ("", "pods"): ["list", "watch"],
         ("", "resourcequotas"): ["list", "watch"],
+        ("", "limitranges"): ["list", "watch"],
     }
     assert sorted(d["metadata"]["namespace"] for d in documents if d["kind"] == "Role") == [
         "decor-system",  # the leader election's Lease
