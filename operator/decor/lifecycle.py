@@ -386,20 +386,20 @@ def limit_range_refused(
     (``message``: which bound of which LimitRange, ``limitrange.clip``): no pod (a running
     one is left to finish), a False Admitted condition and one Warning Event per generation."""
     condition = (vocabulary.CONDITION_ADMITTED, False, vocabulary.REASON_LIMIT_RANGE_REFUSED)
-    return _cannot_run(status, memory, condition, vocabulary.REASON_LIMIT_RANGE_REFUSED,
+    return _cannot_run(status, memory, condition, vocabulary.EVENT_LIMIT_RANGE_REFUSED,
                        message, generation, now_s)  # fmt: skip
 
 
 def limit_range_clipped(status: Mapping[str, Any], memory: Memory, message: str) -> Outcome:
     """The LimitRanges narrow the job's bounds (``message`` says how; "" when they do not):
     one Normal Event when the clip is new or changed, nothing else (the law and the planner
-    use the clipped bounds quietly every period)."""
-    d = _Decision(status, memory)
+    use the clipped bounds quietly every period). The status is left as it is."""
+    actions: tuple[Action, ...] = ()
     if message and memory.clip_announced != message:
-        d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_LIMIT_RANGE_CLIPPED, message)
-    if memory.clip_announced != (message or None):
-        d.remember(clip_announced=message or None)
-    return d.finish()
+        actions = (
+            PostEvent(vocabulary.EVENT_NORMAL, vocabulary.EVENT_LIMIT_RANGE_CLIPPED, message),
+        )
+    return Outcome(actions, dict(status), replace(memory, clip_announced=message or None))
 
 
 def _cannot_run(

@@ -147,6 +147,7 @@ EVENT_COMPLETED = "Completed"  # all steps done; message gives the deviation
 EVENT_FAILED = "Failed"  # gave up after repeated trainer failures
 EVENT_INVALID_SPEC = REASON_INVALID_SPEC
 EVENT_LIMIT_RANGE_CLIPPED = "LimitRangeClipped"  # a LimitRange narrowed spec.resources.min/max
+EVENT_LIMIT_RANGE_REFUSED = REASON_LIMIT_RANGE_REFUSED  # LimitRanges leave no allocation
 
 EVENT_NORMAL = "Normal"
 EVENT_WARNING = "Warning"

@@ -23,7 +23,7 @@ from typing import Any
 
 from decor import build
 from decor.kube import KubeError
-from decor.model import GPU_RESOURCE, format_cpu, format_time
+from decor.model import GPU_RESOURCE, format_cpu, format_time, parse_cpu_cores
 from decor.views import pod_charge
 
 Key = tuple[str, str]  # (namespace, name)
@@ -42,6 +42,8 @@ class RecordingKube:
         self.pods: dict[Key, dict[str, Any]] = {}
         self.claims: dict[Key, dict[str, Any]] = {}
         self.services: dict[Key, dict[str, Any]] = {}
+        self.limit_ranges: dict[Key, dict[str, Any]] = {}
+        """LimitRanges: their Container ``max`` cpu is enforced on create and resize."""
         self.events: list[dict[str, Any]] = []
         self.record: list[dict[str, Any]] = []
         self.unschedulable: str | None = None
@@ -63,6 +65,11 @@ class RecordingKube:
         job = copy.deepcopy(dict(body))
         self.jobs[_key(job)] = job
         self.record.append({"scenario": "apply job", "name": job["metadata"]["name"]})
+
+    def add_limit_range(self, body: Mapping[str, Any]) -> None:
+        """An admin creates a LimitRange (the scenario feeds it to the view, as the watch does)."""
+        self.limit_ranges[_key(body)] = copy.deepcopy(dict(body))
+        self.record.append({"admin": "LimitRange", "name": body["metadata"]["name"]})
 
     def patch_job_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
         """A user's merge patch of the job's spec; the generation moves as the API server's."""
@@ -159,6 +166,7 @@ class RecordingKube:
         key = (meta["namespace"], meta["name"])
         if key in self.pods:
             raise KubeError(f"create pod {key[0]}/{key[1]}", 409, "already exists")
+        self._admit_limits(pod, f"create pod {key[0]}/{key[1]}")
         meta.update(uid=f"uid-{meta['name']}", creationTimestamp=self._now_text())
         pod["status"] = {"phase": "Pending"}
         self.pods[key] = pod
@@ -190,9 +198,13 @@ class RecordingKube:
         pod = self.pods.get((namespace, name))
         if pod is None:
             raise KubeError(f"resize pod {namespace}/{name}", 404, "not found")
-        resources = _container(pod, container).setdefault("resources", {})
-        resources.setdefault("requests", {})["cpu"] = format_cpu(cores)
-        resources.setdefault("limits", {})["cpu"] = format_cpu(cores)
+        asked = copy.deepcopy(pod)
+        for target in (asked, pod):  # admitted first, as the API server does
+            resources = _container(target, container).setdefault("resources", {})
+            resources.setdefault("requests", {})["cpu"] = format_cpu(cores)
+            resources.setdefault("limits", {})["cpu"] = format_cpu(cores)
+            if target is asked:
+                self._admit_limits(asked, f"resize pod {namespace}/{name}")
         return copy.deepcopy(pod)
 
     def pod_proxy_get(self, namespace: str, pod: str, port: int, path: str) -> str:
@@ -237,6 +249,19 @@ class RecordingKube:
             error = failures.pop(0)
             entry["raised"] = error.status
             raise error
+
+    def _admit_limits(self, pod: Mapping[str, Any], what: str) -> None:
+        """The LimitRanger admission plugin, its Container ``max`` cpu alone: 403 when a
+        container's cpu limit is above it."""
+        namespace = pod["metadata"]["namespace"]
+        for (where, name), body in sorted(self.limit_ranges.items()):
+            for item in body["spec"]["limits"] if where == namespace else []:
+                most = (item.get("max") or {}).get("cpu") if item["type"] == "Container" else None
+                for c in pod["spec"]["containers"] if most is not None else []:
+                    limit = ((c.get("resources") or {}).get("limits") or {}).get("cpu")
+                    if limit is not None and parse_cpu_cores(limit, "") > parse_cpu_cores(most, ""):
+                        raise KubeError(what, 403, f"maximum cpu usage per Container is {most}, "
+                                        f"but limit is {limit} (LimitRange {name})")  # fmt: skip
 
     def _now_text(self) -> str:
         return format_time(self.clock())

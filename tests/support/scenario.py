@@ -151,6 +151,8 @@ class Bench:
             self.view.put_job(job)
         self.view.replace_pods([copy.deepcopy(p) for p in self.kube.pods.values()])
         self.view.replace_nodes([node_body(n, *c) for n, c in sorted(self.kube.nodes.items())])
+        if self.kube.limit_ranges:
+            self.view.replace_limit_ranges(list(self.kube.limit_ranges.values()))
         self.loop.run_period()
         if then is not None:
             then()

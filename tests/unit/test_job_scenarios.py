@@ -642,3 +642,45 @@ def test_every_written_status_tells_one_story(record: Path) -> None:
             assert not true & {"AtRisk", "Infeasible"}, (record.stem, status.get("phase"), true)
         if status.get("phase") in ("Failed", "Succeeded"):
             assert not true & {"OnTrack", "AtRisk"}, (record.stem, status["phase"], true)
+
+
+# --- LimitRanges -------------------------------------------------------------------------------
+
+
+def cpu_limit_range(name: str, most: str) -> dict[str, Any]:
+    """A LimitRange in the scenarios' namespace: at most ``most`` cpu per container."""
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": most}}]},
+    }
+
+
+def test_a_job_runs_within_what_a_limit_range_clips_its_max_to() -> None:
+    bench = Bench(CPU_NODE)
+    bench.kube.add_limit_range(cpu_limit_range("cpu-cap", "1500m"))
+    bench.apply(job_body("resnet", initial="4", duration="900s"), cpu_trainer())
+    bench.run_until(lambda: bench.phase("resnet") == "Succeeded", most=120)
+    assert created(bench) == [("resnet-0", {"cpu": "1500m"})]  # initial 4, clipped
+    resizes = calls(bench, "resize_pod_cpu")
+    assert resizes and all(entry["cores"] <= 1.5 for entry in resizes)
+    assert not [e for e in bench.kube.record if e.get("raised")]  # never refused
+    assert bench.events("resnet").count("LimitRangeClipped") == 1
+    clipped = [e for e in bench.kube.events if e["reason"] == "LimitRangeClipped"]
+    assert clipped[0]["message"] == "max 4000m clipped to 1500m by LimitRange ml/cpu-cap"
+    assert condition(bench.status("resnet"), "DeadlineMissed") == ("False", "FinishedOnTime")
+
+
+def test_a_job_whose_min_is_above_a_limit_range_max_is_refused_once() -> None:
+    bench = Bench(CPU_NODE)
+    bench.kube.add_limit_range(cpu_limit_range("small", "500m"))
+    bench.apply(job_body("resnet", minimum="1", initial="2"), cpu_trainer())
+    for _ in range(5):
+        bench.period()
+    assert calls(bench, "create_pod") == []
+    status = bench.status("resnet")
+    assert condition(status, "Admitted") == ("False", "LimitRangeRefused")
+    (admitted,) = [c for c in status["conditions"] if c["type"] == "Admitted"]
+    assert "LimitRange ml/small" in admitted["message"]
+    assert bench.events("resnet") == ["LimitRangeRefused"]

@@ -134,3 +134,24 @@ def test_room_lets_grows_take_only_what_is_free_now() -> None:
     assert not room.take(None, cpu=0.1, gpus=1)
     unlimited = Room(None)
     assert unlimited.take("anything", cpu=1e6) and unlimited.take_up_to(None, 3.0) == 3.0
+
+
+def test_limit_ranges_are_kept_per_namespace_slim_and_frozen_per_period() -> None:
+    def limit_range(namespace: str, name: str, most: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "namespace": namespace, "managedFields": [{"x": 1}]},
+            "spec": {"limits": [{"type": "Container", "max": {"cpu": most}}]},
+        }
+
+    view = ClusterView()
+    view.replace_limit_ranges([limit_range("ml", "b", "1"), limit_range("other", "a", "2")])
+    view.put_limit_range(limit_range("ml", "a", "500m"))
+    before = view.snapshot()
+    view.put_limit_range(limit_range("ml", "b", "1"), deleted=True)
+    assert [b["metadata"]["name"] for b in before.namespace_limit_ranges("ml")] == ["a", "b"]
+    assert before.namespace_limit_ranges("ml")[0] == {
+        "metadata": {"name": "a", "namespace": "ml"},
+        "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]},
+    }
+    assert [b["metadata"]["name"] for b in view.snapshot().namespace_limit_ranges("ml")] == ["a"]
+    assert view.snapshot().namespace_limit_ranges("nowhere") == []
