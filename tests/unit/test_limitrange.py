@@ -8,7 +8,6 @@ import pytest
 from decor.build import job_overhead_cpu_cores, sidecar_cpu_cores
 from decor.limitrange import Clip, clip
 from decor.model import parse_job
-
 from support.scenario import job_body
 
 SIDECAR = sidecar_cpu_cores()
