@@ -292,6 +292,16 @@ class Kube:
         )
         return dict(result) if result is not None else None
 
+    # --- LimitRanges ----------------------------------------------------------------------------
+
+    def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        """The LimitRanges of ``namespace`` (read when no watch keeps them: a namespaced
+        install without the capacity view)."""
+        result = self._call(
+            f"list limitranges {namespace}", self.core.list_namespaced_limit_range, namespace
+        )
+        return [dict(item) for item in (result or {}).get("items") or []]
+
     # --- the rendezvous Service of a several-pod job ------------------------------------------
 
     def ensure_service(self, body: Mapping[str, Any]) -> str:

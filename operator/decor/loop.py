@@ -69,6 +69,11 @@ the next period, at once. A period then lasts a fraction of a second whatever th
 jobs, and a job whose spec changed waits for no more than that before it runs."""
 
 
+LIMIT_RANGES_TTL_S = 30.0
+"""Without the capacity view (which watches LimitRanges), a namespace's LimitRanges are
+listed at most this often: they change seldom, and a new one is obeyed within this time."""
+
+
 class ControlLoop:
     """The operator's single control loop over a :class:`ClusterView`."""
 
@@ -100,6 +105,7 @@ class ControlLoop:
         self._scraper: metrics.Scraper | None = None
         self.acting_term = acting_term
         self._term: int | None = None
+        self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def close(self) -> None:
         """Stop the background reads (the operator is shutting down)."""
@@ -280,10 +286,28 @@ class ControlLoop:
         }
         controller.next_due_s = now + controller.period_s
         try:
-            controller.prepare(body, pods, by_pod, now, snapshot.namespace_limit_ranges(key[0]))
+            limit_ranges = self._limit_ranges(snapshot, key[0], now)
+            controller.prepare(body, pods, by_pod, now, limit_ranges)
         except Exception as exc:  # noqa: BLE001 - one bad job must not stop the loop
             self._failed(controller, exc)
         controller.next_due_s = now + controller.period_s
+
+    def _limit_ranges(self, snapshot: Snapshot, namespace: str, now: float) -> list[dict[str, Any]]:
+        """The LimitRanges of ``namespace``: the snapshot's with the capacity view (watched),
+        else listed, at most every :data:`LIMIT_RANGES_TTL_S` (a failed list keeps what the
+        last one said: it costs no job its period)."""
+        if snapshot.nodes_known:
+            return snapshot.namespace_limit_ranges(namespace)
+        listed_s, limit_ranges = self._listed_limit_ranges.get(namespace, (-math.inf, []))
+        if now - listed_s < LIMIT_RANGES_TTL_S:
+            return limit_ranges
+        try:
+            limit_ranges = self.kube.list_limit_ranges(namespace)
+        except KubeError as exc:
+            log.warning("%s: LimitRanges not read (%s); next try in %gs", namespace, exc,
+                        LIMIT_RANGES_TTL_S)  # fmt: skip
+        self._listed_limit_ranges[namespace] = (now, limit_ranges)
+        return limit_ranges
 
     def _plan(
         self,

@@ -207,6 +207,12 @@ class RecordingKube:
                 self._admit_limits(asked, f"resize pod {namespace}/{name}")
         return copy.deepcopy(pod)
 
+    def list_limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        self._call("list_limit_ranges", namespace=namespace)
+        return [
+            copy.deepcopy(b) for (ns, _), b in sorted(self.limit_ranges.items()) if ns == namespace
+        ]
+
     def pod_proxy_get(self, namespace: str, pod: str, port: int, path: str) -> str:
         self._call("pod_proxy_get", namespace=namespace, pod=pod, port=port, path=path)
         raise KubeError(f"proxy GET {namespace}/{pod}:{port}{path}", 503, "no pod proxy here")

@@ -105,7 +105,12 @@ class Bench:
         self,
         nodes: Mapping[str, tuple[float, int]],
         config: OperatorConfig | None = None,
+        *,
+        capacity_view: bool = True,
     ) -> None:
+        """``capacity_view`` False: the operator watches no nodes, quotas or LimitRanges (a
+        namespaced install); the view gets jobs and pods alone."""
+        self.capacity_view = capacity_view
         self.now = START_S
         self.kube = RecordingKube(lambda: self.now, nodes)
         self.trainers = FakeTrainers(self.kube, lambda: self.now)
@@ -150,9 +155,11 @@ class Bench:
         for job in self.kube.jobs.values():
             self.view.put_job(job)
         self.view.replace_pods([copy.deepcopy(p) for p in self.kube.pods.values()])
-        self.view.replace_nodes([node_body(n, *c) for n, c in sorted(self.kube.nodes.items())])
-        if self.kube.limit_ranges:
-            self.view.replace_limit_ranges(list(self.kube.limit_ranges.values()))
+        if self.capacity_view:
+            nodes = [node_body(n, *c) for n, c in sorted(self.kube.nodes.items())]
+            self.view.replace_nodes(nodes)
+            if self.kube.limit_ranges:
+                self.view.replace_limit_ranges(list(self.kube.limit_ranges.values()))
         self.loop.run_period()
         if then is not None:
             then()

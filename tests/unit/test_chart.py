@@ -207,6 +207,7 @@ OPERATOR_RIGHTS = {
     ("", "pods/resize"): ["patch"],
     ("", "events"): ["create"],
     ("", "services"): ["create", "get"],  # the rendezvous Service of a several-pod GPU job
+    ("", "limitranges"): ["list"],  # without the capacity view (which watches them)
 }
 
 

@@ -684,3 +684,19 @@ def test_a_job_whose_min_is_above_a_limit_range_max_is_refused_once() -> None:
     (admitted,) = [c for c in status["conditions"] if c["type"] == "Admitted"]
     assert "LimitRange ml/small" in admitted["message"]
     assert bench.events("resnet") == ["LimitRangeRefused"]
+
+
+def test_without_the_capacity_view_limit_ranges_are_listed_every_30_s() -> None:
+    bench = Bench(CPU_NODE, capacity_view=False)
+    bench.kube.add_limit_range(cpu_limit_range("small", "500m"))
+    bench.apply(job_body("resnet", minimum="1", initial="2"), cpu_trainer())
+    for _ in range(5):
+        bench.period()
+    assert [e["time"] for e in bench.kube.record if "period" in e] == [
+        format_time(START_S + 10 * n) for n in range(1, 6)
+    ]
+    listed = [e for e in bench.kube.record if e.get("call") == "list_limit_ranges"]
+    assert len(listed) == 2  # at 10 s and 40 s
+    assert calls(bench, "create_pod") == []
+    assert condition(bench.status("resnet"), "Admitted") == ("False", "LimitRangeRefused")
+    assert bench.events("resnet") == ["LimitRangeRefused"]

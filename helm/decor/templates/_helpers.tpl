@@ -108,6 +108,9 @@ namespace served (rbac.yaml says why each is needed). */}}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create]
+- apiGroups: [""]
+  resources: [limitranges]
+  verbs: [list]
 {{- if eq .Values.trainer.scrapeVia "apiserver" }}
 - apiGroups: [""]
   resources: [pods/proxy]
