@@ -316,21 +316,51 @@ def build_trainer_pod(
     containers = [dict(c) for c in pod_spec["containers"]]
     trainer = containers[0]
     if spec.resources.mode == "cpu":  # resized in place
-        policies = [p for p in trainer.get("resizePolicy") or [] if p.get("resourceName") != "cpu"]
-        trainer["resizePolicy"] = [
-            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-            *policies,
-        ]
+        trainer["resizePolicy"] = _cpu_resized_in_place(trainer)
     trainer["resources"] = _trainer_resources(trainer, spec, allocation)
     trainer["env"] = _trainer_env(trainer, spec, allocation)
     storage = checkpoint_storage or CheckpointStorage(host_root=checkpoint_host_root)
     volumes, trainer["volumeMounts"], host_path_checkpoint = _volumes(
         job, spec, pod_spec, trainer, storage
     )
-
-    image = sidecar_image or trainer.get("image")
-    pull_policy = trainer.get("imagePullPolicy", "IfNotPresent")
     pod_security = _restricted_pod_context(pod_spec.get("securityContext") or {})
+    init_containers = _init_containers(
+        spec, pod_spec, trainer, pod_security, storage, host_path_checkpoint, sidecar_image
+    )
+    pod_spec.update(
+        containers=[_restricted_container(c) for c in containers],
+        initContainers=init_containers,
+        volumes=volumes,
+        restartPolicy=_completing_restart_policy(pod_spec),
+        securityContext=pod_security,
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _pod_metadata(job, spec, template_meta, name, allocation),
+        "spec": pod_spec,
+    }
+
+
+def _cpu_resized_in_place(trainer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trainer's ``resizePolicy`` with ``cpu: NotRequired`` first (its CPU is resized in
+    place), the template's other entries after it."""
+    policies = [p for p in trainer.get("resizePolicy") or [] if p.get("resourceName") != "cpu"]
+    return [{"resourceName": "cpu", "restartPolicy": "NotRequired"}, *policies]
+
+
+def _init_containers(
+    spec: JobSpec,
+    pod_spec: Mapping[str, Any],
+    trainer: Mapping[str, Any],
+    pod_security: Mapping[str, Any],
+    storage: CheckpointStorage,
+    host_path_checkpoint: str | None,
+    sidecar_image: str | None,
+) -> list[dict[str, Any]]:
+    """The template's init containers, restricted (any of the operator's own names dropped),
+    with the checkpoint owner first for hostPath storage and the metrics sidecar last (the
+    trainer's image and pull policy unless ``sidecar_image``)."""
     init_containers = [
         _restricted_container(c)
         for c in pod_spec.get("initContainers") or []
@@ -339,18 +369,32 @@ def build_trainer_pod(
     if host_path_checkpoint is not None:
         owner = _checkpoint_owner(host_path_checkpoint, trainer, pod_security, storage.owner_image)
         init_containers.insert(0, owner)
+    image = sidecar_image or trainer.get("image")
+    pull_policy = trainer.get("imagePullPolicy", "IfNotPresent")
     init_containers.append(_metrics_sidecar(spec, image, pull_policy))
+    return init_containers
 
+
+def _completing_restart_policy(pod_spec: Mapping[str, Any]) -> Any:
+    """The template's restart policy, except ``Always`` (a pod that always restarts could
+    never complete): then, as when unset, :data:`DEFAULT_RESTART_POLICY`."""
     restart_policy = pod_spec.get("restartPolicy") or DEFAULT_RESTART_POLICY
-    if restart_policy == "Always":  # a pod that always restarts could never complete
+    if restart_policy == "Always":
         restart_policy = DEFAULT_RESTART_POLICY
-    pod_spec.update(
-        containers=[_restricted_container(c) for c in containers],
-        initContainers=init_containers,
-        volumes=volumes,
-        restartPolicy=restart_policy,
-        securityContext=pod_security,
-    )
+    return restart_policy
+
+
+def _pod_metadata(
+    job: Mapping[str, Any],
+    spec: JobSpec,
+    template_meta: Mapping[str, Any],
+    name: str,
+    allocation: float,
+) -> dict[str, Any]:
+    """The pod's metadata: its name and namespace, the owner reference to ``job``, and the
+    template's labels and annotations with the operator's after them (which win): the job's
+    name and managed-by labels, the Prometheus scrape annotations and the allocation the pod
+    was built for."""
     job_meta = job["metadata"]
     labels = {
         **(template_meta.get("labels") or {}),
@@ -365,16 +409,11 @@ def build_trainer_pod(
         vocabulary.ANNOTATION_ALLOCATION: format_allocation(spec.resources.mode, allocation),
     }
     return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": job_meta.get("namespace") or spec.namespace,
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [owner_reference(job)],
-        },
-        "spec": pod_spec,
+        "name": name,
+        "namespace": job_meta.get("namespace") or spec.namespace,
+        "labels": labels,
+        "annotations": annotations,
+        "ownerReferences": [owner_reference(job)],
     }
 
 
@@ -635,95 +674,126 @@ def conditions_for_decision(
     Infeasible True with reason DeadlineInPast.
     """
     result = [dict(c) for c in conditions]
-
-    def put(type_: str, status: bool | None, reason: str, text: str) -> None:
-        nonlocal result
+    for type_, status, reason, text in _decision_updates(
+        decision_condition, message, deadline_was_past
+    ):
         result = set_condition(
             result, type_, status, reason, text, now_s=now_s, generation=generation
         )
+    return result
 
+
+# One condition to set: (type, status (None: Unknown), reason, message).
+_Update = tuple[str, bool | None, str, str]
+
+_NOT_MISSED: _Update = (
+    vocabulary.CONDITION_DEADLINE_MISSED,
+    False,
+    vocabulary.REASON_BEFORE_DEADLINE,
+    "the deadline has not passed",
+)
+
+
+def _decision_updates(
+    decision_condition: str, message: str, deadline_was_past: bool
+) -> list[_Update]:
+    """The conditions one decision sets, in order: ``MetricsUnavailable`` alone when no
+    progress was sampled; else metrics OK, not complete, then what the decision judged
+    (:func:`_judged_updates`)."""
     if decision_condition == vocabulary.CONDITION_METRICS_UNAVAILABLE:
-        put(
+        return [
+            (
+                vocabulary.CONDITION_METRICS_UNAVAILABLE,
+                True,
+                vocabulary.REASON_NO_PROGRESS_SAMPLE,
+                message,
+            )
+        ]
+    sampled: list[_Update] = [
+        (
             vocabulary.CONDITION_METRICS_UNAVAILABLE,
-            True,
-            vocabulary.REASON_NO_PROGRESS_SAMPLE,
-            message,
-        )
-        return result
-    put(
-        vocabulary.CONDITION_METRICS_UNAVAILABLE,
-        False,
-        vocabulary.REASON_METRICS_OK,
-        "progress was sampled",
-    )
-    put(vocabulary.CONDITION_COMPLETE, False, vocabulary.REASON_RUNNING, "steps remain")
+            False,
+            vocabulary.REASON_METRICS_OK,
+            "progress was sampled",
+        ),
+        (vocabulary.CONDITION_COMPLETE, False, vocabulary.REASON_RUNNING, "steps remain"),
+    ]
+    return sampled + _judged_updates(decision_condition, message, deadline_was_past)
+
+
+def _infeasible_update(deadline_was_past: bool) -> _Update:
+    """Infeasible as a decision that does not name it leaves it: True (DeadlineInPast) when
+    the deadline had passed when it was set, else False (Feasible)."""
     if deadline_was_past:
-        infeasible: tuple[bool, str, str] = (
+        return (
+            vocabulary.CONDITION_INFEASIBLE,
             True,
             vocabulary.REASON_DEADLINE_IN_PAST,
             "the deadline had passed when it was set; running at max",
         )
-    else:
-        infeasible = (False, vocabulary.REASON_FEASIBLE, "max is enough to make the deadline")
+    return (
+        vocabulary.CONDITION_INFEASIBLE,
+        False,
+        vocabulary.REASON_FEASIBLE,
+        "max is enough to make the deadline",
+    )
+
+
+def _judged_updates(decision_condition: str, message: str, past: bool) -> list[_Update]:
+    """The condition the decision names set True and those it rules out set False, with the
+    decision's ``message`` (``past``: the deadline had passed when it was set)."""
+    infeasible = _infeasible_update(past)
+    on_track, at_risk = vocabulary.CONDITION_ON_TRACK, vocabulary.CONDITION_AT_RISK
     if decision_condition == vocabulary.DECISION_STARTING:
-        put(vocabulary.CONDITION_ON_TRACK, None, vocabulary.REASON_MEASURING_SPEED, message)
-        if deadline_was_past:
-            put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
-    elif decision_condition == vocabulary.CONDITION_ON_TRACK:
-        put(vocabulary.CONDITION_ON_TRACK, True, vocabulary.REASON_PREDICTED_ON_TIME, message)
-        put(vocabulary.CONDITION_AT_RISK, False, vocabulary.REASON_PREDICTED_ON_TIME, message)
-        put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
-        put(
-            vocabulary.CONDITION_DEADLINE_MISSED,
-            False,
-            vocabulary.REASON_BEFORE_DEADLINE,
-            "the deadline has not passed",
-        )
-    elif decision_condition == vocabulary.CONDITION_AT_RISK:
+        starting: _Update = (on_track, None, vocabulary.REASON_MEASURING_SPEED, message)
+        return [starting, infeasible] if past else [starting]
+    if decision_condition == vocabulary.CONDITION_ON_TRACK:
+        reason = vocabulary.REASON_PREDICTED_ON_TIME
+        return [
+            (on_track, True, reason, message),
+            (at_risk, False, reason, message),
+            infeasible,
+            _NOT_MISSED,
+        ]
+    if decision_condition == vocabulary.CONDITION_AT_RISK:
         reason = (
             vocabulary.REASON_BEHIND_AT_MAX
             if "set point" in message
             else vocabulary.REASON_NEEDS_NEAR_MAX
         )
-        put(vocabulary.CONDITION_ON_TRACK, False, reason, message)
-        put(vocabulary.CONDITION_AT_RISK, True, reason, message)
-        put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
-        put(
-            vocabulary.CONDITION_DEADLINE_MISSED,
-            False,
-            vocabulary.REASON_BEFORE_DEADLINE,
-            "the deadline has not passed",
-        )
-    elif decision_condition == vocabulary.CONDITION_INFEASIBLE:
-        reason = (
-            vocabulary.REASON_DEADLINE_IN_PAST
-            if deadline_was_past
-            else vocabulary.REASON_EVEN_MAX_TOO_SLOW
-        )
-        put(vocabulary.CONDITION_ON_TRACK, False, reason, message)
-        put(vocabulary.CONDITION_AT_RISK, True, reason, message)
-        put(vocabulary.CONDITION_INFEASIBLE, True, reason, message)
-        if deadline_was_past:
-            put(
+        return [
+            (on_track, False, reason, message),
+            (at_risk, True, reason, message),
+            infeasible,
+            _NOT_MISSED,
+        ]
+    if decision_condition == vocabulary.CONDITION_INFEASIBLE:
+        reason = vocabulary.REASON_DEADLINE_IN_PAST if past else vocabulary.REASON_EVEN_MAX_TOO_SLOW
+        missed: _Update = (
+            (
                 vocabulary.CONDITION_DEADLINE_MISSED,
                 True,
                 vocabulary.REASON_DEADLINE_PASSED,
                 "the deadline has passed",
             )
-        else:
-            put(
-                vocabulary.CONDITION_DEADLINE_MISSED,
-                False,
-                vocabulary.REASON_BEFORE_DEADLINE,
-                "the deadline has not passed",
-            )
-    elif decision_condition == vocabulary.CONDITION_DEADLINE_MISSED:
-        put(vocabulary.CONDITION_ON_TRACK, False, vocabulary.REASON_DEADLINE_PASSED, message)
-        put(vocabulary.CONDITION_AT_RISK, True, vocabulary.REASON_DEADLINE_PASSED, message)
-        if deadline_was_past:
-            put(vocabulary.CONDITION_INFEASIBLE, *infeasible)
-        put(vocabulary.CONDITION_DEADLINE_MISSED, True, vocabulary.REASON_DEADLINE_PASSED, message)
-    return result
+            if past
+            else _NOT_MISSED
+        )
+        return [
+            (on_track, False, reason, message),
+            (at_risk, True, reason, message),
+            (vocabulary.CONDITION_INFEASIBLE, True, reason, message),
+            missed,
+        ]
+    if decision_condition == vocabulary.CONDITION_DEADLINE_MISSED:
+        reason = vocabulary.REASON_DEADLINE_PASSED
+        return [
+            (on_track, False, reason, message),
+            (at_risk, True, reason, message),
+            *([infeasible] if past else []),
+            (vocabulary.CONDITION_DEADLINE_MISSED, True, reason, message),
+        ]
+    return []
 
 
 def conditions_for_deadline(

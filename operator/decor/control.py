@@ -830,16 +830,8 @@ def _whole_core_level(
     ``level_up_periods`` are owed, the upper one once ``level_hold_periods`` at the lower
     one are: the two alternate in proportion, with few resizes, erring early.
 
-    ``probe_lower``: every interval measured so far ran at MAX (a job starts there), so the
-    whole-core fit assumes linear speed-up down to the lower level. Speed-up is sub-linear,
-    so the lower level runs at least as fast as assumed: go there now and stay until it is
-    measured, counting the upper level's share as owed, instead of spending that share
-    first. A job whose extra threads add little (one core as fast as two) learns it in a few
-    periods, not after a run at MAX.
-
-    ``probe_upper``: the upper level was never measured (a job that starts at one core), and
-    assuming linear speed-up up to it overstates its speed, so its share of the time comes
-    out too small and too late. Go there now; the time spent there counts against the share.
+    ``probe_lower``, ``probe_upper``: a level not yet measured is gone to now
+    (:func:`_probed_level`; ``probe_upper`` first).
 
     ``deadline_move_s``: how far the deadline moved since the last plan (0: it did not). A
     moved deadline starts the pair afresh, owing nothing: at the level in the move's direction
@@ -859,22 +851,59 @@ def _whole_core_level(
     needed at two cores, went to one core by the half-period rule and finished 1.6 % late.
     """
     at = usable_cores(current, settings)
-    if probe_upper:
-        owed_s = min(0.0, credit_s) if at == lower + 1 else 0.0
-        return clamp(float(lower + 1), settings), owed_s + (fraction - 1.0) * settings.period_s
-    if probe_lower:  # to the lower level, and stay there until an interval is measured
-        owed_s = max(0.0, credit_s) if at == lower else 0.0
-        return clamp(float(lower), settings), owed_s + fraction * settings.period_s
+    if probe_upper or probe_lower:
+        return _probed_level(lower, fraction, at, credit_s, settings, upper=probe_upper)
     in_pair = at in (lower, lower + 1)
     if in_pair and deadline_move_s != 0.0:
         return clamp(float(lower + 1 if deadline_move_s < 0 else lower), settings), 0.0
-    half_period_s = 0.5 * settings.period_s
     if endgame:  # the rest of the upper level's share, to the nearest period, first
         # (a plan shorter than a period holds the upper level for all of it or not at all)
         half_s = 0.5 * min(settings.period_s, planned_s)
         return clamp(float(lower + 1 if upper_need_s >= half_s else lower), settings), 0.0
     if not in_pair:  # a new pair of levels: the nearer one
         return clamp(lower + 1 if fraction >= 0.5 else lower, settings), 0.0
+    return _credited_level(lower, fraction, at, credit_s, settings, upper_need_s)
+
+
+def _probed_level(
+    lower: int, fraction: float, at: float, credit_s: float, settings: Settings, upper: bool
+) -> tuple[float, float]:
+    """The level not yet measured, now, and the new level credit (as
+    :func:`_whole_core_level`; ``at``: the usable cores now).
+
+    ``upper`` (``probe_upper``): the upper level was never measured (a job that starts at
+    one core), and assuming linear speed-up up to it overstates its speed, so its share of
+    the time comes out too small and too late. Go there now; the time spent there counts
+    against the share.
+
+    Else (``probe_lower``): every interval measured so far ran at MAX (a job starts there),
+    so the whole-core fit assumes linear speed-up down to the lower level. Speed-up is
+    sub-linear, so the lower level runs at least as fast as assumed: go there now and stay
+    until it is measured, counting the upper level's share as owed, instead of spending
+    that share first. A job whose extra threads add little (one core as fast as two) learns
+    it in a few periods, not after a run at MAX.
+    """
+    if upper:
+        owed_s = min(0.0, credit_s) if at == lower + 1 else 0.0
+        return clamp(float(lower + 1), settings), owed_s + (fraction - 1.0) * settings.period_s
+    # to the lower level, and stay there until an interval is measured
+    owed_s = max(0.0, credit_s) if at == lower else 0.0
+    return clamp(float(lower), settings), owed_s + fraction * settings.period_s
+
+
+def _credited_level(
+    lower: int,
+    fraction: float,
+    at: float,
+    credit_s: float,
+    settings: Settings,
+    upper_need_s: float,
+) -> tuple[float, float]:
+    """Within a pair of levels (``at``, the usable cores now, is one of them): the level the
+    credit chooses and the new credit (as :func:`_whole_core_level`): the lower level is
+    left once ``level_up_periods`` are owed and the upper level still needed, the upper one
+    once ``level_hold_periods`` at the lower one are owed or it is no longer needed."""
+    half_period_s = 0.5 * settings.period_s
     upper_now = at == lower + 1
     # Owed time is >= 0 at the lower level and <= 0 at the upper one; a credit of the other
     # sign was left by the previous pair of levels.
@@ -991,13 +1020,41 @@ def _decide_gpu(
         cost = 0.0 if g == current else restart_cost
         return obs.time_s + cost + remaining * step_time(g)
 
+    dwell_ok = (
+        replan or base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
+    )
+    choice, note = _gpu_count(
+        current, settings, obs.time_s, remaining, step_time, restart_cost, finish, dwell_ok, replan
+    )
+    condition = (
+        vocabulary.CONDITION_AT_RISK
+        if choice >= settings.max_allocation and finish(choice) > target_s
+        else vocabulary.CONDITION_ON_TRACK
+    )
+    late_s = finish(choice) - settings.deadline_s
+    message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
+    return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+
+
+def _gpu_count(
+    current: float,
+    settings: Settings,
+    time_s: float,
+    remaining: float,
+    step_time: Any,
+    restart_cost: float,
+    finish: Callable[[float], float],
+    dwell_ok: bool,
+    replan: bool,
+) -> tuple[float, str]:
+    """The GPU count to run at (``finish(g)``: when the job would finish at ``g`` GPUs, a
+    restart included for a change; ``time_s``: the observation's time) and a note for the
+    message: hold, shrink when it pays, grow when needed and waiting does not pay."""
+    target_s = settings.target_s
     candidates = [
         float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
     ]
     meeting = [g for g in candidates if finish(g) <= target_s]
-    dwell_ok = (
-        replan or base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
-    )
 
     # Each change costs a restart, so changes need hysteresis. Shrink only when it pays: the
     # GPUs given back, over the rest of the run, outweigh the new pod's GPUs idle during the
@@ -1005,7 +1062,7 @@ def _decide_gpu(
     # small reserve, so that a slow-down after it needs no restart back. Grow
     # by one only once waiting would not leave a spare restart: a noisy dip in the speed
     # estimate then costs no restart, and a grow is not followed by a shrink back.
-    reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, target_s - obs.time_s)
+    reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, target_s - time_s)
     note = ""
     if finish(current) <= target_s:
         # On track: shrink when a smaller count still makes it, keeping the reserve.
@@ -1029,14 +1086,7 @@ def _decide_gpu(
             choice = larger
     else:
         choice = min(candidates, key=finish)
-    condition = (
-        vocabulary.CONDITION_AT_RISK
-        if choice >= settings.max_allocation and finish(choice) > target_s
-        else vocabulary.CONDITION_ON_TRACK
-    )
-    late_s = finish(choice) - settings.deadline_s
-    message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
-    return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+    return choice, note
 
 
 def shrink_pays(current: float, g: float, run_s_at_g: float, restart_cost: float) -> bool:

@@ -90,38 +90,54 @@ def build_trainer_group(
     world = sum(counts)
     pods, offset = [], 0
     for index, count in enumerate(counts):
-        is_leader = index == 0
-        name = leader if is_leader else worker_pod_name(leader, index)
+        name = leader if index == 0 else worker_pod_name(leader, index)
         pod = build.build_trainer_pod(job, spec, float(count), name, **options)
-        trainer = pod["spec"]["containers"][0]
-        env = trainer["env"]
-        for key, value in (
-            (contract.ENV_WORLD_SIZE, str(world)),
-            (contract.ENV_RANK_OFFSET, str(offset)),
-            (contract.ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
-            (contract.ENV_MASTER_PORT, str(contract.DEFAULT_MASTER_PORT)),
-            (ENV_GROUP_PODS, str(len(counts))),
-        ):
-            env = build.upsert_env(env, key, value)
-        trainer["env"] = env
-        meta = pod["metadata"]
-        meta["labels"][vocabulary.LABEL_ROLE] = (
-            vocabulary.ROLE_LEADER if is_leader else vocabulary.ROLE_WORKER
-        )
-        if is_leader:
-            trainer.setdefault("ports", []).append(
-                {
-                    "name": "rendezvous",
-                    "containerPort": contract.DEFAULT_MASTER_PORT,
-                    "protocol": "TCP",
-                }
-            )
-        else:
-            meta["labels"][vocabulary.LABEL_LEADER] = leader
-            meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
+        _join_world(pod, leader, index, offset, world, len(counts), rendezvous_ip)
         pods.append(pod)
         offset += count
     return pods
+
+
+def _join_world(
+    pod: dict[str, Any],
+    leader: str,
+    index: int,
+    offset: int,
+    world: int,
+    group_pods: int,
+    rendezvous_ip: str,
+) -> None:
+    """Make ``pod`` (built by :func:`build.build_trainer_pod`) pod ``index`` of a group of
+    ``group_pods``: the world's environment (``world`` GPUs in all, its ranks from
+    ``offset``, the leader's rendezvous address), its role label, and on the leader the
+    rendezvous port; a worker names its leader and is not scraped (rank 0 alone reports)."""
+    is_leader = index == 0
+    trainer = pod["spec"]["containers"][0]
+    env = trainer["env"]
+    for key, value in (
+        (contract.ENV_WORLD_SIZE, str(world)),
+        (contract.ENV_RANK_OFFSET, str(offset)),
+        (contract.ENV_MASTER_ADDR, LEADER_ADDRESS if is_leader else rendezvous_ip),
+        (contract.ENV_MASTER_PORT, str(contract.DEFAULT_MASTER_PORT)),
+        (ENV_GROUP_PODS, str(group_pods)),
+    ):
+        env = build.upsert_env(env, key, value)
+    trainer["env"] = env
+    meta = pod["metadata"]
+    meta["labels"][vocabulary.LABEL_ROLE] = (
+        vocabulary.ROLE_LEADER if is_leader else vocabulary.ROLE_WORKER
+    )
+    if is_leader:
+        trainer.setdefault("ports", []).append(
+            {
+                "name": "rendezvous",
+                "containerPort": contract.DEFAULT_MASTER_PORT,
+                "protocol": "TCP",
+            }
+        )
+    else:
+        meta["labels"][vocabulary.LABEL_LEADER] = leader
+        meta["annotations"]["prometheus.io/scrape"] = "false"  # rank 0 alone reports
 
 
 def build_rendezvous_service(job: Mapping[str, Any]) -> dict[str, Any]:

@@ -311,14 +311,7 @@ class _LocalJob:
         multi: bool,
         ports: set[int] | None = None,
     ) -> None:
-        if job.resources.mode != "cpu":
-            raise ManifestError(
-                "spec.resources.mode",
-                "the local runtime actuates CPU only; use gpu mode on Kubernetes",
-            )
-        policy = options.policy or job.control.policy
-        if policy not in ("decor", "decor-nn"):
-            raise ManifestError("spec.control.policy", f"must be decor or decor-nn, got {policy!r}")
+        policy = _local_policy(job, options)
         self.job, self.options, self.out, self.multi = job, options, out, multi
         self.arrival_delay_s = arrival_s
         self.policy = policy
@@ -592,24 +585,12 @@ class _LocalJob:
             return
         before, self.verdict, self.grant = self.verdict, grant.verdict, grant
         self.conditions.add(grant.verdict)
-        if before == grant.verdict:
-            return
-        if grant.verdict in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
-            self.say(f"{grant.verdict.lower()}: {self._reason(grant)}")
-        elif grant.verdict == vocabulary.VERDICT_SHORTED:
-            self.say(f"shorted: {grant.reason}")
-        elif before in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
-            self.say(f"admitted after {now - self.start_s:.0f}s: {grant.reason}")
+        line = _verdict_line(before, grant, now, self.start_s)
+        if line is not None:
+            self.say(line)
 
     def _reason(self, grant: planner.Grant) -> str:
-        text = grant.reason
-        if grant.earliest_deadline_s is not None:
-            when = grant.earliest_deadline_s
-            text += (
-                f"; earliest deadline it could meet now: {format_time(when)}"
-                f" ({when - self.start_s:.0f}s after its start)"
-            )
-        return text
+        return _with_earliest_deadline(grant, self.start_s)
 
     def _waiting_line(self) -> str:
         grant = self.grant
@@ -696,21 +677,15 @@ class _LocalJob:
             self.exit_code = self.child.returncode if self.child is not None else 130
         if self.error is None and self.child is None:
             self.error = "never started: " + (self._waiting_line() if self.grant else "no grant")
-        finished_s = None
-        last = self.last_progress
-        if last is not None and last.steps_done >= last.steps_planned:
-            finished_s = (last.last_step_time_s or self.last_tick) - self.start_s
-        log_path = self.out / "trainer.log"
-        error = self.error
-        if error is None and self.exit_code != 0:
-            error = f"trainer exited with code {self.exit_code}: {_tail(log_path)}"
-        elif error is None and last is None:
-            error = f"the trainer never published progress at {self.url}"
-        elif finished_s is None and error is None:
-            # The trainer exits 0 only once every step is done; it may exit between two
-            # scrapes. The loop wakes as soon as it exits, so the last tick is its exit time.
-            finished_s = self.last_tick - self.start_s
-        code = self.exit_code if error is None else (self.exit_code or 1)
+        finished_s, code, error = _outcome(
+            self.last_progress,
+            self.last_tick,
+            self.start_s,
+            self.exit_code,
+            self.error,
+            f"the trainer never published progress at {self.url}",
+            self.out / "trainer.log",
+        )
         self.result = self.summary(finished_s, code, error)
         write_trace(self.rows, self.result.to_dict(), self.out / "trace.json")
         if self.rows:
@@ -721,6 +696,79 @@ class _LocalJob:
                 self.say(f"warning: could not draw {plot_path}: {exc}")
         self.line = _final_line(self.result)
         return self.result
+
+
+def _local_policy(job: JobSpec, options: LocalOptions) -> str:
+    """The law a local job runs (the run's ``--policy``, else the job's); raises
+    ManifestError for a job the local runtime cannot run (GPU mode, another policy)."""
+    if job.resources.mode != "cpu":
+        raise ManifestError(
+            "spec.resources.mode",
+            "the local runtime actuates CPU only; use gpu mode on Kubernetes",
+        )
+    policy = options.policy or job.control.policy
+    if policy not in ("decor", "decor-nn"):
+        raise ManifestError("spec.control.policy", f"must be decor or decor-nn, got {policy!r}")
+    return policy
+
+
+def _verdict_line(
+    before: str | None, grant: planner.Grant, now: float, start_s: float
+) -> str | None:
+    """The line a new planner verdict is told with (None: nothing to tell): queued or
+    preempted (with the earliest deadline it could meet), shorted, or admitted after
+    waiting (seconds since the job's start ``start_s``)."""
+    if before == grant.verdict:
+        return None
+    if grant.verdict in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
+        return f"{grant.verdict.lower()}: {_with_earliest_deadline(grant, start_s)}"
+    if grant.verdict == vocabulary.VERDICT_SHORTED:
+        return f"shorted: {grant.reason}"
+    if before in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
+        return f"admitted after {now - start_s:.0f}s: {grant.reason}"
+    return None
+
+
+def _with_earliest_deadline(grant: planner.Grant, start_s: float) -> str:
+    """The grant's reason, with the earliest deadline the job could meet now when the
+    planner told one (as a time, and in seconds after the job's start ``start_s``)."""
+    text = grant.reason
+    if grant.earliest_deadline_s is not None:
+        when = grant.earliest_deadline_s
+        text += (
+            f"; earliest deadline it could meet now: {format_time(when)}"
+            f" ({when - start_s:.0f}s after its start)"
+        )
+    return text
+
+
+def _outcome(
+    last: Any,
+    last_tick: float,
+    start_s: float,
+    exit_code: int,
+    error: str | None,
+    silent_error: str,
+    log_path: Path,
+) -> tuple[float | None, int, str | None]:
+    """(when the run finished, in seconds after its start, or None; its exit code; its
+    error): ``last`` is the last progress sampled (None: none), ``last_tick`` the last tick
+    and ``start_s`` the start (clock seconds), ``error`` what went wrong so far,
+    ``silent_error`` the error when the trainer never published progress; a non-zero exit
+    quotes the log's tail."""
+    finished_s = None
+    if last is not None and last.steps_done >= last.steps_planned:
+        finished_s = (last.last_step_time_s or last_tick) - start_s
+    if error is None and exit_code != 0:
+        error = f"trainer exited with code {exit_code}: {_tail(log_path)}"
+    elif error is None and last is None:
+        error = silent_error
+    elif finished_s is None and error is None:
+        # The trainer exits 0 only once every step is done; it may exit between two
+        # scrapes. The loop wakes as soon as it exits, so the last tick is its exit time.
+        finished_s = last_tick - start_s
+    code = exit_code if error is None else (exit_code or 1)
+    return finished_s, code, error
 
 
 class _Runtime:

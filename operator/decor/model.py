@@ -531,8 +531,68 @@ def parse_template(raw: Any) -> dict[str, Any]:
 def parse_job(manifest: Any) -> JobSpec:
     """Validate a DeadlineTrainingJob manifest (as loaded from YAML) into a JobSpec.
 
-    Raises ManifestError naming the first offending field.
+    Raises ManifestError naming the first offending field (checked in the order below).
     """
+    name, namespace, spec = _parse_envelope(manifest)
+    best_effort, deadline, duration_s = _parse_deadline(spec)
+    if "epochs" not in spec:
+        raise ManifestError("spec.epochs", "is required")
+    epochs = _positive_int(spec["epochs"], "spec.epochs")
+    steps_per_epoch = None
+    if spec.get("stepsPerEpoch") is not None:
+        steps_per_epoch = _positive_int(spec["stepsPerEpoch"], "spec.stepsPerEpoch")
+    resources = parse_resources(spec.get("resources"))
+    control = parse_control(spec.get("control"), resources.mode)
+    template = parse_template(spec.get("template"))
+    checkpoint = _parse_checkpoint(spec.get("checkpoint"), resources.mode)
+    metrics = _parse_metrics(spec.get("metrics"))
+    estimate_step_s, estimate_allocation = _parse_estimate(spec.get("estimate"), resources.mode)
+    priority = spec.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ManifestError("spec.priority", f"must be an integer, got {priority!r}")
+    suspend = spec.get("suspend", False)
+    if not isinstance(suspend, bool):
+        raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
+    return JobSpec(
+        name=name,
+        namespace=namespace,
+        deadline=deadline,
+        duration_s=duration_s,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        resources=resources,
+        control=control,
+        template=template,
+        checkpoint=checkpoint,
+        metrics=metrics,
+        suspend=suspend,
+        priority=priority,
+        best_effort=best_effort,
+        estimate_step_s=estimate_step_s,
+        estimate_allocation=estimate_allocation,
+    )
+
+
+_SPEC_FIELDS = {
+    "deadline",
+    "duration",
+    "epochs",
+    "stepsPerEpoch",
+    "resources",
+    "control",
+    "template",
+    "checkpoint",
+    "metrics",
+    "suspend",
+    "priority",
+    "bestEffort",
+    "estimate",
+}
+
+
+def _parse_envelope(manifest: Any) -> tuple[str, str, dict[str, Any]]:
+    """(name, namespace, spec) of a manifest whose apiVersion and kind are this operator's,
+    whose name is a DNS-1035 label and whose spec is a mapping of known fields only."""
     if not isinstance(manifest, dict):
         raise ManifestError("(document)", "must be a mapping with apiVersion, kind, metadata, spec")
     api_version = manifest.get("apiVersion")
@@ -559,25 +619,13 @@ def parse_job(manifest: Any) -> JobSpec:
     spec = _mapping(manifest.get("spec"), "spec")
     if not spec:
         raise ManifestError("spec", "is required")
-    _reject_unknown(
-        spec,
-        {
-            "deadline",
-            "duration",
-            "epochs",
-            "stepsPerEpoch",
-            "resources",
-            "control",
-            "template",
-            "checkpoint",
-            "metrics",
-            "suspend",
-            "priority",
-            "bestEffort",
-            "estimate",
-        },
-        "spec",
-    )
+    _reject_unknown(spec, _SPEC_FIELDS, "spec")
+    return name, namespace, spec
+
+
+def _parse_deadline(spec: Mapping[str, Any]) -> tuple[bool, datetime | None, float | None]:
+    """(best effort?, deadline, duration in seconds): exactly one of ``deadline`` and
+    ``duration`` for a deadline job, neither for a best-effort one."""
     has_deadline = spec.get("deadline") is not None
     has_duration = spec.get("duration") is not None
     best_effort = spec.get("bestEffort", False)
@@ -589,16 +637,13 @@ def parse_job(manifest: Any) -> JobSpec:
         raise ManifestError("spec.deadline", "set exactly one of spec.deadline and spec.duration")
     deadline = parse_time(spec["deadline"], "spec.deadline") if has_deadline else None
     duration_s = parse_duration_s(spec["duration"], "spec.duration") if has_duration else None
-    if "epochs" not in spec:
-        raise ManifestError("spec.epochs", "is required")
-    epochs = _positive_int(spec["epochs"], "spec.epochs")
-    steps_per_epoch = None
-    if spec.get("stepsPerEpoch") is not None:
-        steps_per_epoch = _positive_int(spec["stepsPerEpoch"], "spec.stepsPerEpoch")
-    resources = parse_resources(spec.get("resources"))
-    control = parse_control(spec.get("control"), resources.mode)
-    template = parse_template(spec.get("template"))
-    checkpoint_raw = _mapping(spec.get("checkpoint"), "spec.checkpoint")
+    return best_effort, deadline, duration_s
+
+
+def _parse_checkpoint(raw: Any, mode: str) -> CheckpointSpec:
+    """``spec.checkpoint``: a path (required with a claim, and in gpu mode, where GPU changes
+    restart the trainer), the job's own PersistentVolumeClaim name, and ``keep``."""
+    checkpoint_raw = _mapping(raw, "spec.checkpoint")
     _reject_unknown(checkpoint_raw, {"path", "claimName", "keep"}, "spec.checkpoint")
     claim_name = checkpoint_raw.get("claimName")
     if claim_name is not None and (
@@ -616,11 +661,16 @@ def parse_job(manifest: Any) -> JobSpec:
     checkpoint = CheckpointSpec(path=checkpoint_raw.get("path"), claim_name=claim_name, keep=keep)
     if claim_name is not None and not checkpoint.path:
         raise ManifestError("spec.checkpoint.path", "is required with spec.checkpoint.claimName")
-    if resources.mode == "gpu" and not checkpoint.path:
+    if mode == "gpu" and not checkpoint.path:
         raise ManifestError(
             "spec.checkpoint.path", "is required in gpu mode (GPU changes restart the trainer)"
         )
-    metrics_raw = _mapping(spec.get("metrics"), "spec.metrics")
+    return checkpoint
+
+
+def _parse_metrics(raw: Any) -> MetricsSpec:
+    """``spec.metrics``: the sidecar's port (1-65535) and a plain absolute path."""
+    metrics_raw = _mapping(raw, "spec.metrics")
     _reject_unknown(metrics_raw, {"port", "path"}, "spec.metrics")
     port = metrics_raw.get("port", contract.DEFAULT_METRICS_PORT)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
@@ -639,39 +689,22 @@ def parse_job(manifest: Any) -> JobSpec:
             "must be a plain path of letters, digits, . _ ~ - and / (no .., //, ? or #, "
             f"at most {METRICS_PATH_MAX_CHARS} characters), got {path!r}",
         )
-    estimate_raw = _mapping(spec.get("estimate"), "spec.estimate")
+    return MetricsSpec(port=port, path=path)
+
+
+def _parse_estimate(raw: Any, mode: str) -> tuple[float | None, float | None]:
+    """``spec.estimate``: (seconds per step, at the allocation in cores or GPUs), both or
+    neither."""
+    estimate_raw = _mapping(raw, "spec.estimate")
     _reject_unknown(estimate_raw, {"stepSeconds", "allocation"}, "spec.estimate")
-    estimate_step_s = estimate_allocation = None
-    if estimate_raw:
-        if "stepSeconds" not in estimate_raw or "allocation" not in estimate_raw:
-            raise ManifestError("spec.estimate", "needs both stepSeconds and allocation")
-        estimate_step_s = _positive(estimate_raw["stepSeconds"], "spec.estimate.stepSeconds")
-        estimate_allocation = (
-            parse_cpu_cores(estimate_raw["allocation"], "spec.estimate.allocation")
-            if resources.mode == "cpu"
-            else parse_gpu_count(estimate_raw["allocation"], "spec.estimate.allocation")
-        )
-    priority = spec.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ManifestError("spec.priority", f"must be an integer, got {priority!r}")
-    suspend = spec.get("suspend", False)
-    if not isinstance(suspend, bool):
-        raise ManifestError("spec.suspend", f"must be true or false, got {suspend!r}")
-    return JobSpec(
-        name=name,
-        namespace=namespace,
-        deadline=deadline,
-        duration_s=duration_s,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        resources=resources,
-        control=control,
-        template=template,
-        checkpoint=checkpoint,
-        metrics=MetricsSpec(port=port, path=path),
-        suspend=suspend,
-        priority=priority,
-        best_effort=best_effort,
-        estimate_step_s=estimate_step_s,
-        estimate_allocation=estimate_allocation,
+    if not estimate_raw:
+        return None, None
+    if "stepSeconds" not in estimate_raw or "allocation" not in estimate_raw:
+        raise ManifestError("spec.estimate", "needs both stepSeconds and allocation")
+    estimate_step_s = _positive(estimate_raw["stepSeconds"], "spec.estimate.stepSeconds")
+    estimate_allocation = (
+        parse_cpu_cores(estimate_raw["allocation"], "spec.estimate.allocation")
+        if mode == "cpu"
+        else parse_gpu_count(estimate_raw["allocation"], "spec.estimate.allocation")
     )
+    return estimate_step_s, estimate_allocation

@@ -21,6 +21,18 @@ class OperatorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        # (registered in this order: the order of the exposition)
+        self._add_activity(registry)
+        self._add_timings(registry)
+        self._add_view_and_leadership(registry)
+        for kind in vocabulary.ACTUATIONS:
+            self.actuations.labels(kind=kind)
+        self._phases: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
+        self._publish()
+
+    def _add_activity(self, registry: CollectorRegistry) -> None:
+        """What the operator did: actuations by kind, failed periods, jobs by phase."""
         self.actuations = Counter(
             vocabulary.METRIC_ACTUATIONS,
             "Allocation changes and pod lifecycle actions the operator carried out, by kind "
@@ -40,6 +52,10 @@ class OperatorMetrics:
             ["phase"],
             registry=registry,
         )
+
+    def _add_timings(self, registry: CollectorRegistry) -> None:
+        """How long a job's period and a planner call took, and how late periods ran
+        (seconds)."""
         self.reconcile_seconds = Histogram(
             vocabulary.METRIC_RECONCILE_DURATION,
             "Wall time of one job's actuation and status write in a control period.",
@@ -58,6 +74,9 @@ class OperatorMetrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=registry,
         )
+
+    def _add_view_and_leadership(self, registry: CollectorRegistry) -> None:
+        """The jobs in view, and whether this replica acts (leader election)."""
         self.jobs_total = Gauge(
             vocabulary.METRIC_JOBS_TRACKED,
             "DeadlineTrainingJobs in the operator's view (any phase).",
@@ -75,11 +94,6 @@ class OperatorMetrics:
             "(free, released, expired, or its own after its renewals lapsed).",
             registry=registry,
         )
-        for kind in vocabulary.ACTUATIONS:
-            self.actuations.labels(kind=kind)
-        self._phases: dict[tuple[str, str], str] = {}
-        self._lock = threading.Lock()
-        self._publish()
 
     def job_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Record a job's phase (None: the job is gone)."""

@@ -712,6 +712,21 @@ def _plan_in_order(
 # Baseline: DECOR-NN's proportional scale-down
 
 
+_Slot = tuple[str, bool]  # (node, GPU?): where a one-pod job's ask is counted
+
+
+@dataclass
+class _Asks:
+    """Where DECOR-NN's asks landed: one-pod jobs by (node, GPU?), the nodes each pod of a
+    job that spans pods asks on, the total asked per (node, GPU?), and the jobs no node
+    takes."""
+
+    placed: dict[_Slot, list[Demand]] = field(default_factory=dict)
+    spread: dict[str, list[str]] = field(default_factory=dict)
+    asked: dict[_Slot, float] = field(default_factory=dict)
+    unplaced: list[Demand] = field(default_factory=list)
+
+
 def _plan_proportional(
     demands: Sequence[Demand], cluster: _Cluster, s: PlannerSettings
 ) -> dict[str, Grant]:
@@ -723,66 +738,14 @@ def _plan_proportional(
     asks = {
         d.key: (need_of(d, s) if d.deadline_s is not None else d.max_allocation) for d in demands
     }
-    placed: dict[tuple[str, bool], list[Demand]] = {}
-    spread: dict[str, list[str]] = {}  # a job that spans pods -> the nodes its pods ask on
-    asked = {(n, g): 0.0 for n in cluster.names for g in (False, True)}
-    unplaced: list[Demand] = []
-    for d in sorted(demands, key=lambda d: (d.arrival_s, d.key)):
-        gpu = _is_gpu(d)
-        book = cluster.free_gpu if gpu else cluster.free_cpu
-        shares = (
-            pod_gpu_counts(round(asks[d.key]), d.gpus_per_pod) if _spans_pods(d) else [asks[d.key]]
-        )
-        on: list[str] = []
-        for share in shares:
-            node = cluster.home(d)
-            if node is None and cluster.names:
-                node = min(cluster.names, key=lambda n: (-(book[n] - asked[(n, gpu)]), n))
-            if node is None:
-                break
-            asked[(node, gpu)] += share
-            on.append(node)
-        if len(on) < len(shares):
-            unplaced.append(d)
-        elif _spans_pods(d):
-            spread[d.key] = on
-        else:
-            placed.setdefault((on[0], gpu), []).append(d)
-    factor: dict[tuple[str, bool], float] = {}  # what every ask on a node is scaled by
-    for (node, gpu), total in asked.items():
-        free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
-        factor[(node, gpu)] = 1.0 if total <= free + EPS else free / total
+    where = _place_asks(demands, asks, cluster)
+    factor = _scale_factors(where.asked, cluster)
     grants: dict[str, Grant] = {}
-    for (node, gpu), jobs in sorted(placed.items()):
-        free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
-        alloc = {}
-        for d in jobs:
-            scaled = _floor_q(asks[d.key] * factor[(node, gpu)], _quantum(d, s))
-            alloc[d.key] = max(scaled, d.min_allocation)
-        for d in reversed(jobs):  # latest arrivals give way when the mins do not fit
-            if sum(alloc.values()) <= free + EPS:
-                break
-            alloc[d.key] = 0.0
-        for d in jobs:
-            got = alloc[d.key]
-            cluster.take(d, ((node, got),))
-            reason = (
-                f"granted {got:g} of {asks[d.key]:g} {_unit(d)} on {node}: asks scaled by "
-                f"{factor[(node, gpu)]:.3g} to the node's capacity (policy decor-nn)"
-            )
-            verdict = _served(d, got, asks[d.key])
-            grants[d.key] = _grant(d, got, ((node, got),), verdict, reason, node)
-    for d in sorted((d for d in demands if d.key in spread), key=lambda d: (d.arrival_s, d.key)):
-        scale = min((factor[(n, True)] for n in spread[d.key]), default=1.0)
-        want = max(_floor_q(asks[d.key] * scale, GPU_QUANTUM), d.min_allocation)
-        got, pods = cluster.most(d, want, s)
-        cluster.take(d, pods)
-        reason = (
-            f"granted {got:g} of {asks[d.key]:g} GPUs on {_where(pods)}: its pods' asks scaled "
-            f"by {scale:.3g} to their nodes' capacity (policy decor-nn)"
-        )
-        grants[d.key] = _grant(d, got, pods, _served(d, got, asks[d.key]), reason)
-    for d in unplaced:
+    for slot, jobs in sorted(where.placed.items()):
+        _grant_scaled_on_node(jobs, asks, slot, factor[slot], cluster, s, grants)
+    for d in sorted((d for d in demands if d.key in where.spread), key=_by_arrival):
+        _grant_scaled_pods(d, asks[d.key], where.spread[d.key], factor, cluster, s, grants)
+    for d in where.unplaced:
         verdict = (
             vocabulary.VERDICT_SHORTED
             if d.deadline_s is not None
@@ -792,6 +755,103 @@ def _plan_proportional(
             d.key, 0.0, None, verdict, f"no node offers {_unit(d)} (policy decor-nn)"
         )
     return grants
+
+
+def _by_arrival(d: Demand) -> tuple[float, str]:
+    return (d.arrival_s, d.key)
+
+
+def _place_asks(demands: Sequence[Demand], asks: Mapping[str, float], cluster: _Cluster) -> _Asks:
+    """Each job's ask (each pod's share of it, for a job that spans pods), in arrival order,
+    on its pod's node, else on the node with the most capacity not yet asked for (the first
+    by name on a tie)."""
+    where = _Asks(asked={(n, g): 0.0 for n in cluster.names for g in (False, True)})
+    for d in sorted(demands, key=_by_arrival):
+        gpu = _is_gpu(d)
+        book = cluster.free_gpu if gpu else cluster.free_cpu
+        shares = (
+            pod_gpu_counts(round(asks[d.key]), d.gpus_per_pod) if _spans_pods(d) else [asks[d.key]]
+        )
+        on: list[str] = []
+        for share in shares:
+            node = cluster.home(d)
+            if node is None and cluster.names:
+                node = min(cluster.names, key=lambda n: (-(book[n] - where.asked[(n, gpu)]), n))
+            if node is None:
+                break
+            where.asked[(node, gpu)] += share
+            on.append(node)
+        if len(on) < len(shares):
+            where.unplaced.append(d)
+        elif _spans_pods(d):
+            where.spread[d.key] = on
+        else:
+            where.placed.setdefault((on[0], gpu), []).append(d)
+    return where
+
+
+def _scale_factors(asked: Mapping[_Slot, float], cluster: _Cluster) -> dict[_Slot, float]:
+    """What every ask on a (node, GPU?) is scaled by: 1 where the asks fit its free
+    capacity, else free / asked."""
+    factor: dict[_Slot, float] = {}
+    for (node, gpu), total in asked.items():
+        free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
+        factor[(node, gpu)] = 1.0 if total <= free + EPS else free / total
+    return factor
+
+
+def _grant_scaled_on_node(
+    jobs: Sequence[Demand],
+    asks: Mapping[str, float],
+    slot: _Slot,
+    factor: float,
+    cluster: _Cluster,
+    s: PlannerSettings,
+    grants: dict[str, Grant],
+) -> None:
+    """One node's one-pod jobs (in arrival order): each its ask scaled by ``factor``, raised
+    to its min; the latest arrivals get nothing while the mins do not fit the node."""
+    node, gpu = slot
+    free = (cluster.free_gpu if gpu else cluster.free_cpu)[node]
+    alloc = {}
+    for d in jobs:
+        scaled = _floor_q(asks[d.key] * factor, _quantum(d, s))
+        alloc[d.key] = max(scaled, d.min_allocation)
+    for d in reversed(jobs):  # latest arrivals give way when the mins do not fit
+        if sum(alloc.values()) <= free + EPS:
+            break
+        alloc[d.key] = 0.0
+    for d in jobs:
+        got = alloc[d.key]
+        cluster.take(d, ((node, got),))
+        reason = (
+            f"granted {got:g} of {asks[d.key]:g} {_unit(d)} on {node}: asks scaled by "
+            f"{factor:.3g} to the node's capacity (policy decor-nn)"
+        )
+        verdict = _served(d, got, asks[d.key])
+        grants[d.key] = _grant(d, got, ((node, got),), verdict, reason, node)
+
+
+def _grant_scaled_pods(
+    d: Demand,
+    ask: float,
+    nodes: Sequence[str],
+    factor: Mapping[_Slot, float],
+    cluster: _Cluster,
+    s: PlannerSettings,
+    grants: dict[str, Grant],
+) -> None:
+    """A job that spans pods: its ask scaled by the smallest factor among the nodes its pods
+    asked on, raised to its min, placed where the one-pod jobs left room."""
+    scale = min((factor[(n, True)] for n in nodes), default=1.0)
+    want = max(_floor_q(ask * scale, GPU_QUANTUM), d.min_allocation)
+    got, pods = cluster.most(d, want, s)
+    cluster.take(d, pods)
+    reason = (
+        f"granted {got:g} of {ask:g} GPUs on {_where(pods)}: its pods' asks scaled "
+        f"by {scale:.3g} to their nodes' capacity (policy decor-nn)"
+    )
+    grants[d.key] = _grant(d, got, pods, _served(d, got, ask), reason)
 
 
 # ---------------------------------------------------------------------------------------
@@ -815,15 +875,16 @@ def _plan_admission(
         book.hold_admitted(d)
     for d in sorted((d for d in with_deadline if not d.admitted), key=book.rank):
         book.admit_new(d)
-    book.tell_waiting()
-    best_effort = book.within_quota(
+    _Waiting(book).tell()
+    leftover = _Leftover(book)
+    best_effort = leftover.within_quota(
         [
             replace(d, deadline_s=None) if d.key in lost else d
             for d in demands
             if d.deadline_s is None or d.key in lost
         ]
     )
-    book.fill_leftover(best_effort)
+    leftover.fill(best_effort)
     for key, why in lost.items():
         g = book.grants[key]
         book.grants[key] = replace(g, reason=f"{why}: runs as best effort; {g.reason}")
@@ -853,7 +914,10 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
 
 
 class _Book:
-    """The state of one admission plan as its phases run (local to one ``plan`` call)."""
+    """The state of one admission plan as its phases run (local to one ``plan`` call), and
+    its first two phases: hold the admitted jobs' needs, admit new jobs. The later
+    phases read and extend it: ``_Waiting`` (the earliest deadline a waiting job could
+    meet) and ``_Leftover`` (what the deadline jobs leave, to best-effort jobs)."""
 
     def __init__(
         self, cluster: _Cluster, s: PlannerSettings, now_s: float, ours: bool, quotas: _Quotas
@@ -1048,35 +1112,41 @@ class _Book:
                 best = (len(chosen), scope[0], chosen)
         return best[2] if best is not None else None
 
-    # -- the earliest deadline a waiting job could meet now --------------------------------
+
+class _Waiting:
+    """The third phase: each job that waits (queued or preempted) is told the earliest
+    deadline it could meet now, as the admitted jobs of ``book`` finish and free room."""
+
+    def __init__(self, book: _Book) -> None:
+        self.book = book
 
     def _timeline(self, node: str, gpu: bool) -> list[tuple[float, float]]:
         """(time, free) steps on ``node``: capacity frees as its deadline jobs finish
         (predicted from their curve at their grant, else at their deadline)."""
-        free = (self.cluster.free_gpu if gpu else self.cluster.free_cpu)[node]
+        free = (self.book.cluster.free_gpu if gpu else self.book.cluster.free_cpu)[node]
         events = []
-        for h, a in self.held.get(node, []):
+        for h, a in self.book.held.get(node, []):
             if _is_gpu(h) == gpu and a > 0:
-                r = run_s(h, sum(x for _, x in self.pods_of[h.key]))  # its whole grant
-                events.append((self.now_s + r if r is not None else h.deadline_s or 0.0, a))
-        points = [(self.now_s, free)]
+                r = run_s(h, sum(x for _, x in self.book.pods_of[h.key]))  # its whole grant
+                events.append((self.book.now_s + r if r is not None else h.deadline_s or 0.0, a))
+        points = [(self.book.now_s, free)]
         for t, a in sorted(events):
             free += a
-            points.append((max(t, self.now_s), free))
+            points.append((max(t, self.book.now_s), free))
         return points
 
     def _events(self, gpu: bool) -> list[tuple[float, str, float]]:
         """(time, node, free there then), over every node, in time order."""
         events = []
-        for node in self.cluster.names:
+        for node in self.book.cluster.names:
             events += [(t, node, f) for t, f in self._timeline(node, gpu)[1:]]
         return sorted(events)
 
     def _envelope(self, gpu: bool) -> list[tuple[float, float]]:
         """(time, most free on any one node) steps, over every node."""
-        free = dict(self.cluster.free_gpu if gpu else self.cluster.free_cpu)
+        free = dict(self.book.cluster.free_gpu if gpu else self.book.cluster.free_cpu)
         best = max(free.values(), default=0.0)
-        points = [(self.now_s, best)]
+        points = [(self.book.now_s, best)]
         for t, node, f in self._events(gpu):
             free[node] = f
             if f > best + EPS:
@@ -1088,14 +1158,14 @@ class _Book:
         """(time, the most GPUs ``d``'s pods could be placed for then) steps, as capacity
         frees on every node. Its pods would all be created anew (it waits: it has none)."""
         d = replace(d, current=0.0)
-        trial = self.cluster.copy()
-        got, _ = trial.most(d, d.max_allocation, self.s)
-        points = [(self.now_s, got)]
+        trial = self.book.cluster.copy()
+        got, _ = trial.most(d, d.max_allocation, self.book.s)
+        points = [(self.book.now_s, got)]
         for t, node, f in self._events(True):
             if got >= d.max_allocation - EPS:
                 break  # more room later cannot start it faster
             trial.free_gpu[node] = f
-            more, _ = trial.most(d, d.max_allocation, self.s)
+            more, _ = trial.most(d, d.max_allocation, self.book.s)
             if more > got:
                 got = more
                 points.append((t, got))
@@ -1113,20 +1183,22 @@ class _Book:
             if key not in envelopes:
                 envelopes[key] = self._packed_envelope(d)
             return envelopes[key]
-        home = self.cluster.home(d)
+        home = self.book.cluster.home(d)
         if home is not None:
             points = self._timeline(home, gpu)
         else:
             if gpu not in envelopes:
                 envelopes[gpu] = self._envelope(gpu)
             points = envelopes[gpu]
-        return ((t, _fit(d, free, d.max_allocation, self.s)) for t, free in points)
+        return ((t, _fit(d, free, d.max_allocation, self.book.s)) for t, free in points)
 
-    def tell_waiting(self) -> None:
+    def tell(self) -> None:
+        """Append to each waiting job's reason the earliest deadline it could meet now (or
+        when room for its need frees, or that none does), and set its ``earliest_deadline_s``."""
         envelopes: dict[object, list[tuple[float, float]]] = {}
-        for d in self.waiting:
+        for d in self.book.waiting:
             room = list(self._room_over_time(d, envelopes))
-            if self.quotas.bounds(d):
+            if self.book.quotas.bounds(d):
                 room = _lower(room, self._quota_over_time(d))
             earliest, frees_at = self._earliest(d, room)
             if earliest is not None:
@@ -1135,22 +1207,26 @@ class _Book:
                 tail = f"; room for its need frees at {_utc(frees_at)} (no speed curve yet)"
             else:
                 tail = "; no room for it frees while the admitted jobs run"
-            g = self.grants[d.key]  # (nothing granted: no pods)
-            self.grants[d.key] = Grant(g.key, 0.0, g.node, g.verdict, g.reason + tail, earliest)
+            g = self.book.grants[d.key]  # (nothing granted: no pods)
+            self.book.grants[d.key] = Grant(
+                g.key, 0.0, g.node, g.verdict, g.reason + tail, earliest
+            )
 
     def _quota_over_time(self, d: Demand) -> list[tuple[float, float]]:
         """(time, the most the quotas of ``d``'s namespace let it hold then) as the deadline
         jobs of its namespace finish (as ``_timeline`` predicts)."""
-        trial, ns = self.quotas.copy(), _namespace(d)
-        holders = {h.key: h for held in self.held.values() for h, _ in held if _namespace(h) == ns}
+        trial, ns = self.book.quotas.copy(), _namespace(d)
+        holders = {
+            h.key: h for held in self.book.held.values() for h, _ in held if _namespace(h) == ns
+        }
         ends = []
         for key, h in holders.items():
-            r = run_s(h, sum(a for _, a in self.pods_of[key]))
-            ends.append((self.now_s + r if r is not None else h.deadline_s or 0.0, key))
-        points = [(self.now_s, trial.most(d, d.max_allocation, self.s))]
+            r = run_s(h, sum(a for _, a in self.book.pods_of[key]))
+            ends.append((self.book.now_s + r if r is not None else h.deadline_s or 0.0, key))
+        points = [(self.book.now_s, trial.most(d, d.max_allocation, self.book.s))]
         for t, key in sorted(ends):
             trial.gone(holders[key])
-            points.append((max(t, self.now_s), trial.most(d, d.max_allocation, self.s)))
+            points.append((max(t, self.book.now_s), trial.most(d, d.max_allocation, self.book.s)))
         return points
 
     def _earliest(
@@ -1158,7 +1234,7 @@ class _Book:
     ) -> tuple[float | None, float | None]:
         """(earliest finish, when its need first fits): start at each step of the timeline
         with the most it could have then (up to max), keep the earliest finish."""
-        need = need_of(d, self.s)
+        need = need_of(d, self.book.s)
         best: float | None = None
         frees_at: float | None = None
         for t, a in points:
@@ -1173,7 +1249,14 @@ class _Book:
                 break  # more room later cannot start it faster
         return best, frees_at
 
-    # -- leftover ------------------------------------------------------------------------
+
+class _Leftover:
+    """The last phase: what the deadline jobs of ``book`` leave, handed to best-effort jobs
+    (ours: GPU counts chosen with restart costs; elasticflow: to every running job by
+    marginal gain), within their namespaces' quotas."""
+
+    def __init__(self, book: _Book) -> None:
+        self.book = book
 
     def within_quota(self, jobs: Sequence[Demand]) -> list[Demand]:
         """Best-effort jobs, each with its max cut to what its namespace's quotas leave after
@@ -1181,16 +1264,20 @@ class _Book:
         (Jobs of one namespace that share what is left: ``_within_quotas`` after the plan.)"""
         out = []
         for d in jobs:
-            cap = self.quotas.most(d, d.max_allocation, self.s) if self.quotas.bounds(d) else None
+            cap = (
+                self.book.quotas.most(d, d.max_allocation, self.book.s)
+                if self.book.quotas.bounds(d)
+                else None
+            )
             if cap is None:
                 out.append(d)
             elif cap > EPS:
                 out.append(replace(d, max_allocation=cap, need=min(d.need, cap)))
             else:
-                short = self.quotas.short(d, max(d.min_allocation, _quantum(d, self.s)))
+                short = self.book.quotas.short(d, max(d.min_allocation, _quantum(d, self.book.s)))
                 reason = f"best-effort: no room within its namespace's quota ({short})"
-                self.grants[d.key] = Grant(
-                    d.key, 0.0, self.cluster.home(d), vocabulary.VERDICT_BEST_EFFORT, reason
+                self.book.grants[d.key] = Grant(
+                    d.key, 0.0, self.book.cluster.home(d), vocabulary.VERDICT_BEST_EFFORT, reason
                 )
         return out
 
@@ -1201,14 +1288,14 @@ class _Book:
         the most room left after the ones placed before; and a job that spans pods: the pods
         of its smallest count, packed into that room (reserved for it). Unplaceable ones get
         nothing."""
-        room = self.cluster.copy()
+        room = self.book.cluster.copy()
         by_node: dict[tuple[str, bool], list[Demand]] = {}
         reserved: dict[str, Pods] = {}
         for d in sorted(jobs, key=lambda d: (d.arrival_s, d.key)):
             if _spans_pods(d):
                 pods = room.place(d, max(GPU_QUANTUM, _ceil_q(d.min_allocation, GPU_QUANTUM)))
             else:
-                node = self.cluster.home(d)
+                node = self.book.cluster.home(d)
                 if node is None:
                     node = room.most_free(d)
                     if node is not None and room.free(node, d) < max(d.min_allocation, EPS) - EPS:
@@ -1216,7 +1303,9 @@ class _Book:
                 pods = ((node, d.min_allocation),) if node is not None else None
             if pods is None:
                 reason = f"best-effort: no node has {d.min_allocation:g} {_unit(d)} left over"
-                self.grants[d.key] = Grant(d.key, 0.0, None, vocabulary.VERDICT_BEST_EFFORT, reason)
+                self.book.grants[d.key] = Grant(
+                    d.key, 0.0, None, vocabulary.VERDICT_BEST_EFFORT, reason
+                )
                 continue
             room.take(d, pods)
             if _spans_pods(d):
@@ -1225,39 +1314,43 @@ class _Book:
                 by_node.setdefault((pods[0][0], _is_gpu(d)), []).append(d)
         return by_node, reserved
 
-    def fill_leftover(self, best_effort: Sequence[Demand]) -> None:
+    def fill(self, best_effort: Sequence[Demand]) -> None:
+        """Grant ``best_effort`` (and, elasticflow, the admitted deadline jobs) the leftover:
+        node by node for one-pod jobs, then the pool of every node's GPUs for jobs that span
+        pods."""
         by_node, reserved = self._place(best_effort)
         pooled = {d.key: d for d in best_effort if d.key in reserved}
-        if not self.ours:  # elasticflow: admitted deadline jobs share the leftover too
-            for node, held in self.held.items():
+        if not self.book.ours:  # elasticflow: admitted deadline jobs share the leftover too
+            for node, held in self.book.held.items():
                 for h, _ in held:
-                    if self.grants[h.key].verdict != vocabulary.VERDICT_ADMITTED:
+                    if self.book.grants[h.key].verdict != vocabulary.VERDICT_ADMITTED:
                         continue
                     if _spans_pods(h):
                         pooled[h.key] = h
                     else:
                         by_node.setdefault((node, _is_gpu(h)), []).append(h)
         for d in pooled.values():  # a job that spans pods keeps its smallest count meanwhile
-            self.cluster.take(d, reserved.get(d.key, ()))
+            self.book.cluster.take(d, reserved.get(d.key, ()))
         for (node, gpu), jobs in sorted(by_node.items()):
             jobs = sorted(jobs, key=lambda d: d.key)
             base = {
-                d.key: self.grants[d.key].allocation if d.key in self.grants else 0.0 for d in jobs
+                d.key: self.book.grants[d.key].allocation if d.key in self.book.grants else 0.0
+                for d in jobs
             }
-            free = (self.cluster.free_gpu if gpu else self.cluster.free_cpu)[node]
-            if gpu and self.ours:
+            free = (self.book.cluster.free_gpu if gpu else self.book.cluster.free_cpu)[node]
+            if gpu and self.book.ours:
                 alloc = self._gpu_counts(jobs, int(math.floor(free + 1e-6)))
             else:
                 alloc = _fill_by_gain(
-                    jobs, base, free, 1.0 if gpu else self.s.fill_step_cores, self.s
+                    jobs, base, free, 1.0 if gpu else self.book.s.fill_step_cores, self.book.s
                 )
-                if self.ours:
+                if self.book.ours:
                     alloc = self._hysteresis(
                         jobs, alloc, free - sum(alloc[k] - base[k] for k in alloc)
                     )
             for d in jobs:
                 if pooled:  # (booked only for the pool that is shared next)
-                    self.cluster.take(d, ((node, alloc[d.key] - base[d.key]),))
+                    self.book.cluster.take(d, ((node, alloc[d.key] - base[d.key]),))
                 self._grant_leftover(d, alloc[d.key], ((node, alloc[d.key]),), base[d.key])
         self._fill_pooled(sorted(pooled.values(), key=lambda d: d.key), reserved)
 
@@ -1269,27 +1362,30 @@ class _Book:
         for. A best-effort job's smallest count stays reserved for it until its turn."""
         if not jobs:
             return
-        holds = {d.key: reserved.get(d.key) or self.pods_of[d.key] for d in jobs}
-        base = {d.key: self.grants[d.key].allocation if d.key in self.grants else 0.0 for d in jobs}
-        pool = sum(self.cluster.free_gpu.values()) + sum(
+        holds = {d.key: reserved.get(d.key) or self.book.pods_of[d.key] for d in jobs}
+        base = {
+            d.key: self.book.grants[d.key].allocation if d.key in self.book.grants else 0.0
+            for d in jobs
+        }
+        pool = sum(self.book.cluster.free_gpu.values()) + sum(
             a for pods in reserved.values() for _, a in pods
         )
-        if self.ours:
-            names = self.cluster.names
+        if self.book.ours:
+            names = self.book.cluster.names
 
             def fits(d: Demand, x: float) -> bool:
-                return self.cluster.fits(d, x, names, _per_node(holds[d.key]))
+                return self.book.cluster.fits(d, x, names, _per_node(holds[d.key]))
 
             most = min(pool, sum(d.max_allocation for d in jobs))  # (a smaller DP)
             alloc = self._gpu_counts(jobs, int(math.floor(most + 1e-6)), fits)
         else:
-            alloc = _fill_by_gain(jobs, base, pool, GPU_QUANTUM, self.s)
+            alloc = _fill_by_gain(jobs, base, pool, GPU_QUANTUM, self.book.s)
         for d in sorted(jobs, key=lambda d: (base[d.key] <= 0, d.arrival_s, d.key)):
-            self.cluster.give(d, holds[d.key])
-            got, pods = self.cluster.most(d, alloc[d.key], self.s)
+            self.book.cluster.give(d, holds[d.key])
+            got, pods = self.book.cluster.most(d, alloc[d.key], self.book.s)
             if base[d.key] > 0 and got <= base[d.key]:
                 got, pods = base[d.key], holds[d.key]  # a deadline job keeps what it holds
-            self.cluster.take(d, pods)
+            self.book.cluster.take(d, pods)
             self._grant_leftover(d, got, pods, base[d.key])
 
     def _hysteresis(
@@ -1303,7 +1399,7 @@ class _Book:
                 continue
             keep = min(max(d.current, d.min_allocation), d.max_allocation)
             extra = keep - out[d.key]
-            if abs(extra) <= self.s.hysteresis_cores + EPS and extra <= free + EPS:
+            if abs(extra) <= self.book.s.hysteresis_cores + EPS and extra <= free + EPS:
                 out[d.key] = keep
                 free -= extra
         return out
@@ -1321,7 +1417,7 @@ class _Book:
 
         Deadline jobs are not part of it: each gets its need, and its law has already
         weighed a shrink's restart against the GPUs it gives back (``control`` ``pays``)."""
-        window_s = max(self.s.lookahead_s, EPS)
+        window_s = max(self.book.s.lookahead_s, EPS)
 
         def kept(d: Demand, x: float) -> float:
             changed = d.current > EPS and x > EPS and abs(x - d.current) > EPS
@@ -1351,11 +1447,11 @@ class _Book:
         """``alloc`` on ``pods`` (for a one-pod job, its node even when ``alloc`` is 0)."""
         if d.deadline_s is not None:  # elasticflow: a deadline job's share of the leftover
             if alloc > base + EPS:
-                g = self.grants[d.key]
+                g = self.book.grants[d.key]
                 reason = (
                     f"{g.reason}; +{alloc - base:g} {_unit(d)} of the leftover (policy elasticflow)"
                 )
-                self.grants[d.key] = _grant(d, alloc, pods, g.verdict, reason)
+                self.book.grants[d.key] = _grant(d, alloc, pods, g.verdict, reason)
             return
         where = _where(pods)
         if alloc > EPS:
@@ -1365,7 +1461,7 @@ class _Book:
         else:
             reason = f"best-effort: nothing left over on {where}; waits for idle {_unit(d)}"
         idle_node = pods[0][0] if pods else None
-        self.grants[d.key] = _grant(
+        self.book.grants[d.key] = _grant(
             d, alloc, pods, vocabulary.VERDICT_BEST_EFFORT, reason, idle_node
         )
 

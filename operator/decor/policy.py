@@ -450,6 +450,27 @@ def check_template(
     spec = _mapping(template.get("spec"))
     where = f"{TEMPLATE}.spec"
     found: list[Violation] = _check_metadata(_mapping(template.get("metadata")), policy)
+    found += _check_host_access(spec, where, policy)
+    found += _check_node_name(spec, where, policy)
+    found += _check_security_context(
+        _mapping(spec.get("securityContext")), f"{where}.securityContext", policy, container=False
+    )
+    found += _check_pod_resources(spec, where, policy)
+    found += _check_fields(spec, where)
+    found += _check_reserved_names(spec, where)
+    found += _check_containers(spec, where, policy, mode)
+    found += _check_grace_period(spec, where, policy)
+    found += _check_priority_class(spec, where, policy)
+    found += _check_service_accounts(spec, where, policy)
+    found += _check_tolerations(spec, where, policy)
+    return found
+
+
+def _check_host_access(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """Host namespaces and hostPath volumes, unless ``allow_host_access``."""
+    found: list[Violation] = []
     if not policy.allow_host_access:
         for key in ("hostNetwork", "hostPID", "hostIPC"):
             if spec.get(key) is True:
@@ -468,6 +489,14 @@ def check_template(
                         f"{_ask(ENV_ALLOW_HOST_ACCESS)}",
                     )
                 )
+    return found
+
+
+def _check_node_name(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """``nodeName`` (it bypasses the scheduler), unless ``allow_node_name``."""
+    found: list[Violation] = []
     if spec.get("nodeName") and not policy.allow_node_name:
         found.append(
             Violation(
@@ -476,9 +505,15 @@ def check_template(
                 f"{_ask(ENV_ALLOW_NODE_NAME)}",
             )
         )
-    found += _check_security_context(
-        _mapping(spec.get("securityContext")), f"{where}.securityContext", policy, container=False
-    )
+    return found
+
+
+def _check_pod_resources(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """Pod-level ``resources`` and ``resourceClaims`` (the planner cannot count them),
+    unless ``allow_resource_claims``."""
+    found: list[Violation] = []
     if not policy.allow_resource_claims:
         for key in ("resources", "resourceClaims"):
             if spec.get(key):
@@ -489,8 +524,16 @@ def check_template(
                         f"cannot count them); {_ask(ENV_ALLOW_RESOURCE_CLAIMS)}",
                     )
                 )
-    found += _check_fields(spec, where)
-    found += _check_reserved_names(spec, where)
+    return found
+
+
+def _check_containers(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy, mode: str
+) -> list[Violation]:
+    """Every container, init container and ephemeral container: its resources (the first
+    container is the trainer, sized for ``mode``), its security context, and its host ports
+    (unless ``allow_host_access``)."""
+    found: list[Violation] = []
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         for i, raw in enumerate(_list(spec.get(kind))):
             container = _mapping(raw)
@@ -513,6 +556,14 @@ def check_template(
                             f"host ports are refused; {_ask(ENV_ALLOW_HOST_ACCESS)}",
                         )
                     )
+    return found
+
+
+def _check_grace_period(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """``terminationGracePeriodSeconds``: an integer of at most ``max_grace_period_s``."""
+    found: list[Violation] = []
     grace = spec.get("terminationGracePeriodSeconds")
     if grace is not None and (
         isinstance(grace, bool) or not isinstance(grace, int) or grace > policy.max_grace_period_s
@@ -524,6 +575,14 @@ def check_template(
                 f"its resources after being asked to stop; {_ask(ENV_MAX_GRACE_PERIOD)}",
             )
         )
+    return found
+
+
+def _check_priority_class(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """``priorityClassName``: one of ``allowed_priority_classes``."""
+    found: list[Violation] = []
     priority_class = spec.get("priorityClassName")
     if priority_class and not _allowed(str(priority_class), policy.allowed_priority_classes):
         found.append(
@@ -533,6 +592,15 @@ def check_template(
                 f"{_ask(ENV_ALLOWED_PRIORITY_CLASSES)}",
             )
         )
+    return found
+
+
+def _check_service_accounts(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """``serviceAccountName`` and ``serviceAccount``: ``default`` or one of
+    ``allowed_service_accounts``."""
+    found: list[Violation] = []
     for key in ("serviceAccountName", "serviceAccount"):
         account = spec.get(key)
         if (
@@ -547,6 +615,15 @@ def check_template(
                     f"{_ask(ENV_ALLOWED_SERVICE_ACCOUNTS)}",
                 )
             )
+    return found
+
+
+def _check_tolerations(
+    spec: Mapping[str, Any], where: str, policy: TemplatePolicy
+) -> list[Violation]:
+    """Each toleration's key: one of ``allowed_toleration_keys`` (an empty key tolerates
+    every taint: only ``*`` allows it)."""
+    found: list[Violation] = []
     for i, raw in enumerate(_list(spec.get("tolerations"))):
         toleration = _mapping(raw)
         key = str(toleration.get("key") or "")

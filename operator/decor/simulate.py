@@ -97,62 +97,101 @@ def run_closed_loop(
     """
     rng = random.Random(seed)
     state: State = initial_state(settings, initial_allocation)
-    allocation = state.allocation
-    t = 0.0
-    steps = 0
-    last_step_end = 0.0
-    next_step_end = plant.step_time_s(allocation, 0.0, rng)
-    next_control = 0.0
-    restart_until = -1.0
-    core_seconds = 0.0
-    actuations = 0
+    run = _Run(
+        settings=settings,
+        state=state,
+        allocation=state.allocation,
+        next_step_end=plant.step_time_s(state.allocation, 0.0, rng),
+    )
     result = SimResult(
         finished_s=None, deadline_s=settings.deadline_s, core_seconds=0, actuations=0
     )
     changes = sorted(deadline_changes)
     horizon = horizon_factor * max(settings.duration_s, 1.0)
-    while t < horizon:
-        while changes and changes[0][0] <= t:
-            settings = replace(settings, deadline_s=changes.pop(0)[1])
-        if t >= next_control:
-            obs: Observation | None = Observation(
-                time_s=last_step_end,
-                steps_done=steps,
-                steps_total=total_steps,
-                allocation=allocation,
-                pending=t < restart_until,
-            )
-            if observe is not None and obs is not None:
-                obs = observe(obs)
-            decision: Decision = decide(state, obs, settings, t)
-            state = decision.state
-            result.conditions.add(decision.condition)
-            result.trace.append((t, steps / total_steps, allocation, decision.condition))
-            if decision.allocation != allocation:
-                actuations += 1
-                if settings.mode == "gpu":
-                    restart_until = t + plant.restart_s
-                    next_step_end = restart_until + plant.step_time_s(decision.allocation, t, rng)
-                else:
-                    # The current step continues at the new speed from here on.
-                    speedup = plant.mean_step_time_s(
-                        decision.allocation, t
-                    ) / plant.mean_step_time_s(allocation, t)
-                    next_step_end = t + (next_step_end - t) * speedup
-                allocation = decision.allocation
-            next_control += settings.period_s
-        # advance to the next event: a step ending or the next control period
-        t_next = min(next_step_end, next_control)
-        core_seconds += allocation * (t_next - t)
-        t = t_next
-        if t >= next_step_end:
-            steps += 1
-            last_step_end = t
-            if steps >= total_steps:
-                result.finished_s = t
-                break
-            next_step_end = t + plant.step_time_s(allocation, t, rng)
-    result.core_seconds = core_seconds
-    result.actuations = actuations
-    result.deadline_s = settings.deadline_s
+    while run.t < horizon:
+        while changes and changes[0][0] <= run.t:
+            run.settings = replace(run.settings, deadline_s=changes.pop(0)[1])
+        if run.t >= run.next_control:
+            _control_period(run, plant, total_steps, observe, result, rng)
+        if _advance(run, plant, total_steps, rng):
+            result.finished_s = run.t
+            break
+    result.core_seconds = run.core_seconds
+    result.actuations = run.actuations
+    result.deadline_s = run.settings.deadline_s
     return result
+
+
+@dataclass
+class _Run:
+    """Where one simulated run stands (times in seconds from its start)."""
+
+    settings: Settings  # as the deadline changes so far left them
+    state: State  # the law's
+    allocation: float  # cores or GPUs the trainer has now
+    next_step_end: float  # when the step under way ends
+    t: float = 0.0
+    steps: int = 0
+    last_step_end: float = 0.0
+    next_control: float = 0.0  # when the next control period runs
+    restart_until: float = -1.0  # a GPU change's restart: no progress until then
+    core_seconds: float = 0.0  # allocation integrated over time
+    actuations: int = 0  # allocation changes
+
+
+def _control_period(
+    run: _Run,
+    plant: Plant,
+    total_steps: int,
+    observe: Callable[[Observation], Observation | None] | None,
+    result: SimResult,
+    rng: random.Random,
+) -> None:
+    """One control period at ``run.t``: observe (through ``observe``, which may drop or
+    distort the sample), decide, record it in ``result``, apply a change of allocation."""
+    obs: Observation | None = Observation(
+        time_s=run.last_step_end,
+        steps_done=run.steps,
+        steps_total=total_steps,
+        allocation=run.allocation,
+        pending=run.t < run.restart_until,
+    )
+    if observe is not None and obs is not None:
+        obs = observe(obs)
+    decision: Decision = decide(run.state, obs, run.settings, run.t)
+    run.state = decision.state
+    result.conditions.add(decision.condition)
+    result.trace.append((run.t, run.steps / total_steps, run.allocation, decision.condition))
+    if decision.allocation != run.allocation:
+        _actuate(run, plant, decision.allocation, rng)
+    run.next_control += run.settings.period_s
+
+
+def _actuate(run: _Run, plant: Plant, allocation: float, rng: random.Random) -> None:
+    """Change the allocation at ``run.t``: a GPU change restarts the trainer (no progress
+    for ``plant.restart_s``, then a new step); a CPU change goes on with the current step at
+    the new speed from here on."""
+    run.actuations += 1
+    t = run.t
+    if run.settings.mode == "gpu":
+        run.restart_until = t + plant.restart_s
+        run.next_step_end = run.restart_until + plant.step_time_s(allocation, t, rng)
+    else:
+        speedup = plant.mean_step_time_s(allocation, t) / plant.mean_step_time_s(run.allocation, t)
+        run.next_step_end = t + (run.next_step_end - t) * speedup
+    run.allocation = allocation
+
+
+def _advance(run: _Run, plant: Plant, total_steps: int, rng: random.Random) -> bool:
+    """Advance to the next event, a step ending or the next control period, counting the
+    core-seconds meanwhile; True when the last step has just ended."""
+    t_next = min(run.next_step_end, run.next_control)
+    run.core_seconds += run.allocation * (t_next - run.t)
+    run.t = t_next
+    if run.t >= run.next_step_end:
+        run.steps += 1
+        run.last_step_end = run.t
+        if run.steps >= total_steps:
+            return True
+        run.next_step_end = run.t + plant.step_time_s(run.allocation, run.t, rng)
+    return False
