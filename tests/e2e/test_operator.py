@@ -1201,7 +1201,30 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
         trainer = pod.spec.containers[0].security_context
         assert trainer.allow_privilege_escalation is False
+        # `helm upgrade` with changed values while the job runs: the operator's pod is
+        # replaced, the trainer is not, and the new operator continues the job from its status.
+        kube.wait_for(
+            lambda: job_status(kube, namespace, "helm-job").get("phase") == "Running",
+            120, "the honest job to run before the upgrade",
+        )  # fmt: skip
+        subprocess.run(
+            [*base, "upgrade", "decor", str(CHART), "--reuse-values",
+             "--set", "logLevel=INFO", "--set", "faults.stallTimeoutSeconds=150"],
+            check=True, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        kube.kubectl(
+            "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
+        )
+        (upgraded,) = kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/name=decor"
+        ).items
+        assert upgraded.metadata.uid != operator_pod.metadata.uid, "the operator was not replaced"
+        env = {e.name: e.value for e in upgraded.spec.containers[0].env or []}
+        assert env.get("DECOR_STALL_TIMEOUT_SECONDS") == "150", env
         final = wait_succeeded(kube, namespace, "helm-job", timeout=300)
+        (after,) = trainer_pods(kube, namespace, "helm-job")
+        assert after.metadata.uid == pod.metadata.uid, "the upgrade replaced the trainer pod"
+        assert int(final.get("podsCreated") or 0) == 1, final
         report("helm-job", final)
         assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final[
             "outcome"
