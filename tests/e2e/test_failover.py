@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -28,9 +29,12 @@ from typing import Any
 import pytest
 from decor.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
+    CHART,
     CPU_MAX_CORES,
     DEVIATION_BOUND_PERCENT,
+    IN_CI,
     OperatorProcess,
+    _helm,
     crd,
     create_job,
     delete_jobs,
@@ -206,3 +210,87 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
                   RETRY_S + 2.0, "b to take the released Lease", interval=0.1)  # fmt: skip
     print(f"[e2e failover] b took the released Lease {time.monotonic() - stopped:.2f} s "
           "after a was asked to stop")  # fmt: skip
+
+
+def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
+    kube: Any,
+    namespace: str,
+    crd: None,  # noqa: F811 - the fixture, by name
+    trainer_image: str,
+    operator_image: str,
+) -> None:
+    """The chart's default: two operator pods, one Lease. The leader's pod is deleted at the
+    moment the job's deadline is patched; the other pod answers within the Lease duration
+    plus two periods, adopts the running trainer, and the job finishes on time."""
+    helm = _helm()
+    if helm is None:
+        reason = "helm not found on PATH after sourcing cluster/env.sh"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    repository, tag = operator_image.rsplit(":", 1)
+    base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
+    subprocess.run(
+        [*base, "install", "decor", str(CHART), "--set", f"watchNamespaces={{{namespace}}}",
+         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+         "--set", "image.pullPolicy=Never", "--set", "trainer.checkpoint.volume=hostPath",
+         "--set", f"leaderElection.leaseDurationSeconds={LEASE_S:g}",
+         "--set", f"leaderElection.renewDeadlineSeconds={RENEW_S:g}",
+         "--set", f"leaderElection.retryPeriodSeconds={RETRY_S:g}"],
+        check=True, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    name = "chart-failover"
+    try:
+        kube.kubectl(
+            "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
+        )
+        operators = kube.core.list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/name=decor"
+        ).items
+        assert len(operators) == 2, [p.metadata.name for p in operators]
+
+        def holder() -> str | None:
+            out = kube.kubectl("-n", namespace, "get", "lease", "decor", "-o", "json", check=False)
+            try:
+                return json.loads(out)["spec"].get("holderIdentity") or None
+            except (ValueError, KeyError):
+                return None
+
+        leader = kube.wait_for(holder, 60, "one operator pod to hold the Lease")
+        assert leader in {p.metadata.name for p in operators}, leader
+        deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=90))
+        create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
+
+        def throttled() -> dict[str, Any] | None:
+            status = job_status(kube, namespace, name)
+            decisions = (status.get("controller") or {}).get("decisions", 0)
+            return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
+
+        before = kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+        (pod_before,) = trainer_pods(kube, namespace, name)
+        new_deadline = _earlier_deadline(before)
+        started = time.monotonic()
+        kube.kubectl("-n", namespace, "delete", "pod", leader, "--wait=false")
+        kube.kubectl("-n", namespace, "patch", "dtj", name, "--type", "merge",
+                     "-p", json.dumps({"spec": {"deadline": new_deadline}}))  # fmt: skip
+        kube.wait_for(
+            lambda: job_status(kube, namespace, name).get("deadline") == new_deadline,
+            30, "the other operator pod to answer the moved deadline", interval=0.1,
+        )  # fmt: skip
+        failover_s = time.monotonic() - started
+        print(f"\n[e2e failover, chart] the other pod answered {failover_s:.2f} s after the "
+              f"leader's pod was deleted (bound {FAILOVER_BOUND_S:.0f} s)")  # fmt: skip
+        assert failover_s <= FAILOVER_BOUND_S
+        assert holder() not in (None, leader)
+        final = wait_succeeded(kube, namespace, name, timeout=180)
+        report(name, final, failover_s=round(failover_s, 2))
+        (pod_after,) = trainer_pods(kube, namespace, name)
+        assert pod_after.metadata.uid == pod_before.metadata.uid
+        assert final["podsCreated"] == 1
+        assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final[
+            "outcome"
+        ]
+    finally:
+        delete_jobs(kube, namespace)
+        print(kube.kubectl("-n", namespace, "logs", "deployment/decor", "--tail=100", check=False))
+        subprocess.run([*base, "uninstall", "decor"], capture_output=True, timeout=120, check=False)
