@@ -65,6 +65,8 @@ def namespaced_rights(helm: str, home: str, served: list[str], path: Path) -> li
     rendered into ``path``."""
     args = [helm, "template", "decor", str(CHART), "-n", home,
             "--set", "watchNamespaces={" + ",".join(served) + "}",
+            # one operator, run by the test: no Lease, so no Role for one
+            "--set", "replicaCount=1", "--set", "leaderElection.enabled=false",
             "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml"]  # fmt: skip
     if NODE_EXEC:  # off the test bed the operator reads /metrics through the API server
         args += ["--set", "trainer.scrapeVia=apiserver"]
