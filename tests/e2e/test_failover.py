@@ -119,12 +119,15 @@ def _resize_times(process: OperatorProcess, job: str) -> list[float]:
 
 
 def _earlier_deadline(status: dict[str, Any]) -> str:
-    """A deadline that needs about 85 % of CPU_MAX by the speed seen so far (feasible)."""
+    """A deadline that needs about 85 % of what the job can use by the speed seen so far
+    (feasible): CPU_MAX, but no more than one core (the trainer's one thread runs no faster
+    above it, and alone CPU_MAX is 1.5)."""
     coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
     assert coefficients is not None, status["controller"]
     a, b = coefficients
     remaining = status["stepsTotal"] - status["stepsDone"]
-    needed_s = max(25.0, remaining * (a / (0.85 * CPU_MAX_CORES) + b))
+    usable = min(CPU_MAX_CORES, 1.0)
+    needed_s = max(25.0, remaining * (a / (0.85 * usable) + b))
     return rfc3339(datetime.now(UTC) + timedelta(seconds=needed_s))
 
 
