@@ -893,8 +893,10 @@ def _plan_admission(
 
 def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
     """The deadline jobs that can no longer meet their deadline, each with why: the deadline
-    has passed, or even the job's max (by its speed curve) finishes after it, in both cases
-    by more than ``LOST_MARGIN`` of its span. A job with no curve yet is not proven late."""
+    has passed, or (an admitted job) even its max by its speed curve finishes after it, in
+    both cases by more than ``LOST_MARGIN`` of its span. A job with no curve yet is not
+    proven late; a new job that could not make it is told so and waits (``admit_new``: the
+    earliest deadline it could meet) until its deadline is moved or has passed."""
     lost: dict[str, str] = {}
     for d in demands:
         if d.deadline_s is None:
@@ -905,7 +907,7 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
             continue
         most = max(d.max_allocation, d.uncapped_max)
         at_max_s = run_s(d, most)
-        if at_max_s is not None and now_s + at_max_s > d.deadline_s + slack_s + EPS:
+        if d.admitted and at_max_s is not None and now_s + at_max_s > d.deadline_s + slack_s + EPS:
             lost[d.key] = (
                 f"even at its max of {most:g} {_unit(d)} it would finish at "
                 f"{_utc(now_s + at_max_s)}, after its deadline {_utc(d.deadline_s)}"

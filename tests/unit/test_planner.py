@@ -154,20 +154,20 @@ def test_queued_without_a_curve_says_when_room_frees() -> None:
     assert "frees at 1970-01-01T00:08:20Z" in q.reason  # old's deadline, 500 s
 
 
-def test_job_that_cannot_make_it_even_at_max_runs_as_best_effort() -> None:
+def test_job_that_cannot_make_it_even_at_max_is_queued() -> None:
     g = grants([job("late", deadline_s=10.0)], [Node("n1", 16.0)])  # 100 steps / 4 cores = 25 s
+    assert g["late"].verdict == vocabulary.VERDICT_QUEUED
+    assert g["late"].earliest_deadline_s == pytest.approx(25.0)
+    assert "even at its max" in g["late"].reason
+
+
+def test_an_admitted_job_that_cannot_make_it_even_at_max_runs_as_best_effort() -> None:
+    late = job("late", deadline_s=10.0, admitted=True, node="n1", current=4.0, need=4.0)
+    g = grants([late], [Node("n1", 16.0)])  # 100 steps / 4 cores = 25 s
     assert g["late"].verdict == vocabulary.VERDICT_BEST_EFFORT
     assert g["late"].allocation == 4.0  # alone: the leftover is its max
     assert "even at its max of 4 cores it would finish at 1970-01-01T00:00:25Z" in g["late"].reason
     assert "runs as best effort" in g["late"].reason
-
-
-def test_the_old_rule_still_queues_a_new_job_that_cannot_make_it() -> None:
-    keep = PlannerSettings(policy=pl.POLICY_DECOR, lost_deadline=pl.LOST_KEEP)
-    late = pl.plan([job("late", deadline_s=10.0)], [Node("n1", 16.0)], 0.0, keep).grants["late"]
-    assert late.verdict == vocabulary.VERDICT_QUEUED
-    assert late.earliest_deadline_s == pytest.approx(25.0)
-    assert "even at its max" in late.reason
 
 
 def huge_and_feasible() -> tuple[Demand, Demand]:
@@ -662,7 +662,8 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
                 policy == pl.POLICY_DECOR
                 and d.deadline_s is not None and slack is not None
                 and (10.0 > d.deadline_s + slack
-                     or (at_max_s is not None and 10.0 + at_max_s > d.deadline_s + slack))
+                     or (d.admitted and at_max_s is not None
+                         and 10.0 + at_max_s > d.deadline_s + slack))
             )  # fmt: skip
             best_effort = d.deadline_s is None or lost
             assert best_effort == (g.verdict == vocabulary.VERDICT_BEST_EFFORT), (d, g)
