@@ -105,6 +105,7 @@ class ControlLoop:
         self._scraper: metrics.Scraper | None = None
         self.acting_term = acting_term
         self._term: int | None = None
+        self._waiting_logged = False  # the wait for the pod list is logged once
         self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
     def close(self) -> None:
@@ -122,7 +123,7 @@ class ControlLoop:
     def run_period(self) -> float:
         """Run the due jobs through one period. Returns seconds until the next job is due
         (0 when more are due than one period runs); a standby runs none."""
-        if not self._acting():
+        if not self._acting() or not self._pods_known():
             return IDLE_PERIOD_S
         now = self.clock()
         # The woken set before the snapshot: a spec change is in the view before its wake
@@ -143,6 +144,17 @@ class ControlLoop:
         self.metrics.jobs_total.set(len(self.controllers))
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
+
+    def _pods_known(self) -> bool:
+        """Whether the view holds every pod: with the cluster-wide watches (``watch_nodes``)
+        only once their LIST has answered. A watch the API refuses (no RBAC for it) would
+        otherwise leave every trainer unseen, and each period would create another."""
+        if not self.config.watch_nodes or self.view.pods_listed:
+            return True
+        if not self._waiting_logged:
+            log.warning("control loop: waiting for the first list of pods (the pod watch)")
+            self._waiting_logged = True
+        return False
 
     def _acting(self) -> bool:
         """Whether this replica acts this period; a change of term forgets every job's

@@ -218,6 +218,9 @@ class ClusterView:
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
+    # The cluster-wide pod watch has listed every pod once (ClusterWatch): until then a job's
+    # trainer may exist unseen, and a period would create another.
+    pods_listed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put_job(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -280,6 +283,7 @@ class ClusterView:
         pods = {_key(b): _slim_pod(b) for b in bodies}
         with self._lock:
             self._pods = pods
+            self.pods_listed = True
 
     def replace_nodes(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every node."""

@@ -342,13 +342,11 @@ class OperatorProcess:
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.more_namespaces = more_namespaces  # served too: --namespace each
-        self.env = env or {}  # more DECOR_* settings
+        self.env = env or {}  # more DECOR_* settings (e.g. leader election's)
         self.log_path = log_path
         self.metrics_port = free_port()
         self.prometheus_url: str | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        self.env: dict[str, str] = {}
-        """More environment for the operator (e.g. leader election's settings)."""
 
     def start(self) -> None:
         assert self.process is None or self.process.poll() is not None

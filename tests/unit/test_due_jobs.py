@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from decor.config import OperatorConfig
-from decor.loop import PERIOD_JOBS, ControlLoop
+from decor.loop import IDLE_PERIOD_S, PERIOD_JOBS, ControlLoop
 from decor.operator_metrics import OperatorMetrics
 from decor.views import ClusterView, Key, Snapshot
 from prometheus_client import CollectorRegistry
@@ -20,6 +20,7 @@ def _loop(names: list[str], now: list[float]) -> ControlLoop:
     view = ClusterView()
     for name in names:
         view.put_job(_body(name))
+    view.replace_pods([])  # the pod watch's first LIST: no pod yet
     return ControlLoop(
         view,
         kube=None,  # type: ignore[arg-type]  # choosing due jobs makes no call
@@ -121,3 +122,23 @@ def test_a_wake_that_comes_after_the_snapshot_waits_for_the_next_period() -> Non
     assert taken == [set()]
     loop.view.snapshot = real_snapshot  # type: ignore[method-assign]
     assert _due(loop, loop.view.snapshot(), now[0] + 0.1) == [("ns", "a")]
+
+
+def test_no_period_runs_before_the_pod_watch_has_listed_every_pod() -> None:
+    """With the cluster-wide watches a job's trainer may exist unseen until the pod LIST has
+    answered (a watch the API refuses never does): no period runs, so none creates a pod."""
+    view = ClusterView()
+    view.put_job(_body("a"))
+    loop = ControlLoop(
+        view,
+        kube=None,  # type: ignore[arg-type]  # no period runs: no call
+        config=OperatorConfig(),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: 1000.0,
+    )
+    assert loop.run_period() == IDLE_PERIOD_S
+    assert loop.run_period() == IDLE_PERIOD_S
+    assert not loop.controllers
+    view.replace_pods([])
+    loop.run_period()
+    assert set(loop.controllers) == {("ns", "a")}
