@@ -32,13 +32,12 @@ from test_operator import (  # noqa: F401, F811 - fixtures used by name
     CHART,
     CPU_MAX_CORES,
     DEVIATION_BOUND_PERCENT,
-    IN_CI,
     OperatorProcess,
-    _helm,
     crd,
     create_job,
     delete_jobs,
     get_job,
+    helm_or_skip,
     job_events,
     job_manifest,
     job_status,
@@ -118,6 +117,17 @@ def _resize_times(process: OperatorProcess, job: str) -> list[float]:
     return times
 
 
+def _under_control(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The job's status once its leader has decided 10 times and resized it at least once."""
+
+    def throttled() -> dict[str, Any] | None:
+        status = job_status(kube, namespace, name)
+        decisions = (status.get("controller") or {}).get("decisions", 0)
+        return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
+
+    return kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+
+
 def _earlier_deadline(status: dict[str, Any]) -> str:
     """A deadline that needs about 85 % of what the job can use by the speed seen so far
     (feasible): CPU_MAX, but no more than one core (the trainer's one thread runs no faster
@@ -138,12 +148,7 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
     deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=90))
     create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
 
-    def throttled() -> dict[str, Any] | None:
-        status = job_status(kube, namespace, name)
-        decisions = (status.get("controller") or {}).get("decisions", 0)
-        return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
-
-    before = kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+    before = _under_control(kube, namespace, name)
     (pod_before,) = trainer_pods(kube, namespace, name)
     new_deadline = _earlier_deadline(before)
     # The leader dies at the moment the deadline moves.
@@ -225,12 +230,7 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
     """The chart's default: two operator pods, one Lease. The leader's pod is deleted at the
     moment the job's deadline is patched; the other pod answers within the Lease duration
     plus two periods, adopts the running trainer, and the job finishes on time."""
-    helm = _helm()
-    if helm is None:
-        reason = "helm not found on PATH after sourcing cluster/env.sh"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    helm = helm_or_skip()
     repository, tag = operator_image.rsplit(":", 1)
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
     subprocess.run(
@@ -264,12 +264,7 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
         deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=90))
         create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
 
-        def throttled() -> dict[str, Any] | None:
-            status = job_status(kube, namespace, name)
-            decisions = (status.get("controller") or {}).get("decisions", 0)
-            return status if decisions >= 10 and status.get("resizes", 0) >= 1 else None
-
-        before = kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
+        before = _under_control(kube, namespace, name)
         (pod_before,) = trainer_pods(kube, namespace, name)
         new_deadline = _earlier_deadline(before)
         started = time.monotonic()

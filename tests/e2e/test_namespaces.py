@@ -20,14 +20,13 @@ from test_operator import (
     CHART,
     CPU_MAX_CORES,
     CPU_MIN,
-    IN_CI,
     NODE_EXEC,
     OperatorProcess,
-    _helm,
     crd,  # noqa: F401 - a fixture, used by name
     create_job,
     delete_jobs,
     get_job,
+    helm_or_skip,
     job_manifest,
     report,
     trainer_pods,
@@ -82,12 +81,7 @@ def test_one_operator_serves_two_namespaces_with_roles_and_ignores_a_third(
     trainer_image: str,
     tmp_path: Path,
 ) -> None:
-    helm = _helm()
-    if helm is None:
-        reason = "helm not found on PATH after sourcing cluster/env.sh"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    helm = helm_or_skip()
     with (
         kube.fresh_namespace("served-second") as second,
         kube.fresh_namespace("not-served") as third,

@@ -1037,6 +1037,17 @@ def _helm() -> str | None:
     return shutil.which("helm", path=path)
 
 
+def helm_or_skip() -> str:
+    """helm, found on the test bed's PATH; the test is skipped without it (failed in CI)."""
+    helm = _helm()
+    if helm is None:
+        reason = "helm not found on PATH after sourcing cluster/env.sh"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return helm
+
+
 def assert_refused(kube: Any, namespace: str, names: list[str]) -> None:
     """Each job ends refused: a False Admitted condition TemplateRefused (or InvalidSpec, for
     what the model refuses) and a Warning Event of that reason, and no pod at all."""
@@ -1120,12 +1131,7 @@ def pulled(kube: Any, namespace: str, pod: str, image: str) -> bool:
 def test_helm_installed_operator_runs_a_job_with_least_privilege(
     kube: Any, namespace: str, crd: None, trainer_image: str, operator_image: str
 ) -> None:
-    helm = _helm()
-    if helm is None:
-        reason = "helm not found on PATH after sourcing cluster/env.sh"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    helm = helm_or_skip()
     if REGISTRY:  # from the registry, pulled: what a real cluster does
         images = push_images(REGISTRY)
         repository, tag = images["image.repository"], images["image.tag"]

@@ -35,14 +35,13 @@ from test_operator import (
     CHART,
     CRD_FILE,
     DEVIATION_BOUND_PERCENT,
-    IN_CI,
     NODE_EXEC,
     OperatorProcess,
-    _helm,
     _kubectl,
     create_job,
     delete_jobs,
     get_job,
+    helm_or_skip,
     job_events,
     job_manifest,
     job_status,
@@ -537,12 +536,7 @@ def test_the_operator_refuses_what_the_admin_did_not_allow(
 def test_the_charts_service_account_is_denied_what_the_operator_does_not_use(
     kube: Any, namespace: str, crd: None, operator_image: str
 ) -> None:
-    helm = _helm()
-    if helm is None:
-        reason = "helm not found on PATH after sourcing cluster/env.sh"
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
+    helm = helm_or_skip()
     repository, tag = operator_image.rsplit(":", 1)
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
     subprocess.run(
