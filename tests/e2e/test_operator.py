@@ -1099,14 +1099,16 @@ def helm_values() -> dict[str, Any]:
 REGISTRY = os.environ.get("DECOR_E2E_REGISTRY", "127.0.0.1:5000")
 
 
-def push_images(registry: str) -> dict[str, str]:
-    """``make images REGISTRY=... REGISTRY_INSECURE=1``, as docs/operations.md tells a user
-    (builds both images, from cache here, and pushes them; niced, so that the other lane's
-    jobs keep their pace): the chart values of the ``helm install`` lines it prints."""
+def push_images(registry: str, tag: str | None = None) -> dict[str, str]:
+    """``make images REGISTRY=... REGISTRY_INSECURE=1`` (``IMAGE_TAG=tag`` when given), as
+    docs/operations.md tells a user (builds both images, from cache here, and pushes them;
+    niced, so that the other lane's jobs keep their pace): the chart values of the
+    ``helm install`` lines it prints."""
     result = subprocess.run(
         ["nice", "-n", "19", "make", "-s", "images", f"REGISTRY={registry}",
          "REGISTRY_INSECURE=1"],
         cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
+        env={**os.environ, "IMAGE_TAG": tag} if tag else None,
     )  # fmt: skip
     assert result.returncode == 0, f"make images REGISTRY={registry}:\n{result.stderr[-4000:]}"
     return dict(re.findall(r"--set ([\w.]+)=(\S+)", result.stdout))
@@ -1205,14 +1207,23 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
         trainer = pod.spec.containers[0].security_context
         assert trainer.allow_privilege_escalation is False
-        # `helm upgrade` with changed values while the job runs: the operator's pod is
-        # replaced, the trainer is not, and the new operator continues the job from its status.
+        # `helm upgrade` to a new operator image tag, with changed values, while the job runs:
+        # the operator's pod is replaced, the trainer is not, and the new operator continues
+        # the job from its status. (The new tag is this build pushed again under another
+        # name, as a release would be: the rollout and the state hand-over are what is tested,
+        # not code that differs between the two.)
         kube.wait_for(
             lambda: job_status(kube, namespace, "helm-job").get("phase") == "Running",
             120, "the honest job to run before the upgrade",
         )  # fmt: skip
+        new_tag = f"{tag}-next"
+        image_values = []
+        if REGISTRY:
+            pushed = push_images(REGISTRY, new_tag)
+            assert pushed["image.tag"] == new_tag, pushed
+            image_values = ["--set", f"image.tag={new_tag}"]
         subprocess.run(
-            [*base, "upgrade", "decor", str(CHART), "--reuse-values",
+            [*base, "upgrade", "decor", str(CHART), "--reuse-values", *image_values,
              "--set", "logLevel=INFO", "--set", "faults.stallTimeoutSeconds=150"],
             check=True, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
@@ -1225,6 +1236,13 @@ def test_helm_installed_operator_runs_a_job_with_least_privilege(
         assert upgraded.metadata.uid != operator_pod.metadata.uid, "the operator was not replaced"
         env = {e.name: e.value for e in upgraded.spec.containers[0].env or []}
         assert env.get("DECOR_STALL_TIMEOUT_SECONDS") == "150", env
+        if REGISTRY:
+            new_ref = f"{repository}:{new_tag}"
+            assert upgraded.spec.containers[0].image == new_ref
+            kube.wait_for(
+                lambda: pulled(kube, namespace, upgraded.metadata.name, new_ref),
+                60, f"a Pulled Event of {new_ref} for the upgraded operator's pod",
+            )  # fmt: skip
         final = wait_succeeded(kube, namespace, "helm-job", timeout=300)
         (after,) = trainer_pods(kube, namespace, "helm-job")
         assert after.metadata.uid == pod.metadata.uid, "the upgrade replaced the trainer pod"
