@@ -228,22 +228,28 @@ class Reader:
     def watch_until(self, command: str, phases: tuple[str, ...], timeout: float) -> str:
         """Run a watch until a line of it shows one of ``phases``, then Ctrl-C (SIGINT to its
         process group); what it printed."""
-        process = subprocess.Popen(
+        lines: list[str] = []
+        with subprocess.Popen(
             ["bash", "-c", script(self.settings, self.prelude, command)],
             cwd=self.clone, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, start_new_session=True,
-        )  # fmt: skip
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(iter(process.stdout.readline, "")))  # type: ignore[union-attr]
-        reader.start()
-        try:
-            return "".join(wait_for_lines(lines, phases, timeout, process, command))
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-            process.wait(timeout=30)
-            reader.join(timeout=30)
-            print(f"[quick start watch] {command}\n{''.join(lines)[-3000:]}")
+        ) as process:  # fmt: skip
+            reader = threading.Thread(target=read_lines, args=(process.stdout, lines))
+            reader.start()
+            try:
+                return "".join(wait_for_lines(lines, phases, timeout, process, command))
+            finally:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGINT)
+                process.wait(timeout=30)
+                reader.join(timeout=30)
+                print(f"[quick start watch] {command}\n{''.join(lines)[-3000:]}")
+
+
+def read_lines(stream: Any, lines: list[str]) -> None:
+    """Append each line of ``stream`` to ``lines`` as it comes (in a thread)."""
+    for line in stream:
+        lines.append(line)
 
 
 def wait_for_lines(
