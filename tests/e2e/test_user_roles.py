@@ -4,11 +4,12 @@ A cluster-wide install (no ``watchNamespaces``) renders ``<release>-edit`` and
 ``<release>-view``, aggregated into ``edit``/``admin`` and ``view``
 (``rbac.aggregateToUserRoles``; docs/operations.md, "Rights for users"). Here the chart is
 installed cluster-wide with no operator replica (``replicaCount=0``: nothing acts on jobs, so
-the test shares the node with the other lanes) under a release name of its own, and two
-impersonated users are bound in the test's namespace, one to ``edit`` and one to ``view``
-(RoleBindings to the built-in ClusterRoles). The editor creates, patches and deletes a job
-for real; the viewer reads it and is refused every write; neither may write a job's status
-(the operator's); neither has any right outside the namespace; and once the release is
+the test shares the node with the other lanes) under a release name of its own, and three
+impersonated users are bound in the test's namespace (RoleBindings to the built-in
+ClusterRoles): one to ``edit``, one to ``admin`` and one to ``view``. The editor creates,
+patches and deletes a job for real, and ``kubectl auth can-i`` gives the admin the same
+rights; the viewer reads the job and is refused every write; none may write a job's status
+(the operator's) or has any right outside the namespace; and once the release is
 uninstalled, the aggregated rights are gone.
 """
 
@@ -32,6 +33,7 @@ from test_operator import (
 pytestmark = pytest.mark.e2e
 
 EDITOR = "decor-editor"
+ADMIN = "decor-admin"  # bound to admin, which aggregates what edit does
 VIEWER = "decor-viewer"
 # impersonated users get only the groups named; a real signed-in user has this one too
 GROUPS = ("system:authenticated",)
@@ -92,7 +94,12 @@ def test_chart_user_roles_let_editors_run_jobs_and_viewers_read_them(
         assert {
             f"clusterrole.rbac.authorization.k8s.io/{release}-decor-{r}" for r in ("edit", "view")
         } <= set(rendered.split()), rendered
-        for binding, role, user in (("editors", "edit", EDITOR), ("viewers", "view", VIEWER)):
+        bindings = (
+            ("editors", "edit", EDITOR),
+            ("admins", "admin", ADMIN),
+            ("viewers", "view", VIEWER),
+        )
+        for binding, role, user in bindings:
             kube.kubectl("-n", namespace, "create", "rolebinding", binding,
                          f"--clusterrole={role}", f"--user={user}")  # fmt: skip
         ns = ["-n", namespace]
@@ -105,8 +112,7 @@ def test_chart_user_roles_let_editors_run_jobs_and_viewers_read_them(
         subprocess.run([*base, "uninstall", release], check=True, capture_output=True, timeout=120)
         installed = False
         kube.wait_for(
-            lambda: not can_i(kube, EDITOR, "create", RESOURCE, *ns)
-            and not can_i(kube, VIEWER, "get", RESOURCE, *ns),
+            lambda: not any(can_i(kube, user, "get", RESOURCE, *ns) for user in (EDITOR, ADMIN, VIEWER)),
             60, "the rights to go with the release",
         )  # fmt: skip
         assert can_i(kube, EDITOR, "create", "configmaps", *ns), "edit itself should stay"
@@ -121,12 +127,13 @@ def check_answers(kube: Any, namespace: str) -> None:
     """``kubectl auth can-i`` for each verb, user, subresource and namespace."""
     ns = ["-n", namespace]
     for verb in (*READS, *WRITES):
-        assert can_i(kube, EDITOR, verb, RESOURCE, *ns), f"editor should {verb}"
+        for user in (EDITOR, ADMIN):
+            assert can_i(kube, user, verb, RESOURCE, *ns), f"{user} should {verb}"
     for verb in READS:
         assert can_i(kube, VIEWER, verb, RESOURCE, *ns), f"viewer should {verb}"
     for verb in WRITES:
         assert not can_i(kube, VIEWER, verb, RESOURCE, *ns), f"viewer should not {verb}"
-    for user in (EDITOR, VIEWER):
+    for user in (EDITOR, ADMIN, VIEWER):
         for verb in ("patch", "update"):  # the job's status is the operator's
             assert not can_i(kube, user, verb, RESOURCE, "--subresource=status", *ns), (user, verb)
         # a RoleBinding grants nothing elsewhere
