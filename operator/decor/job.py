@@ -173,6 +173,7 @@ class JobController:
         self.overhead_cpu_cores = build.sidecar_cpu_cores()
         """Cores a trainer pod holds beside its trainer (read by the loop's planner)."""
         self.pod_charge: quota.Amounts = ()
+        self.pod_facts = quota.PodFacts()
         """What a trainer pod charges a ResourceQuota beside its allocation (the planner's)."""
         self._judged: tuple[tuple[str, int | None], JobSpec, list[policy.Violation]] | None = None
         self.demand: planner.Demand | None = None  # the last demand (kept between periods)
@@ -260,6 +261,7 @@ class JobController:
                     built, self.config.template_policy, self.config.checkpoint_storage
                 )
                 self.pod_charge = build.pod_charge_beside(built, spec.resources.mode)
+                self.pod_facts = quota.pod_facts(built[0]) if built else quota.PodFacts()
             self.overhead_cpu_cores = build.job_overhead_cpu_cores(spec)
             self._judged = (key, spec, violations)
         return self._judged[1], self._judged[2]
@@ -310,6 +312,7 @@ class JobController:
             step_time_s=curve,
             restart_cost_s=state.restart_cost_s or period.settings.restart_cost_s,
             pod_charge=self.pod_charge,
+            pod_facts=self.pod_facts,
         )
         return self.demand
 

@@ -79,6 +79,9 @@ class Demand:
     # What each of its pods charges against its namespace's ResourceQuota beside the
     # allocation (sidecars, memory: ``quota.pod_charge_beside``); () for nothing.
     pod_charge: quota.Amounts = ()
+    # What a scoped ResourceQuota looks at in its pods (``quota.pod_facts``): which of its
+    # namespace's quotas count them.
+    pod_facts: quota.PodFacts = quota.PodFacts()
 
 
 @dataclass(frozen=True)
@@ -508,9 +511,9 @@ class _Quotas:
     (``lifecycle.run_target``: only preemption takes a pod away), and that is charged."""
 
     def __init__(self, quotas: Sequence[quota.Quota], demands: Sequence[Demand] = ()) -> None:
-        self.left: dict[str, list[tuple[str, dict[str, float]]]] = {}
+        self.left: dict[str, list[tuple[str, dict[str, float], quota.Scope]]] = {}
         for q in sorted(quotas, key=lambda q: (q.namespace, q.name)):
-            self.left.setdefault(q.namespace, []).append((q.title, dict(q.left)))
+            self.left.setdefault(q.namespace, []).append((q.title, dict(q.left), q.scope))
         self.booked: dict[str, dict[str, float]] = {}  # job -> what its grant charges
         self.floor = {d.key: d.min_allocation for d in demands if d.current > EPS}
         for d in demands:
@@ -519,13 +522,21 @@ class _Quotas:
 
     def copy(self) -> _Quotas:
         other = _Quotas(())
-        other.left = {ns: [(t, dict(x)) for t, x in qs] for ns, qs in self.left.items()}
+        other.left = {ns: [(t, dict(x), sc) for t, x, sc in qs] for ns, qs in self.left.items()}
         other.booked, other.floor = dict(self.booked), dict(self.floor)
         return other
 
+    def _of(self, d: Demand) -> list[tuple[str, dict[str, float]]]:
+        """The quotas of ``d``'s namespace that count its pods (by their scopes), by name."""
+        return [
+            (title, left)
+            for title, left, scope in self.left.get(_namespace(d), ())
+            if quota.applies(scope, d.pod_facts)
+        ]
+
     def bounds(self, d: Demand) -> bool:
-        """Whether any quota bounds ``d``'s namespace."""
-        return _namespace(d) in self.left
+        """Whether any quota counts ``d``'s pods."""
+        return bool(self._of(d))
 
     def _charge(self, d: Demand, amount: float) -> dict[str, float]:
         amount = max(amount, self.floor.get(d.key, 0.0))
@@ -539,7 +550,7 @@ class _Quotas:
     def short(self, d: Demand, amount: float) -> _Short | None:
         """The first quota (by name) and resource that ``amount`` of ``d`` would pass, what
         ``d`` has booked given back; None when it fits."""
-        quotas = self.left.get(_namespace(d))
+        quotas = self._of(d)
         if not quotas:
             return None
         want, had = self._charge(d, amount), self.booked.get(d.key, {})
@@ -552,7 +563,7 @@ class _Quotas:
 
     def book(self, d: Demand, amount: float) -> None:
         """``d`` holds ``amount`` now (what it was booked for before is given back)."""
-        quotas = self.left.get(_namespace(d))
+        quotas = self._of(d)
         if not quotas:
             return
         want, had = self._charge(d, amount), self.booked.pop(d.key, {})
@@ -574,7 +585,7 @@ class _Quotas:
                     return float(count)
             return 0.0
         top, had, per_pod = want, self.booked.get(d.key, {}), dict(d.pod_charge)
-        for _, left in self.left[_namespace(d)]:  # one pod: its charge grows with its cores
+        for _, left in self._of(d):  # one pod: its charge grows with its cores
             for r in quota.ALLOCATION_CHARGES["cpu"]:
                 if r in left:
                     top = min(top, left[r] + had.get(r, 0.0) - per_pod.get(r, 0.0))

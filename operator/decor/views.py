@@ -169,18 +169,21 @@ def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> lis
     """What each ResourceQuota leaves for the planned trainers: ``status.hard`` minus
     ``status.used``, plus what the ``planned`` pods (the trainers of the jobs being planned)
     charge now, since the planner hands that out again; per ``quota.CHARGED`` resource it
-    limits. A quota with scopes is not read (which pods it counts is its scopes' to say)."""
-    given_back: dict[str, dict[str, float]] = {}
+    limits. A scoped quota gives back only what the pods it counts charge."""
+    by_namespace: dict[str, list[tuple[quota.PodFacts, dict[str, float]]]] = {}
     for pod in planned:
         namespace = str((pod.get("metadata") or {}).get("namespace"))
-        back = given_back.setdefault(namespace, {})
-        for name, amount in build.pod_quota_usage(pod).items():
-            back[name] = back.get(name, 0.0) + amount
+        usage = build.pod_quota_usage(pod)
+        by_namespace.setdefault(namespace, []).append((quota.pod_facts(pod), usage))
     out = []
     for (namespace, name), body in sorted(snapshot.quotas.items()):
         spec, status = body.get("spec") or {}, body.get("status") or {}
-        if spec.get("scopes") or spec.get("scopeSelector"):
-            continue
+        scope = quota.scope_of(spec)
+        back: dict[str, float] = {}
+        for facts, usage in by_namespace.get(namespace, ()):
+            if quota.applies(scope, facts):
+                for resource, amount in usage.items():
+                    back[resource] = back.get(resource, 0.0) + amount
         hard, used = status.get("hard") or spec.get("hard") or {}, status.get("used") or {}
         left: dict[str, float] = {}
         for resource, value in hard.items():
@@ -189,9 +192,9 @@ def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> lis
             if charged is None or limit is None:
                 continue
             spent = quantity_value(used.get(resource)) or 0.0
-            free = limit - spent + given_back.get(namespace, {}).get(charged, 0.0)
+            free = limit - spent + back.get(charged, 0.0)
             left[charged] = min(left.get(charged, math.inf), max(0.0, free))
-        out.append(quota.Quota(namespace, name, tuple(sorted(left.items()))))
+        out.append(quota.Quota(namespace, name, tuple(sorted(left.items())), scope))
     return out
 
 

@@ -18,6 +18,7 @@ from decor import build, quota, vocabulary
 from decor import planner as pl
 from decor.model import format_time
 from decor.planner import Demand, Node, PlannerSettings
+from decor.policy import TemplatePolicy
 from decor.views import ClusterView, quotas_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
-from support.scenario import NAMESPACE, Bench, job_body  # noqa: E402
+from support.scenario import NAMESPACE, Bench, job_body, scenario_config  # noqa: E402
 
 GIB = 2.0**30
 SIDECAR = ((quota.LIMITS_CPU, 0.05), (quota.REQUESTS_CPU, 0.05))
@@ -387,11 +388,13 @@ def test_what_a_quota_leaves_gives_back_what_the_planned_trainers_charge() -> No
         q.name: dict(q.left)
         for q in quotas_left(view.snapshot(), [pod(TRAINER, SIDECAR_CONTAINER)])
     }
-    assert set(left) == {"q", "objects"}  # a quota with scopes is not read
+    assert set(left) == {"q", "objects", "scoped"}
     assert left["q"] == pytest.approx({quota.LIMITS_CPU: 2.55, quota.REQUESTS_CPU: 2.55})
+    # The trainer is not BestEffort: the scoped quota does not count it, gives nothing back.
+    assert left["scoped"] == {quota.LIMITS_CPU: 1.0}
     assert left["objects"] == {quota.PODS: 11.0}  # used has no count/pods yet: 0 used
     view.put_quota(quota_body("q", {}, {}), deleted=True)
-    assert [q.name for q in quotas_left(view.snapshot(), [])] == ["objects"]
+    assert [q.name for q in quotas_left(view.snapshot(), [])] == ["objects", "scoped"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -454,3 +457,131 @@ def test_the_second_job_waits_for_the_quota_and_runs_when_the_first_is_done() ->
 
 def quota_used(bench: Bench) -> float:
     return float(counted_quota(bench)["status"]["used"]["limits.cpu"])
+
+
+# ---------------------------------------------------------------------------------------
+# Scoped quotas: a quota counts only the pods its scopes match, as the API server decides
+
+
+HIGH = quota.PodFacts(priority_class="high")
+PLAIN = quota.PodFacts()
+
+
+@pytest.mark.parametrize(
+    ("scope", "counted", "not_counted"),
+    [
+        (quota.Scope(), [PLAIN, HIGH], []),
+        (quota.Scope(("NotBestEffort",)), [PLAIN, HIGH], [quota.PodFacts(best_effort=True)]),
+        (quota.Scope(("BestEffort",)), [quota.PodFacts(best_effort=True)], [PLAIN]),
+        (quota.Scope(("NotTerminating",)), [PLAIN], [quota.PodFacts(terminating=True)]),
+        (quota.Scope(("Terminating",)), [quota.PodFacts(terminating=True)], [PLAIN]),
+        (quota.Scope(("PriorityClass",)), [HIGH], [PLAIN]),
+        (quota.Scope(expressions=(("PriorityClass", "In", ("high", "top")),)), [HIGH],
+         [PLAIN, quota.PodFacts(priority_class="low")]),
+        (quota.Scope(expressions=(("PriorityClass", "NotIn", ("high",)),)),
+         [quota.PodFacts(priority_class="low")], [HIGH, PLAIN]),
+        (quota.Scope(expressions=(("PriorityClass", "Exists", ()),)), [HIGH], [PLAIN]),
+        (quota.Scope(expressions=(("PriorityClass", "DoesNotExist", ()),)), [PLAIN], [HIGH]),
+        (quota.Scope(("CrossNamespacePodAffinity",)),
+         [quota.PodFacts(cross_namespace_affinity=True)], [PLAIN]),
+        (quota.Scope(("VolumeAttributesClass",)), [], [PLAIN, HIGH]),
+        # Every scope and expression must match.
+        (quota.Scope(("NotBestEffort",), (("PriorityClass", "In", ("high",)),)), [HIGH], [PLAIN]),
+        # An unknown scope counts the pod (a tighter plan, never a refused pod).
+        (quota.Scope(("SomethingNew",)), [PLAIN], []),
+    ],
+)  # fmt: skip
+def test_a_scoped_quota_counts_the_pods_its_scopes_match(
+    scope: quota.Scope, counted: list[quota.PodFacts], not_counted: list[quota.PodFacts]
+) -> None:
+    assert all(quota.applies(scope, pod) for pod in counted)
+    assert not any(quota.applies(scope, pod) for pod in not_counted)
+
+
+def test_a_quotas_scope_and_a_pods_facts_are_read_from_their_bodies() -> None:
+    spec = {
+        "scopes": ["NotTerminating"],
+        "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}
+        ]},
+    }  # fmt: skip
+    assert quota.scope_of(spec) == quota.Scope(
+        ("NotTerminating",), (("PriorityClass", "In", ("high",)),)
+    )
+    assert quota.scope_of({}) == quota.Scope()
+    assert quota.pod_facts(pod(TRAINER, priorityClassName="high")) == HIGH
+    assert quota.pod_facts(pod(container("t"))).best_effort
+    assert quota.pod_facts(pod(container("t"), activeDeadlineSeconds=60)).terminating
+    required = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "x", "namespaceSelector": {}}]}}  # fmt: skip
+    preferred = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "podAffinityTerm": {"topologyKey": "x", "namespaces": ["other"]}}]}}  # fmt: skip
+    local = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "x"}]}}  # fmt: skip
+    for affinity, cross in ((required, True), (preferred, True), (local, False)):
+        assert quota.pod_facts(pod(TRAINER, affinity=affinity)).cross_namespace_affinity is cross
+
+
+def test_the_planner_bounds_a_job_only_by_the_quotas_that_count_its_pods() -> None:
+    high_only = replace(
+        limit("ml", "high-cpu", limits_cpu=1.0),
+        scope=quota.Scope(expressions=(("PriorityClass", "In", ("high",)),)),
+    )
+    urgent = job("ml/urgent", need=3.0, pod_facts=HIGH)
+    plain = job("ml/plain", need=3.0)
+    g = grants([urgent, plain], BIG, [high_only])
+    assert g["ml/urgent"].verdict == vocabulary.VERDICT_QUEUED
+    assert "ResourceQuota ml/high-cpu leaves 1 of limits.cpu" in g["ml/urgent"].reason
+    assert (g["ml/plain"].verdict, g["ml/plain"].allocation) == (vocabulary.VERDICT_ADMITTED, 3.0)
+    # A best-effort job of the counted class gets only what that quota leaves.
+    sweep = job("ml/sweep", deadline_s=None, need=4.0, pod_facts=HIGH)
+    assert grants([sweep], BIG, [high_only])["ml/sweep"].allocation == pytest.approx(0.95)
+
+
+def test_a_scoped_quota_gives_back_only_what_the_pods_it_counts_charge() -> None:
+    view = ClusterView()
+    hard, used = {"limits.cpu": "4"}, {"limits.cpu": "2100m"}
+    view.put_quota(quota_body("high", hard, used, scopeSelector={"matchExpressions": [
+        {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}))  # fmt: skip
+    view.put_quota(quota_body("all", hard, used))
+    high_pod = pod(TRAINER, SIDECAR_CONTAINER, priorityClassName="high")
+    plain_pod = pod(TRAINER, SIDECAR_CONTAINER)
+    left = {q.name: q for q in quotas_left(view.snapshot(), [high_pod, plain_pod])}
+    assert dict(left["high"].left) == pytest.approx({quota.LIMITS_CPU: 4 - 2.1 + 2.05})
+    assert dict(left["all"].left) == pytest.approx({quota.LIMITS_CPU: 4 - 2.1 + 2 * 2.05})
+    assert left["high"].scope.expressions == (("PriorityClass", "In", ("high",)),)
+
+
+def test_the_operator_plans_a_job_within_the_quota_scoped_to_its_priority_class() -> None:
+    policy = TemplatePolicy(allowed_priority_classes=frozenset({"high"}))
+    bench = Bench({"node-a": (8.0, 0)}, config=scenario_config(template_policy=policy))
+    urgent = job_body("urgent", maximum="2", initial="2")
+    urgent["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    bench.apply(urgent, FakeTrainer(1000, 100, linear_speed(1.0)))
+    bench.apply(
+        job_body("plain", maximum="2", initial="2"), FakeTrainer(1000, 100, linear_speed(1.0))
+    )
+
+    def counted() -> dict[str, Any]:  # the quota controller counts only class "high" pods
+        used = sum(
+            build.pod_quota_usage(p).get(quota.LIMITS_CPU, 0.0)
+            for (namespace, _), p in bench.kube.pods.items()
+            if namespace == NAMESPACE and p["spec"].get("priorityClassName") == "high"
+        )
+        hard = {"limits.cpu": "1500m"}
+        selector = {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}  # fmt: skip
+        return {
+            "metadata": {"name": "high", "namespace": NAMESPACE},
+            "spec": {"hard": hard, "scopeSelector": selector},
+            "status": {"hard": hard, "used": {"limits.cpu": f"{used:g}"}},
+        }
+
+    for _ in range(5):
+        bench.view.put_quota(counted())
+        bench.period()
+    assert bench.pods("urgent") == [] and bench.pods("plain") != []
+    condition = admitted_condition(bench, "urgent")
+    assert condition["reason"] == vocabulary.VERDICT_QUEUED
+    assert "ResourceQuota ml/high leaves 1.5 of limits.cpu" in condition["message"]
+    assert admitted_condition(bench, "plain")["reason"] == vocabulary.VERDICT_ADMITTED
