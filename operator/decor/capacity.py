@@ -26,7 +26,7 @@ import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from decor import build
 from decor.model import GPU_RESOURCE, ManifestError, parse_cpu_cores
@@ -303,75 +303,133 @@ def pack_pods(
 # Reservations of one period's commits
 
 
+class Book:
+    """Free cores and whole GPUs per node as reservations are made (mutable, not locked): the
+    planner books a plan's grants on one, and a period's commits reserve on one (:class:`Room`).
+    ``gpu`` picks the resource: GPUs (True) or cores (False)."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        nodes = list(nodes)
+        self.names = sorted(n.name for n in nodes)
+        self.free_cpu = {n.name: max(0.0, n.cpu_cores) for n in nodes}
+        self.free_gpu = {n.name: whole_gpus(n.gpus) for n in nodes}
+
+    def copy(self) -> Self:
+        """An independent copy (a trial booking); the node names are shared (never changed)."""
+        other = self.__class__.__new__(self.__class__)
+        other.names = self.names
+        other.free_cpu, other.free_gpu = dict(self.free_cpu), dict(self.free_gpu)
+        return other
+
+    def book(self, gpu: bool) -> dict[str, float]:
+        """Free GPUs (``gpu``) or cores per node."""
+        return self.free_gpu if gpu else self.free_cpu
+
+    def reserve(self, gpu: bool, pods: Pods) -> None:
+        """Take what ``pods`` hold from their nodes (rounded to 1e-9: sums stay exact)."""
+        book = self.book(gpu)
+        for node, amount in pods:
+            if amount:
+                book[node] = round(book[node] - amount, 9)
+
+    def release(self, gpu: bool, pods: Pods) -> None:
+        """Give back what ``pods`` hold on their nodes."""
+        self.reserve(gpu, tuple((node, -amount) for node, amount in pods))
+
+    def best_fit(self, gpu: bool, amount: float) -> str | None:
+        """The node where ``amount`` fits leaving the least free (ties: name); None if none."""
+        book = self.book(gpu)
+        fits = [(book[n], n) for n in self.names if book[n] >= amount - EPS]
+        return min(fits)[1] if fits else None
+
+    def most_free(self, gpu: bool) -> str | None:
+        """The node with the most free (ties: name); None without nodes."""
+        book = self.book(gpu)
+        return min(self.names, key=lambda n: (-book[n], n)) if self.names else None
+
+    def holds(self, pods: Pods) -> bool:
+        """Whether GPU ``pods`` fit where they are placed, each node holding all of its pods."""
+        return all(
+            self.free_gpu.get(node, -math.inf) >= amount - EPS
+            for node, amount in per_node(pods).items()
+        )
+
+    def pack(self, counts: Sequence[int], first: Mapping[str, int]) -> Pods | None:
+        """GPU pods of ``counts`` packed onto the nodes (:func:`pack_pods`); None: no fit."""
+        return pack_pods(counts, self.free_gpu, self.names, first)
+
+
 class Room:
-    """Capacity left on each node this period for creating and growing DECOR's trainers:
-    ``free[node] == [cores, GPUs]``.
+    """What a period's commits may still reserve: creating and growing DECOR's trainers, on
+    the planner's own :class:`Book` of cores and whole GPUs per node.
 
     Starts at what the node can give DECOR minus what its trainers hold now (each at
     max(requested, applied), :func:`grow_room`); shrinks asked for this period free nothing
     until they land, so a grow never meets a node that is still full (no Deferred resize by
-    design). ``None`` capacity: the operator cannot see nodes; nothing is limited.
+    design). ``None`` capacity: the operator cannot see nodes; nothing is limited. Jobs commit
+    concurrently: every reservation holds the lock.
     """
 
     def __init__(self, free: Mapping[str, tuple[float, float]] | None) -> None:
-        self.free = None if free is None else {k: list(v) for k, v in free.items()}
-        self._lock = threading.Lock()  # jobs commit concurrently
+        nodes = None if free is None else [Node(n, cpu, gpus) for n, (cpu, gpus) in free.items()]
+        self.book = None if nodes is None else Book(nodes)
+        self._lock = threading.Lock()
+
+    @property
+    def free(self) -> dict[str, list[float]] | None:
+        """[cores, GPUs] left per node (a copy); None: nothing is limited."""
+        if self.book is None:
+            return None
+        return {n: [self.book.free_cpu[n], self.book.free_gpu[n]] for n in self.book.names}
 
     def take(self, node: str | None, cpu: float = 0.0, gpus: float = 0.0) -> bool:
         """Reserve ``cpu`` cores and ``gpus`` on ``node``; False (nothing taken) if they do
-        not fit. A pod not yet on a node (None) is the scheduler's to place: any node with
-        room will do."""
-        if self.free is None:
+        not fit. A pod not yet on a node (None) is the scheduler's to place: the first node
+        by name with room will do."""
+        if self.book is None:
             return True
         with self._lock:
-            names = [node] if node is not None else sorted(self.free)
-            for name in names:
-                slot = self.free.get(name)
-                if slot is None:
+            book = self.book
+            for name in [node] if node is not None else book.names:
+                if name not in book.free_cpu:
                     continue
-                if cpu <= slot[0] + EPS and gpus <= slot[1] + EPS:
-                    slot[0] -= cpu
-                    slot[1] -= gpus
+                if cpu <= book.free_cpu[name] + EPS and gpus <= book.free_gpu[name] + EPS:
+                    book.reserve(False, ((name, cpu),))
+                    book.reserve(True, ((name, gpus),))
                     return True
             return False
 
     def take_pods(self, gpus: Sequence[int]) -> bool:
-        """Reserve a GPU count per pod (``pod_gpu_counts``), each on any node with
-        room (the scheduler places them), packed as the planner packs them
-        (:func:`pack_pods`, exact); all or nothing."""
-        if self.free is None:
+        """Reserve a GPU count per pod (:func:`pod_gpu_counts`), each on any node with room
+        (the scheduler places them), packed as the planner packs them (:func:`pack_pods`,
+        exact); all or nothing."""
+        if self.book is None:
             return True
         with self._lock:
-            free = {name: whole_gpus(slot[1]) for name, slot in self.free.items()}
-            pods = pack_pods(sorted(gpus, reverse=True), free, sorted(free), {})
+            pods = self.book.pack(sorted(gpus, reverse=True), {})
             if pods is None:
                 return False
-            for name, count in pods:
-                self.free[name][1] -= count
+            self.book.reserve(True, pods)
             return True
 
     def take_placement(self, pods: Pods) -> bool:
         """Reserve the planner's own placement (``Grant.pods``: GPUs per pod and its node), as
         it is; all or nothing. Jobs commit in any order: the plan placed them all at once."""
-        if self.free is None:
+        if self.book is None:
             return True
         with self._lock:
-            need = per_node(pods)
-            if any(name not in self.free or self.free[name][1] < count - EPS
-                   for name, count in need.items()):  # fmt: skip
+            if not self.book.holds(pods):
                 return False
-            for name, count in need.items():
-                self.free[name][1] -= count
+            self.book.reserve(True, pods)
             return True
 
     def take_up_to(self, node: str | None, cpu: float) -> float:
         """Reserve as much of ``cpu`` cores on ``node`` as is free; returns what was taken."""
-        if self.free is None:
+        if self.book is None:
             return cpu
         with self._lock:
-            slot = self.free.get(node) if node is not None else None
-            if slot is None:
+            if node is None or node not in self.book.free_cpu:
                 return 0.0
-            taken = max(0.0, min(cpu, slot[0]))
-            slot[0] -= taken
+            taken = max(0.0, min(cpu, self.book.free_cpu[node]))
+            self.book.reserve(False, ((node, taken),))
             return taken

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from decor import quota, vocabulary
-from decor.capacity import Node, Pods, pack_pods, per_node, pod_gpu_counts, whole_gpus
+from decor.capacity import Book, Node, Pods, pack_pods, per_node, pod_gpu_counts
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
@@ -234,27 +234,13 @@ def _served(d: Demand, got: float, need: float) -> str:
     return vocabulary.VERDICT_ADMITTED if got >= need - EPS else vocabulary.VERDICT_SHORTED
 
 
-class _Cluster:
-    """Free capacity per node and resource, as grants are made (mutable, local to a plan),
-    and where a job's grant goes, so that the policies need not tell a one-pod job from one
-    that spans several pods: ``place`` (where an amount fits now), ``most`` (the most of an
-    amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
+class _Cluster(Book):
+    """Free capacity per node and resource, as grants are made (a ``capacity.Book``, local to
+    a plan), and where a job's grant goes, so that the policies need not tell a one-pod job
+    from one that spans several pods: ``place`` (where an amount fits now), ``most`` (the most
+    of an amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
     several (``gpus_per_pod``) stay where they run while its count is unchanged; a new count
     restarts every pod, and they are packed anew onto any nodes (``pack_pods``)."""
-
-    def __init__(self, nodes: Sequence[Node]) -> None:
-        self.names = sorted(n.name for n in nodes)
-        self.free_cpu = {n.name: max(0.0, n.cpu_cores) for n in nodes}
-        self.free_gpu = {n.name: whole_gpus(n.gpus) for n in nodes}
-
-    def copy(self) -> _Cluster:
-        other = _Cluster(())
-        other.names = self.names
-        other.free_cpu, other.free_gpu = dict(self.free_cpu), dict(self.free_gpu)
-        return other
-
-    def _book(self, gpu: bool) -> dict[str, float]:
-        return self.free_gpu if gpu else self.free_cpu
 
     def home(self, d: Demand) -> str | None:
         """The node a one-pod job's pod lives on, if the planner knows it (None for a job that
@@ -270,33 +256,20 @@ class _Cluster:
         return tuple(n for n in nodes if n in self.free_cpu)
 
     def free(self, node: str, d: Demand) -> float:
-        return self._book(_is_gpu(d))[node]
+        return self.book(_is_gpu(d))[node]
 
     def take(self, d: Demand, pods: Pods) -> None:
-        book = self._book(_is_gpu(d))
-        for node, amount in pods:
-            if amount:
-                book[node] = round(book[node] - amount, 9)
+        self.reserve(_is_gpu(d), pods)
 
     def give(self, d: Demand, pods: Pods) -> None:
-        self.take(d, tuple((node, -amount) for node, amount in pods))
-
-    def best_fit(self, d: Demand, amount: float) -> str | None:
-        """The node where ``amount`` fits leaving the least free (ties: name); None if none."""
-        book = self._book(_is_gpu(d))
-        fits = [(book[n], n) for n in self.names if book[n] >= amount - EPS]
-        return min(fits)[1] if fits else None
-
-    def most_free(self, d: Demand) -> str | None:
-        book = self._book(_is_gpu(d))
-        return min(self.names, key=lambda n: (-book[n], n)) if self.names else None
+        self.release(_is_gpu(d), pods)
 
     def place(self, d: Demand, amount: float) -> Pods | None:
         """Where ``amount`` of ``d`` would run now; None when it does not fit. A one-pod job:
         on its pod's node, else the best fit. A job that spans pods: the pods of
         ``pod_gpu_counts``, where they run while the count is unchanged, else packed."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(d, amount)
+            node = self.home(d) or self.best_fit(_is_gpu(d), amount)
             if node is None or self.free(node, d) < amount - EPS:
                 return None
             return ((node, amount),)
@@ -304,9 +277,8 @@ class _Cluster:
         now = self.runs_on(d)
         if abs(d.current - amount) < EPS and len(now) == len(counts):
             pods = tuple(zip(now, map(float, counts), strict=True))
-            held = per_node(pods).items()
-            return pods if all(self.free_gpu[n] >= a - EPS for n, a in held) else None
-        return pack_pods(counts, self.free_gpu, self.names, Counter(now))
+            return pods if self.holds(pods) else None
+        return self.pack(counts, Counter(now))
 
     def most(self, d: Demand, want: float, s: PlannerSettings) -> tuple[float, Pods]:
         """The most of ``want`` that ``d`` can have now (on the quantum, at least its min), and
@@ -316,7 +288,7 @@ class _Cluster:
         placed ((0, ()) when none): every count from ``want`` down is tried, as more GPUs can
         fit where fewer do not (4 in pods of at most 3 are 2 + 2; 3 are one pod of 3)."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(d, want) or self.most_free(d)
+            node = self.home(d) or self.best_fit(_is_gpu(d), want) or self.most_free(_is_gpu(d))
             if node is None:
                 return 0.0, ()
             got = _fit(d, self.free(node, d), want, s)
@@ -353,7 +325,7 @@ class _Cluster:
         one-pod job's node (else the one with the most free); a job that spans pods, the
         nodes its pods run on (else those the most of ``want`` that fits would use)."""
         if not _spans_pods(d):
-            node = self.home(d) or self.most_free(d)
+            node = self.home(d) or self.most_free(_is_gpu(d))
             return [node] if node is not None else []
         nodes = self.runs_on(d) or tuple(n for n, _ in self.most(d, want, s)[1])
         return list(dict.fromkeys(nodes))
@@ -1205,7 +1177,7 @@ class _Leftover:
             else:
                 node = self.book.cluster.home(d)
                 if node is None:
-                    node = room.most_free(d)
+                    node = room.most_free(_is_gpu(d))
                     if node is not None and room.free(node, d) < max(d.min_allocation, EPS) - EPS:
                         node = None
                 pods = ((node, d.min_allocation),) if node is not None else None
