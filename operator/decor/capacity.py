@@ -423,6 +423,15 @@ class Room:
             self.book.reserve(True, pods)
             return True
 
+    def take_new(self, placed: Pods, cores: float = 0.0, gpu_counts: Sequence[int] = ()) -> bool:
+        """Reserve a new trainer: GPU pods of ``gpu_counts``, else ``cores`` (a CPU trainer's
+        pod, what it holds beside the trainer included), where the planner placed them
+        (``placed``: its ``Grant.pods``), else (no plan) where the scheduler could: packed as
+        the planner packs, or on the first node by name with room. All or nothing."""
+        if gpu_counts:
+            return self.take_placement(placed) if placed else self.take_pods(gpu_counts)
+        return self.take(placed[0][0] if placed else None, cpu=cores)
+
     def take_up_to(self, node: str | None, cpu: float) -> float:
         """Reserve as much of ``cpu`` cores on ``node`` as is free; returns what was taken."""
         if self.book is None:

@@ -303,11 +303,10 @@ class JobController:
         spec: JobSpec, grant: planner.Grant | None, allocation: float, room: Room
     ) -> bool:
         """Reserve a new trainer's pods: where the planner placed them, else anywhere."""
-        if spec.resources.mode == "gpu" and grant is not None and grant.pods:
-            return room.take_placement(grant.pods)
+        placed = grant.pods if grant is not None else ()
         if spec.resources.mode == "gpu":
-            return room.take_pods(group.pod_counts(spec, allocation))
-        return room.take(None, cpu=allocation + build.job_overhead_cpu_cores(spec))
+            return room.take_new(placed, gpu_counts=group.pod_counts(spec, allocation))
+        return room.take_new(placed, cores=allocation + build.job_overhead_cpu_cores(spec))
 
     @staticmethod
     def _reserve_growth(period: Period, amount: float, room: Room) -> float:

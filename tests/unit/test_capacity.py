@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import capacity
+from decor import build, capacity
 from decor import planner as pl
 from decor.capacity import NodeCapacity, Room
-from decor.model import GPU_RESOURCE
+from decor.job import JobController
+from decor.model import GPU_RESOURCE, parse_job
+from decor.vocabulary import VERDICT_ADMITTED
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_planner import gpu_job
+from support.scenario import job_body
+from test_planner import gpu_job, job
 
 
 def _pod(
@@ -88,48 +91,77 @@ def test_gpu_counts_and_placement_per_node() -> None:
 
 
 NODES = st.lists(
-    st.tuples(st.integers(0, 8), st.integers(0, 4)),  # (allocatable GPUs, GPUs other pods hold)
+    st.tuples(st.integers(1, 8), st.integers(0, 8), st.integers(0, 4)),
     min_size=1,
     max_size=4,
-)
+)  # (allocatable cores, allocatable GPUs, GPUs other pods hold)
 JOBS = st.lists(
-    st.tuples(st.integers(1, 12), st.integers(0, 4), st.integers(100, 2000)),
+    st.tuples(st.booleans(), st.integers(1, 12), st.integers(0, 4), st.integers(100, 2000)),
     min_size=1,
-    max_size=4,
-)  # (need, gpus per pod, deadline s)
+    max_size=5,
+)  # (a GPU job, need in cores or GPUs, GPUs per pod, deadline s)
+OVERHEAD_CORES = 0.1
+"""What each new trainer pod holds beside its trainer (the metrics sidecar)."""
 
 
-@settings(max_examples=200, deadline=None, database=None)
+def _demand(i: int, gpu: bool, need: int, per_pod: int, deadline_s: int) -> pl.Demand:
+    if gpu:
+        return gpu_job(f"ns/j{i}", need=float(need), max_allocation=float(need),
+                       gpus_per_pod=per_pod, deadline_s=float(deadline_s))  # fmt: skip
+    cores = need / 2.0
+    return job(f"ns/j{i}", need=cores, min_allocation=cores, max_allocation=cores,
+               deadline_s=float(deadline_s))  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, database=None)
 @given(cluster=NODES, jobs=JOBS)
-def test_admitted_new_gpu_jobs_are_reserved_in_commit_order_on_the_same_model(
-    cluster: list[tuple[int, int]], jobs: list[tuple[int, int, int]]
+def test_admitted_new_jobs_are_reserved_in_commit_order_on_the_same_model(
+    cluster: list[tuple[int, int, int]], jobs: list[tuple[bool, int, int, int]]
 ) -> None:
     """Snapshot in, as the loop runs a period: the planner's nodes and the commits' room come
-    from the same bodies, and every admitted grant's pods are reserved, earliest deadline
-    first (``loop._commit_order``), where the planner placed them."""
+    from the same bodies, and every admitted grant's new pods are reserved (``Room.take_new``,
+    as a job's commit does), earliest deadline first (``loop._commit_order``), where the
+    planner placed them. (Reserving a CPU trainer on the first node with room, not the
+    planner's, fails here: nodes of 1, 2 and 1 cores, admitted jobs of 1, 1 and 2 cores.)"""
     allocatable = {
-        f"n{i}": NodeCapacity(f"n{i}", 32.0, float(g)) for i, (g, _) in enumerate(cluster)
+        f"n{i}": NodeCapacity(f"n{i}", float(c), float(g)) for i, (c, g, _) in enumerate(cluster)
     }
     pods = {
-        ("other", f"n{i}"): _pod(f"p{i}", f"n{i}", "500m", gpus=min(held, g))
-        for i, (g, held) in enumerate(cluster)
-        if min(held, g)
+        ("other", f"n{i}"): _pod(f"p{i}", f"n{i}", "250m", gpus=min(held, g))
+        for i, (_, g, held) in enumerate(cluster)
     }
+    demands = [_demand(i, *each) for i, each in enumerate(jobs)]
     free = capacity.free_capacity(allocatable, pods, decor_pods=set())
-    nodes = capacity.planner_nodes(free, pods, set(), unplaced_overhead_cpu_cores=0.1)
-    demands = [
-        gpu_job(f"ns/j{i}", need=float(need), max_allocation=float(need), gpus_per_pod=per_pod,
-                deadline_s=float(deadline))
-        for i, (need, per_pod, deadline) in enumerate(jobs)
-    ]  # fmt: skip
+    nodes = capacity.planner_nodes(free, pods, set(), OVERHEAD_CORES * len(demands))
     grants = pl.plan(demands, nodes, 0.0, pl.PlannerSettings()).grants
     room = capacity.grow_room(free, pods, set())
-    by_deadline = sorted(demands, key=lambda d: (d.deadline_s, d.key))
-    for demand in by_deadline:
-        grant = grants[demand.key]
-        if grant.allocation > 0:
-            assert room.take_placement(grant.pods), (grant, room.free)
-    assert all(cpu >= 0 and gpus >= -1e-9 for cpu, gpus in (room.free or {}).values())
+    for d in sorted(demands, key=lambda d: (d.deadline_s, d.key)):
+        grant = grants[d.key]
+        if grant.allocation <= 0:
+            continue
+        if d.mode == "gpu":
+            counts = capacity.pod_gpu_counts(round(grant.allocation), d.gpus_per_pod)
+            assert room.take_new(grant.pods, gpu_counts=counts), (grant, room.free)
+        else:
+            assert room.take_new(grant.pods, cores=grant.allocation + OVERHEAD_CORES), (
+                grant,
+                room.free,
+            )
+
+
+def test_a_cpu_trainer_is_reserved_on_the_planners_node() -> None:
+    free = _free(n0=(1.0, 0.0), n1=(2.0, 0.0), n2=(1.0, 0.0))
+    nodes = capacity.planner_nodes(free, {}, set(), 0.0)
+    demands = [
+        job(f"ns/j{i}", need=c, min_allocation=c, max_allocation=c) for i, c in enumerate([1, 1, 2])
+    ]
+    grants = pl.plan(demands, nodes, 0.0, pl.PlannerSettings()).grants
+    assert {g.node for g in grants.values()} == {"n0", "n1", "n2"}  # every job admitted
+    room = capacity.grow_room(free, {}, set())
+    for d in demands:  # (one deadline: commit order by name)
+        assert room.take_new(grants[d.key].pods, cores=grants[d.key].allocation)
+    assert room.free == {"n0": [0.0, 0.0], "n1": [0.0, 0.0], "n2": [0.0, 0.0]}
+    assert capacity.Room({"n0": (1.0, 0.0)}).take_new((), cores=1.0)  # no plan: any node
 
 
 def test_the_case_that_waited_for_room_for_ever() -> None:
@@ -144,3 +176,12 @@ def test_the_case_that_waited_for_room_for_ever() -> None:
     room: Room = capacity.grow_room(free, {}, set())
     assert room.take_placement(grant.pods)
     assert room.free == {"a": [32.0, 0.0], "b": [32.0, 0.0]}
+
+
+def test_a_jobs_commit_reserves_a_new_cpu_trainer_on_the_planners_node() -> None:
+    spec = parse_job(job_body("j", minimum="1", maximum="2"))
+    room = Room({"n0": (4.0, 0.0), "n1": (2.5, 0.0)})  # n0 first by name, and room on both
+    grant = pl.Grant("ns/j", 2.0, "n1", VERDICT_ADMITTED, "admitted", None, (("n1", 2.0),))
+    assert JobController._room_for_trainer(spec, grant, 2.0, room)
+    overhead = build.job_overhead_cpu_cores(spec)
+    assert room.free == {"n0": [4.0, 0.0], "n1": [pytest.approx(0.5 - overhead), 0.0]}
