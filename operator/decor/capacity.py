@@ -10,9 +10,11 @@ else, so that a grant the planner makes is a grant the operator can reserve and 
 * **for the planner**: :func:`planner_nodes` (the free capacity less what DECOR's trainer pods
   hold beside their trainers), :class:`Node`, and where a GPU job's pods go:
   :func:`pod_gpu_counts` (their sizes) and :func:`pack_pods` (an exact packing onto nodes);
-* **for the period's commits**: :func:`grow_room` (what is left once DECOR's trainers hold
-  what they hold now) and :class:`Room`, which reserves the planner's own placement
-  (``Grant.pods``) or, without one, packs as the planner packs.
+* **reservations**: :class:`Book`, free cores and whole GPUs per node as they are handed out:
+  the planner books a plan's grants on one (``planner._Cluster`` is a Book), and a period's
+  commits reserve on one: :func:`grow_room` (what is left once DECOR's trainers hold what
+  they hold now) makes the :class:`Room`, which reserves a new trainer where the planner
+  placed it (``Grant.pods``) or, without a plan, packs as the planner packs.
 
 Units: cores (float) and GPUs (whole counts; a fraction of a GPU is never handed out). Pure:
 dicts and dataclasses in and out, no clock, no I/O; :class:`Room` alone holds a lock, as jobs
