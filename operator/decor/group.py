@@ -1,7 +1,7 @@
 """A GPU job that spans several pods: one data-parallel world, built and read (pure).
 
 With ``spec.resources.gpusPerPod: p`` a job granted more than p GPUs runs as the pods of
-:func:`planner.pod_gpu_counts` (at most p GPUs each, as even as possible). They form one
+:func:`capacity.pod_gpu_counts` (at most p GPUs each, as even as possible). They form one
 ``torch.distributed`` world: the first pod (the *leader*, named like a one-pod trainer) holds
 global rank 0, which serves the c10d rendezvous store, reports progress and writes
 checkpoints; the others (*workers*, ``LEADER-w1``, ``LEADER-w2``, ...) reach the store
@@ -23,7 +23,7 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import build, planner, vocabulary
+from decor import build, capacity, vocabulary
 from decor.model import JobSpec
 from decor.policy import CheckpointStorage
 
@@ -57,7 +57,7 @@ def pod_counts(spec: JobSpec, allocation: float) -> list[int]:
     total = round(allocation)
     if spec.resources.mode != "gpu" or spec.resources.gpus_per_pod <= 0:
         return [total]
-    return planner.pod_gpu_counts(total, spec.resources.gpus_per_pod)
+    return capacity.pod_gpu_counts(total, spec.resources.gpus_per_pod)
 
 
 def build_trainer_group(

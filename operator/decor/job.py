@@ -6,7 +6,7 @@ pod lifecycle goes on (create, replace, suspend, complete, fail) and, when the t
 runs, the job's own law decides what it needs. It returns the job's
 :class:`planner.Demand`, or None when the job takes no part in this period's plan.
 :meth:`JobController.commit` takes the planner's :class:`planner.Grant`, reserves what the
-node has room for now (:class:`Room`) and runs the lifecycle's step after the plan (hold,
+node has room for now (``capacity.Room``) and runs the lifecycle's step after the plan (hold,
 create, run). Each step's actions are carried out by ``actuate.Actuator`` in the order
 decided; status is written at the end of the step, when something a user sees changed.
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from decor import (
     vocabulary,
 )
 from decor.actuate import REFUSALS, Actuator, ResizeRefused
+from decor.capacity import Room, node_of
 from decor.config import OperatorConfig
 from decor.kube import Kube, KubeError
 from decor.lifecycle import LifecycleSettings, Memory, Outcome, Period, PlanRequest, WriteStatus
@@ -53,81 +53,6 @@ PROGRESS_WRITE_PERIODS = 3.0
 the heartbeat): at a 10 s period a running job costs one status write per 30 s, not one per
 period, while phase, allocation, admission and conditions are written the period they
 change."""
-
-
-class Room:
-    """Capacity left on each node this period for growing DECOR's trainers.
-
-    Starts at what the node can give DECOR minus what its trainers hold now (each at
-    max(requested, applied)); shrinks asked for this period free nothing until they land,
-    so a grow never meets a node that is still full (no Deferred resize by design).
-    ``None`` capacity: the operator cannot see nodes; nothing is limited.
-    """
-
-    def __init__(self, free: Mapping[str, tuple[float, float]] | None) -> None:
-        self.free = None if free is None else {k: list(v) for k, v in free.items()}
-        self._lock = threading.Lock()  # jobs commit concurrently
-
-    def take(self, node: str | None, cpu: float = 0.0, gpus: float = 0.0) -> bool:
-        """Reserve ``cpu`` cores and ``gpus`` on ``node``; False (nothing taken) if they do
-        not fit. A pod not yet on a node (None) is the scheduler's to place: any node with
-        room will do."""
-        if self.free is None:
-            return True
-        with self._lock:
-            names = [node] if node is not None else sorted(self.free)
-            for name in names:
-                slot = self.free.get(name)
-                if slot is None:
-                    continue
-                if cpu <= slot[0] + 1e-9 and gpus <= slot[1] + 1e-9:
-                    slot[0] -= cpu
-                    slot[1] -= gpus
-                    return True
-            return False
-
-    def take_pods(self, gpus: Sequence[int]) -> bool:
-        """Reserve a GPU count per pod (``planner.pod_gpu_counts``), each on any node with
-        room (the scheduler places them), packed as the planner packs them
-        (``planner.pack_pods``, exact); all or nothing."""
-        if self.free is None:
-            return True
-        with self._lock:
-            free = {name: float(math.floor(slot[1] + 1e-6)) for name, slot in self.free.items()}
-            pods = planner.pack_pods(sorted(gpus, reverse=True), free, sorted(free), {})
-            if pods is None:
-                return False
-            for name, count in pods:
-                self.free[name][1] -= count
-            return True
-
-    def take_placement(self, pods: planner.Pods) -> bool:
-        """Reserve the planner's own placement (``Grant.pods``: GPUs per pod and its node), as
-        it is; all or nothing. Jobs commit in any order: the plan placed them all at once."""
-        if self.free is None:
-            return True
-        with self._lock:
-            need: dict[str, float] = {}
-            for name, count in pods:
-                need[name] = need.get(name, 0.0) + count
-            if any(name not in self.free or self.free[name][1] < count - 1e-9
-                   for name, count in need.items()):  # fmt: skip
-                return False
-            for name, count in need.items():
-                self.free[name][1] -= count
-            return True
-
-    def take_up_to(self, node: str | None, cpu: float) -> float:
-        """Reserve as much of ``cpu`` cores on ``node`` as is free; returns what was taken."""
-        if self.free is None:
-            return cpu
-        with self._lock:
-            slot = self.free.get(node) if node is not None else None
-            if slot is None:
-                return 0.0
-            taken = max(0.0, min(cpu, slot[0]))
-            slot[0] -= taken
-            return taken
 
 
 class JobController:
@@ -381,11 +306,10 @@ class JobController:
         spec: JobSpec, grant: planner.Grant | None, allocation: float, room: Room
     ) -> bool:
         """Reserve a new trainer's pods: where the planner placed them, else anywhere."""
-        if spec.resources.mode == "gpu" and grant is not None and grant.pods:
-            return room.take_placement(grant.pods)
+        placed = grant.pods if grant is not None else ()
         if spec.resources.mode == "gpu":
-            return room.take_pods(group.pod_counts(spec, allocation))
-        return room.take(None, cpu=allocation + build.job_overhead_cpu_cores(spec))
+            return room.take_new(placed, gpu_counts=group.pod_counts(spec, allocation))
+        return room.take_new(placed, cores=allocation + build.job_overhead_cpu_cores(spec))
 
     @staticmethod
     def _reserve_growth(period: Period, amount: float, room: Room) -> float:
@@ -394,7 +318,7 @@ class JobController:
         cores as far as its node has room. Returns what was reserved."""
         if amount <= 0 or period.pod is None:
             return 0.0
-        spec, node = period.spec, lifecycle.node_of(period.pod)
+        spec, node = period.spec, node_of(period.pod)
         if spec.resources.mode == "cpu":
             return room.take_up_to(node, amount)
         if spec.resources.gpus_per_pod > 0:
@@ -492,7 +416,7 @@ def _pod_nodes(
     if leader is None:
         return ()
     ordered = sorted(workers, key=lambda p: group.worker_index(p["metadata"]["name"]))
-    nodes = [lifecycle.node_of(p) for p in [leader, *ordered]]
+    nodes = [node_of(p) for p in [leader, *ordered]]
     return tuple(n for n in nodes if n) if all(nodes) else ()
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decor import build, control, group, metrics, planner, policy, vocabulary
+from decor.capacity import node_of
 from decor.model import JobSpec, format_time, parse_time
 
 CPU_EPSILON_CORES = 0.0005
@@ -1668,8 +1669,3 @@ def _broken_worker(
     if gone and build.pod_phase(leader) == "Running":
         return f"its worker pod {', '.join(gone)} is gone"
     return None
-
-
-def node_of(pod: Mapping[str, Any]) -> str | None:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return str(node) if node else None

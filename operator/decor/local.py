@@ -39,7 +39,7 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import control, planner, vocabulary
+from decor import capacity, control, planner, vocabulary
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
 from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
@@ -63,7 +63,7 @@ METRICS_GRACE_PERIODS = 10  # periods without metrics before the runtime warns
 PORT_ATTEMPTS = 20  # tries at a free port not promised to another trainer of the run
 
 PlanFn = Callable[
-    [Sequence[planner.Demand], Sequence[planner.Node], float, planner.PlannerSettings],
+    [Sequence[planner.Demand], Sequence[capacity.Node], float, planner.PlannerSettings],
     planner.Plan,
 ]
 """The planner's signature (``planner.plan``); tests may inject another."""
@@ -286,7 +286,7 @@ def run_local_many(
 
 def _default_plan(
     demands: Sequence[planner.Demand],
-    nodes: Sequence[planner.Node],
+    nodes: Sequence[capacity.Node],
     now_s: float,
     settings: planner.PlannerSettings,
 ) -> planner.Plan:
@@ -778,7 +778,7 @@ class _Runtime:
         self.jobs = jobs
         self.options = options
         self.cpus = machine_cores()
-        self.node = planner.Node(
+        self.node = capacity.Node(
             name=LOCAL_NODE, cpu_cores=min(options.max_cores or self.cpus, self.cpus)
         )
 

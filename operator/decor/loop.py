@@ -9,9 +9,10 @@ Each period, in named steps:
                   others their period);
 3. ``prepare``    each due job's lifecycle and law (:meth:`JobController.prepare`): its demand;
 4. ``plan``       the pure planner over every active job's latest demand and the nodes'
-                  free capacity (:func:`planner.plan`);
-5. ``commit``     each due job acts on its grant as far as its node has room now, and writes
-                  status when something a user sees changed.
+                  free capacity (:func:`planner.plan`, the nodes from :mod:`decor.capacity`);
+5. ``commit``     each due job acts on its grant as far as its node has room now
+                  (``capacity.Room``: the planner's placement, reserved on the same model),
+                  and writes status when something a user sees changed.
 
 A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
@@ -37,21 +38,14 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import build, group, metrics, planner
+from decor import build, capacity, group, metrics, planner
+from decor.capacity import NodeCapacity, Room
 from decor.config import OperatorConfig
-from decor.job import JobController, Room
+from decor.job import JobController
 from decor.kube import Kube, KubeError
 from decor.model import DEFAULT_METRICS_PATH
 from decor.operator_metrics import OperatorMetrics
-from decor.views import (
-    ClusterView,
-    Key,
-    NodeCapacity,
-    Snapshot,
-    free_capacity,
-    pod_charge,
-    quotas_left,
-)
+from decor.views import ClusterView, Key, Snapshot, quotas_left
 
 log = logging.getLogger("decor.operator")
 
@@ -137,9 +131,13 @@ class ControlLoop:
         for key in due:
             self._prepare(snapshot, key, progress, now)
         decor_pods = set(snapshot.trainer_pods())
-        free = free_capacity(snapshot, decor_pods) if snapshot.nodes_known else None
+        free = (
+            capacity.free_capacity(snapshot.nodes, snapshot.pods, decor_pods)
+            if snapshot.nodes_known
+            else None
+        )
         grants = self._plan(snapshot, decor_pods, free, now)
-        room = self._room(snapshot, decor_pods, free)
+        room = capacity.grow_room(free, snapshot.pods, decor_pods)
         self._commit_all(sorted(due, key=self._commit_order), grants, room, now)
         self.metrics.jobs_total.set(len(self.controllers))
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
@@ -341,18 +339,7 @@ class ControlLoop:
         # bounded containers) is not the planner's to hand out; a pod still to be created
         # brings its own too, on any node.
         unplaced = sum(c.overhead_cpu_cores for c in active if c.demand and c.demand.node is None)
-        overhead = dict.fromkeys(free, unplaced)
-        for key in decor_pods:
-            pod = snapshot.pods[key]
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node in overhead:
-                overhead[node] += build.pod_overhead_cpu_cores(pod)
-        nodes = [
-            planner.Node(
-                name=n.name, cpu_cores=max(0.0, n.cpu_cores - overhead[n.name]), gpus=n.gpus
-            )
-            for n in sorted(free.values(), key=lambda n: n.name)
-        ]
+        nodes = capacity.planner_nodes(free, snapshot.pods, decor_pods, unplaced)
         # The namespaces' ResourceQuotas, what the planned jobs' trainers charge now given back
         # (a trainer being deleted stays charged until it is gone).
         planned = [
@@ -366,24 +353,6 @@ class ControlLoop:
         result = planner.plan(demands, nodes, now, self.planner_settings, quotas)
         self.metrics.plan_seconds.observe(time.perf_counter() - started)
         return result.grants
-
-    @staticmethod
-    def _room(
-        snapshot: Snapshot, decor_pods: set[Key], free: Mapping[str, NodeCapacity] | None
-    ) -> Room:
-        """Free room per node for grows this period: what DECOR may use there minus what its
-        trainers hold now (each at max(requested, applied))."""
-        if free is None:
-            return Room(None)
-        left = {name: [node.cpu_cores, node.gpus] for name, node in free.items()}
-        for key in decor_pods:
-            pod = snapshot.pods[key]
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node in left:
-                cpu, gpus = pod_charge(pod)
-                left[node][0] -= cpu
-                left[node][1] -= gpus
-        return Room({name: (max(0.0, v[0]), max(0.0, v[1])) for name, v in left.items()})
 
     def _commit_order(self, key: Key) -> tuple[float, str]:
         """Earliest deadline first: when room is short, the most urgent grows first."""

@@ -1,7 +1,9 @@
 """The cluster planner: who gets how many cores or GPUs, given every job's need and the nodes.
 
 ``plan(demands, nodes, now_s, settings)`` is a pure function: no I/O, no clock, stdlib only
-(GPU counts come from an exact dynamic program, ``best_gpu_choices``). The operator and the local
+(GPU counts come from an exact dynamic program, ``best_gpu_choices``). Its nodes, and the
+packing of a GPU job's pods onto them, are :mod:`decor.capacity`'s: the model the operator
+reserves a grant's pods with. The operator and the local
 runtime call it once per control period after each job's law has said what it needs
 (``control.decide``), then act on its grants.
 
@@ -23,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from decor import quota, vocabulary
+from decor.capacity import Book, Node, Pods, pack_pods, per_node, pod_gpu_counts
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill
@@ -85,16 +88,6 @@ class Demand:
 
 
 @dataclass(frozen=True)
-class Node:
-    """What DECOR may hand out on one node: allocatable minus every other pod's requests
-    (a pod being resized charged at max(requested, applied))."""
-
-    name: str
-    cpu_cores: float
-    gpus: float = 0.0
-
-
-@dataclass(frozen=True)
 class PlannerSettings:
     """The operator's planner settings (one per operator, not per job)."""
 
@@ -111,10 +104,6 @@ class PlannerSettings:
     hysteresis_cores: float = 0.25
     # decor: a job that can no longer meet its deadline (LOST_*); other policies keep it.
     lost_deadline: str = LOST_BEST_EFFORT
-
-
-Pods = tuple[tuple[str, float], ...]
-"""Where a grant runs: (node, cores or GPUs) per pod, the largest pod first."""
 
 
 @dataclass(frozen=True)
@@ -140,23 +129,6 @@ class Grant:
 @dataclass(frozen=True)
 class Plan:
     grants: Mapping[str, Grant] = field(default_factory=dict)
-
-
-def pod_gpu_counts(total: int, per_pod: int) -> list[int]:
-    """GPUs per pod for a grant of ``total`` GPUs in pods of at most ``per_pod`` GPUs each:
-    ceil(total / per_pod) pods, as even as possible (sizes differ by at most one GPU), the
-    largest first. ``per_pod <= 0``: one pod holds them all; ``total == 0``: no pod.
-
-    (5, 2) -> [2, 2, 1]; (4, 3) -> [2, 2]. Raises ValueError for a negative ``total``."""
-    if total < 0:
-        raise ValueError(f"a grant of {total} GPUs: a GPU count is never negative")
-    if total == 0:
-        return []
-    if per_pod <= 0:
-        return [total]
-    pods = -(-total // per_pod)
-    size, larger = divmod(total, pods)
-    return [size + 1] * larger + [size] * (pods - larger)
 
 
 # ---------------------------------------------------------------------------------------
@@ -237,16 +209,6 @@ def _on_nodes(names: Sequence[str]) -> str:
     return f"nodes {_listed(names)}" if names else "the nodes"
 
 
-def _per_node(pods: Pods) -> dict[str, float]:
-    """What ``pods`` hold on each of their nodes."""
-    if len(pods) == 1:  # (the common case, kept cheap)
-        return {pods[0][0]: pods[0][1]}
-    out: dict[str, float] = {}
-    for node, amount in pods:
-        out[node] = out.get(node, 0.0) + amount
-    return out
-
-
 def _where(pods: Pods) -> str:
     """Where a grant runs, for a reason: "n1" for one pod, else every node with the sizes of
     its pods there, "n1 (2 + 2) and n2 (1)"; "any node" for none."""
@@ -275,83 +237,13 @@ def _served(d: Demand, got: float, need: float) -> str:
     return vocabulary.VERDICT_ADMITTED if got >= need - EPS else vocabulary.VERDICT_SHORTED
 
 
-def pack_pods(
-    counts: Sequence[int], free: Mapping[str, float], names: Sequence[str], first: Mapping[str, int]
-) -> Pods | None:
-    """Pods of ``counts`` GPUs (``pod_gpu_counts``: the larger first, of sizes ``big`` and
-    ``big - 1``) put on the nodes ``names`` with ``free`` GPUs; None when no placement holds
-    them all. A node may hold several pods of the job.
-
-    Exact, by a greedy that is optimal here: of t pods on a node with f free GPUs, at most
-    min(t, f - t * small) can be big (small = big - 1; all t while t * big <= f when the pods
-    are of one size), a concave function of t. Adding the pods one at a time, each where it
-    costs the fewest big places, therefore ends with the most big places that any spread of
-    the pods over the nodes allows: the pods fit iff that is at least the number of big ones.
-    (Largest-first best fit is not exact: pods 3, 3, 2, 2 on 6 and 4 free GPUs.) Ties go to
-    the nodes in ``first``, up to that many pods each (where the job's pods run now), then to
-    the node a big pod would leave with the least free (best fit: large holes stay for large
-    pods), then by name."""
-    if not counts:
-        return ()
-    big, small = counts[0], counts[-1]
-
-    def big_places(f: float, t: int) -> int | None:
-        """Of ``t`` pods on a node with ``f`` free GPUs, how many can be big; None: t do not fit."""
-        if t * small > f + EPS:
-            return None
-        return t if big == small else min(t, int(f + EPS) - t * small)
-
-    taken = dict.fromkeys(names, 0)
-    heap: list[tuple[int, bool, float, str]] = []
-
-    def offer(node: str) -> None:  # the node's next pod, ranked by the big places it costs
-        t, f = taken[node], free[node]
-        now, then = big_places(f, t), big_places(f, t + 1)
-        if now is not None and then is not None:
-            heapq.heappush(heap, (now - then, t >= first.get(node, 0), f - (t + 1) * big, node))
-
-    for node in names:
-        offer(node)
-    order: list[str] = []  # the nodes, as they take their first pod
-    for _ in counts:
-        if not heap:
-            return None
-        node = heapq.heappop(heap)[3]
-        order += [node] if taken[node] == 0 else []
-        taken[node] += 1
-        offer(node)
-    bigs_left = counts.count(big)
-    bigs: list[tuple[str, float]] = []
-    smalls: list[tuple[str, float]] = []
-    for node in order:
-        n_big = min(big_places(free[node], taken[node]) or 0, bigs_left)
-        bigs_left -= n_big
-        bigs += [(node, float(big))] * n_big
-        smalls += [(node, float(small))] * (taken[node] - n_big)
-    return tuple(bigs + smalls) if bigs_left == 0 else None
-
-
-class _Cluster:
-    """Free capacity per node and resource, as grants are made (mutable, local to a plan),
-    and where a job's grant goes, so that the policies need not tell a one-pod job from one
-    that spans several pods: ``place`` (where an amount fits now), ``most`` (the most of an
-    amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
+class _Cluster(Book):
+    """Free capacity per node and resource, as grants are made (a ``capacity.Book``, local to
+    a plan), and where a job's grant goes, so that the policies need not tell a one-pod job
+    from one that spans several pods: ``place`` (where an amount fits now), ``most`` (the most
+    of an amount that fits). A one-pod job's pod stays on its node. The pods of a job that spans
     several (``gpus_per_pod``) stay where they run while its count is unchanged; a new count
     restarts every pod, and they are packed anew onto any nodes (``pack_pods``)."""
-
-    def __init__(self, nodes: Sequence[Node]) -> None:
-        self.names = sorted(n.name for n in nodes)
-        self.free_cpu = {n.name: max(0.0, n.cpu_cores) for n in nodes}
-        self.free_gpu = {n.name: max(0.0, float(math.floor(n.gpus + 1e-6))) for n in nodes}
-
-    def copy(self) -> _Cluster:
-        other = _Cluster(())
-        other.names = self.names
-        other.free_cpu, other.free_gpu = dict(self.free_cpu), dict(self.free_gpu)
-        return other
-
-    def _book(self, gpu: bool) -> dict[str, float]:
-        return self.free_gpu if gpu else self.free_cpu
 
     def home(self, d: Demand) -> str | None:
         """The node a one-pod job's pod lives on, if the planner knows it (None for a job that
@@ -367,33 +259,20 @@ class _Cluster:
         return tuple(n for n in nodes if n in self.free_cpu)
 
     def free(self, node: str, d: Demand) -> float:
-        return self._book(_is_gpu(d))[node]
+        return self.book(_is_gpu(d))[node]
 
     def take(self, d: Demand, pods: Pods) -> None:
-        book = self._book(_is_gpu(d))
-        for node, amount in pods:
-            if amount:
-                book[node] = round(book[node] - amount, 9)
+        self.reserve(_is_gpu(d), pods)
 
     def give(self, d: Demand, pods: Pods) -> None:
-        self.take(d, tuple((node, -amount) for node, amount in pods))
-
-    def best_fit(self, d: Demand, amount: float) -> str | None:
-        """The node where ``amount`` fits leaving the least free (ties: name); None if none."""
-        book = self._book(_is_gpu(d))
-        fits = [(book[n], n) for n in self.names if book[n] >= amount - EPS]
-        return min(fits)[1] if fits else None
-
-    def most_free(self, d: Demand) -> str | None:
-        book = self._book(_is_gpu(d))
-        return min(self.names, key=lambda n: (-book[n], n)) if self.names else None
+        self.release(_is_gpu(d), pods)
 
     def place(self, d: Demand, amount: float) -> Pods | None:
         """Where ``amount`` of ``d`` would run now; None when it does not fit. A one-pod job:
         on its pod's node, else the best fit. A job that spans pods: the pods of
         ``pod_gpu_counts``, where they run while the count is unchanged, else packed."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(d, amount)
+            node = self.home(d) or self.best_fit(_is_gpu(d), amount)
             if node is None or self.free(node, d) < amount - EPS:
                 return None
             return ((node, amount),)
@@ -401,9 +280,8 @@ class _Cluster:
         now = self.runs_on(d)
         if abs(d.current - amount) < EPS and len(now) == len(counts):
             pods = tuple(zip(now, map(float, counts), strict=True))
-            held = _per_node(pods).items()
-            return pods if all(self.free_gpu[n] >= a - EPS for n, a in held) else None
-        return pack_pods(counts, self.free_gpu, self.names, Counter(now))
+            return pods if self.holds(pods) else None
+        return self.pack(counts, Counter(now))
 
     def most(self, d: Demand, want: float, s: PlannerSettings) -> tuple[float, Pods]:
         """The most of ``want`` that ``d`` can have now (on the quantum, at least its min), and
@@ -413,7 +291,7 @@ class _Cluster:
         placed ((0, ()) when none): every count from ``want`` down is tried, as more GPUs can
         fit where fewer do not (4 in pods of at most 3 are 2 + 2; 3 are one pod of 3)."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(d, want) or self.most_free(d)
+            node = self.home(d) or self.best_fit(_is_gpu(d), want) or self.most_free(_is_gpu(d))
             if node is None:
                 return 0.0, ()
             got = _fit(d, self.free(node, d), want, s)
@@ -450,7 +328,7 @@ class _Cluster:
         one-pod job's node (else the one with the most free); a job that spans pods, the
         nodes its pods run on (else those the most of ``want`` that fits would use)."""
         if not _spans_pods(d):
-            node = self.home(d) or self.most_free(d)
+            node = self.home(d) or self.most_free(_is_gpu(d))
             return [node] if node is not None else []
         nodes = self.runs_on(d) or tuple(n for n, _ in self.most(d, want, s)[1])
         return list(dict.fromkeys(nodes))
@@ -602,7 +480,7 @@ def _shrunk(d: Demand, pods: Pods, amount: float) -> Pods:
         return ()
     if not _spans_pods(d):
         return ((pods[0][0], amount),)
-    held = _per_node(pods)
+    held = per_node(pods)
     fewest = max(1, math.ceil(d.min_allocation - 1e-6))
     for count in range(math.floor(amount + 1e-6), fewest - 1, -1):
         placed = pack_pods(pod_gpu_counts(count, d.gpus_per_pod), held, sorted(held), {})
@@ -961,14 +839,14 @@ class _Book:
         self.cluster.take(d, pods)
         self.quotas.book(d, sum(a for _, a in pods))
         self.pods_of[d.key] = pods
-        for node, amount in _per_node(pods).items():
+        for node, amount in per_node(pods).items():
             self.held.setdefault(node, []).append((d, amount))
 
     def _release(self, d: Demand) -> None:
         pods = self.pods_of.pop(d.key)
         self.cluster.give(d, pods)
         self.quotas.gone(d)
-        for node in _per_node(pods):
+        for node in per_node(pods):
             self.held[node] = [(h, a) for h, a in self.held[node] if h.key != d.key]
 
     def _holders(self, nodes: Sequence[str], mode: str, below: float = math.inf) -> list[Demand]:
@@ -1086,7 +964,7 @@ class _Book:
         for v in victims:
             reason = (
                 f"preempted by higher-priority {d.key} (priority {d.priority} > {v.priority}) "
-                f"on {_on_nodes(list(_per_node(pods)))}"
+                f"on {_on_nodes(list(per_node(pods)))}"
             )
             self.grants[v.key] = _grant(
                 v, 0.0, (), vocabulary.VERDICT_PREEMPTED, reason, self.cluster.home(v)
@@ -1310,7 +1188,7 @@ class _Leftover:
             else:
                 node = self.book.cluster.home(d)
                 if node is None:
-                    node = room.most_free(d)
+                    node = room.most_free(_is_gpu(d))
                     if node is not None and room.free(node, d) < max(d.min_allocation, EPS) - EPS:
                         node = None
                 pods = ((node, d.min_allocation),) if node is not None else None
@@ -1387,7 +1265,7 @@ class _Leftover:
             names = self.book.cluster.names
 
             def fits(d: Demand, x: float) -> bool:
-                return self.book.cluster.fits(d, x, names, _per_node(holds[d.key]))
+                return self.book.cluster.fits(d, x, names, per_node(holds[d.key]))
 
             most = min(pool, sum(d.max_allocation for d in jobs))  # (a smaller DP)
             alloc = self._gpu_counts(jobs, int(math.floor(most + 1e-6)), fits)

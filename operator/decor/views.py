@@ -1,12 +1,10 @@
-"""Live in-memory views of jobs, pods, nodes, ResourceQuotas and LimitRanges, and the capacity DECOR may
-hand out.
+"""Live in-memory views of jobs, pods, nodes, ResourceQuotas and LimitRanges.
 
 The kopf layer feeds every watch event into one :class:`ClusterView` (no LIST per job per
 period); the control loop takes an immutable :class:`Snapshot` of it at the start of each
-period. Capacity accounting (:func:`free_capacity`) is a pure function of a snapshot and
-follows the kubelet: a node's allocatable minus every other pod's requests, and a pod being
-resized in place is charged ``max(requested, applied)``. What a namespace's ResourceQuotas
-leave for the planned trainers (:func:`quotas_left`) is one too.
+period. What the snapshot's nodes leave for DECOR's trainers is counted by
+:mod:`decor.capacity` (``free_capacity``); what a namespace's ResourceQuotas leave for the
+planned trainers (:func:`quotas_left`) is a pure function of a snapshot here.
 """
 
 from __future__ import annotations
@@ -20,26 +18,15 @@ from types import MappingProxyType
 from typing import Any
 
 from decor import build, quota, vocabulary
+from decor.capacity import NodeCapacity, node_capacity
 from decor.model import (
     MAX_TEMPLATE_BYTES,
     OVERSIZED_TEMPLATE_KEY,
-    ManifestError,
-    parse_cpu_cores,
     quantity_value,
     template_bytes,
 )
 
 Key = tuple[str, str]  # (namespace, name)
-
-
-@dataclass(frozen=True)
-class NodeCapacity:
-    """What a node can hold: allocatable CPU (cores) and ``nvidia.com/gpu``."""
-
-    name: str
-    cpu_cores: float
-    gpus: float
-    schedulable: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,92 +64,6 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 def job_label(pod: Mapping[str, Any]) -> str | None:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(vocabulary.LABEL_JOB)
-
-
-def _cores(value: Any) -> float:
-    if value is None:
-        return 0.0
-    try:
-        return parse_cpu_cores(str(value), "quantity")
-    except ManifestError:
-        return 0.0
-
-
-def _count(value: Any) -> float:
-    try:
-        return float(str(value)) if value is not None else 0.0
-    except ValueError:
-        return 0.0
-
-
-def node_capacity(node: Mapping[str, Any]) -> NodeCapacity:
-    """Allocatable CPU and GPUs of a node body; unschedulable when cordoned or not Ready."""
-    status = node.get("status") or {}
-    allocatable = status.get("allocatable") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
-    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
-    return NodeCapacity(
-        name=str(node["metadata"]["name"]),
-        cpu_cores=_cores(allocatable.get("cpu")),
-        gpus=_count(allocatable.get(build.GPU_RESOURCE)),
-        schedulable=ready and not cordoned,
-    )
-
-
-def pod_charge(pod: Mapping[str, Any]) -> tuple[float, float]:
-    """(cores, GPUs) the scheduler and kubelet count for a pod on its node.
-
-    Per container the larger of what its spec requests and what the kubelet reports as
-    allocated (a resize in flight holds both until it lands); plus native sidecars (init
-    containers with ``restartPolicy: Always``), which run beside the others. Finished pods
-    hold nothing.
-    """
-    if build.pod_phase(pod) in ("Succeeded", "Failed"):
-        return 0.0, 0.0
-    spec = pod.get("spec") or {}
-    statuses = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
-    cpu = gpu = 0.0
-    containers = list(spec.get("containers") or [])
-    containers += [
-        c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"
-    ]
-    for container in containers:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        allocated = (statuses.get(container.get("name")) or {}).get("allocatedResources") or {}
-        applied = ((statuses.get(container.get("name")) or {}).get("resources") or {}).get(
-            "requests"
-        ) or {}
-        cpu += max(
-            _cores(requests.get("cpu")), _cores(allocated.get("cpu")), _cores(applied.get("cpu"))
-        )
-        gpu += _count(requests.get(build.GPU_RESOURCE))
-    return cpu, gpu
-
-
-def free_capacity(snapshot: Snapshot, decor_pods: set[Key]) -> dict[str, NodeCapacity]:
-    """Per schedulable node, what is left for DECOR's trainer pods: allocatable minus every
-    pod that is not one of ``decor_pods`` (DECOR's trainers, planned by the planner)."""
-    used: dict[str, list[float]] = {}
-    for key, pod in snapshot.pods.items():
-        node = (pod.get("spec") or {}).get("nodeName")
-        if not node or key in decor_pods:
-            continue
-        cpu, gpu = pod_charge(pod)
-        slot = used.setdefault(str(node), [0.0, 0.0])
-        slot[0] += cpu
-        slot[1] += gpu
-    free = {}
-    for name, node in snapshot.nodes.items():
-        if not node.schedulable:
-            continue
-        cpu, gpu = used.get(name, [0.0, 0.0])
-        free[name] = NodeCapacity(
-            name=name, cpu_cores=max(0.0, node.cpu_cores - cpu), gpus=max(0.0, node.gpus - gpu)
-        )
-    return free
 
 
 def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> list[quota.Quota]:

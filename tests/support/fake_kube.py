@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from decor import build
+from decor.capacity import pod_charge
 from decor.kube import KubeError
 from decor.model import GPU_RESOURCE, format_cpu, format_time, parse_cpu_cores
-from decor.views import pod_charge
 
 Key = tuple[str, str]  # (namespace, name)
 SERVICE_IP = "10.96.0.10"

@@ -144,7 +144,7 @@ def test_gpus_per_pod_is_validated(resources: dict[str, Any], error: str) -> Non
 
 
 def test_room_takes_a_groups_pods_on_any_nodes_all_or_nothing() -> None:
-    from decor.job import Room
+    from decor.capacity import Room
 
     room = Room({"a": (4.0, 1.0), "b": (4.0, 2.0)})
     assert room.take_pods([2, 1])  # the 2 on b, the 1 on a (best fit)

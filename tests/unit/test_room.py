@@ -1,4 +1,4 @@
-"""The operator's per-period room (``job.Room``) agrees with the planner: a GPU job the
+"""The operator's per-period room (``capacity.Room``) agrees with the planner: a GPU job the
 planner admits is a job whose pods the operator can reserve and create.
 
 Once, with ``gpusPerPod: 3`` and nodes of 6 and 4 free GPUs, the planner admitted 10 GPUs as
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from decor import planner as pl
-from decor.job import Room
+from decor.capacity import Room
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_planner import gpu_job

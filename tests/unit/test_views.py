@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from decor import build, vocabulary
-from decor.job import Room
-from decor.views import ClusterView, free_capacity, node_capacity, pod_charge
+from decor.capacity import Room, free_capacity, node_capacity, pod_charge
+from decor.views import ClusterView
 
 
 def _node(name: str, cpu: str, gpus: str | None = None, ready: bool = True) -> dict[str, Any]:
@@ -93,13 +93,14 @@ def test_free_capacity_is_allocatable_minus_every_other_pod() -> None:
     view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"))
     view.put_pod(_pod("unscheduled", None, "2", namespace="other"))
     snapshot = view.snapshot()
-    free = free_capacity(snapshot, decor_pods={("ns", "trainer")})
+    free = free_capacity(snapshot.nodes, snapshot.pods, decor_pods={("ns", "trainer")})
     assert set(free) == {"a", "b"}  # a node that is not Ready holds nothing
     assert free["a"].cpu_cores == pytest.approx(1.75) and free["a"].gpus == 4
     assert free["b"].cpu_cores == pytest.approx(0.5)
     # a deleted pod gives its room back
     view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"), deleted=True)
-    assert free_capacity(view.snapshot(), set())["b"].cpu_cores == pytest.approx(4.0)
+    snapshot = view.snapshot()
+    assert free_capacity(snapshot.nodes, snapshot.pods, set())["b"].cpu_cores == pytest.approx(4.0)
 
 
 def test_slim_views_keep_what_accounting_reads() -> None:
