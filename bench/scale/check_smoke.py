@@ -1,6 +1,7 @@
 """The CI smoke check of the scale harness: the run produced a complete record in which the
 operator did its work (jobs ran, finished and were measured) and, with several replicas, one
-led the whole window and the standby was measured. It asserts no performance."""
+led the whole window and the standby was measured and sent no write. It asserts no
+performance."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ def problems(record: dict) -> list[str]:
         for key in ("standby_cores_mean", "standby_rss_mib_max"):
             if record.get(key) is None:
                 found.append(f"{key} not measured")
+        for replica in record.get("replicas") or []:
+            if replica.get("role") == "standby" and replica.get("writes_per_s"):
+                found.append(f"the standby {replica['identity']} sent writes")
     return found
 
 

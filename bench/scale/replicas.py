@@ -39,6 +39,8 @@ from bench.scale.measure import (
 USER_PREFIX = "decor-operator-"
 TAKEOVERS = f"{vocabulary.METRIC_LEADER_TAKEOVERS}_total"
 ROLE_LEADER, ROLE_STANDBY, ROLE_UNCLEAR = "leader", "standby", "lead moved"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+"""The audit log's verbs of requests that change something (a standby sends none)."""
 
 
 def operator_user(index: int) -> str:
@@ -122,7 +124,8 @@ def acting_samples(reads: Sequence[ReplicaRead], leader: str | None) -> list[Pro
 
 def replica_summary(read: ReplicaRead, leader: str | None, window_s: float) -> dict[str, Any]:
     """One replica's figures over the window: cores (mean), RSS MiB (max), API requests/s in
-    all and by verb and resource, and what it said of its leadership."""
+    all, by verb and resource and of writes (:data:`WRITE_VERBS`, the Lease's included), and
+    what it said of its leadership."""
     total = sum(read.requests.values())
     return {
         "identity": read.identity,
@@ -131,6 +134,9 @@ def replica_summary(read: ReplicaRead, leader: str | None, window_s: float) -> d
         "rss_mib_max": rss_mib_max(read.proc),
         "api_requests_per_s": rounded(total / window_s),
         "requests_per_s_by_kind": per_second_by_kind(read.requests, window_s),
+        "writes_per_s": rounded(
+            sum(n for (verb, _), n in read.requests.items() if verb in WRITE_VERBS) / window_s
+        ),
         "leader_gauge_start": read.leader_gauge(after=False),
         "leader_gauge_end": read.leader_gauge(after=True),
         "takeovers_in_window": read.takeovers(),

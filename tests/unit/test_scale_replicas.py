@@ -113,6 +113,7 @@ def test_the_lease_holder_whose_gauge_says_so_at_both_ends_led() -> None:
     assert standby["cores_mean"] == pytest.approx(0.1)
     assert standby["rss_mib_max"] == 150.0
     assert standby["requests_per_s_by_kind"] == {"get leases": 0.5}
+    assert (leader["writes_per_s"], standby["writes_per_s"]) == (2.0, 0.0)
     assert fields["standby_cores_mean"] == pytest.approx(0.1)
     assert fields["standby_rss_mib_max"] == 150.0
     assert fields["standby_api_requests_per_s"] == pytest.approx(0.5)
@@ -215,6 +216,13 @@ def test_the_smoke_check_wants_a_leader_and_the_standby_measured() -> None:
     assert check_smoke.problems({**complete, **fields}) == []
     assert check_smoke.problems(complete) == []  # one replica, as before
     moved = replicas.replica_fields(two_replicas(), lease(LEADER), lease(STANDBY, 1), 20.0)
+    writing = replicas.replica_fields(
+        [two_replicas()[0], read(STANDBY, (0, 0), (0, 0), requests={("create", "events"): 1})],
+        lease(LEADER),
+        lease(LEADER),
+        20.0,
+    )
+    assert check_smoke.problems({**complete, **writing}) == [f"the standby {STANDBY} sent writes"]
     assert check_smoke.problems({**complete, **moved}) == [
         "no replica led the whole window (the Lease and the gauges disagree)",
         "standby_cores_mean not measured",
