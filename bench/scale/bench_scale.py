@@ -103,8 +103,7 @@ def bed_env() -> dict[str, str]:
     """Ports and places of the scale bed (cluster/scale/lib.sh, read through bash)."""
     names = (
         "SCALE_STATE SCALE_APISERVER_PORT SCALE_PROMETHEUS_PORT SCALE_AUDIT_LOG "
-        "SCALE_PKI SCALE_NODE_CPU_CORES SCALE_NODE_GPUS SCALE_OPERATOR_REPLICAS "
-        "SCALE_LEASE_NAMESPACE"
+        "SCALE_PKI SCALE_NODE_CPU_CORES SCALE_NODE_GPUS SCALE_LEASE_NAMESPACE"
     ).split()
     script = ". cluster/scale/lib.sh; " + "; ".join(f'echo "{n}=${n}"' for n in names)
     out = subprocess.run(

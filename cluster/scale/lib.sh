@@ -43,7 +43,7 @@ SCALE_NODE_GPUS=${DECOR_SCALE_NODE_GPUS:-8}
 SCALE_NODE_MAX_PODS=${DECOR_SCALE_NODE_MAX_PODS:-250}
 
 # --- the operator: replicas electing a leader through a Lease, as the chart runs it ---------
-SCALE_OPERATOR_REPLICAS=${DECOR_SCALE_OPERATOR_REPLICAS:-2}   # 1: no election (one process)
+SCALE_OPERATOR_REPLICAS=${DECOR_SCALE_OPERATOR_REPLICAS:-2}   # client identities made (bench: --replicas)
 SCALE_LEASE_NAMESPACE=${DECOR_SCALE_LEASE_NAMESPACE:-decor-system}
 
 # Client identities (certificate CNs): the audit log tells the operator's requests apart, and
