@@ -34,7 +34,7 @@ scale-up: ## start the scale test bed: own apiserver, kwok fake nodes, Prometheu
 scale-down: ## stop the scale test bed and delete its state (the main test bed is untouched)
 	@bash cluster/scale/scale-down.sh
 
-bench-scale: ## the operator at 100, 300, 1,000 jobs on the scale bed (~60 min, quiet machine) -> docs/benchmarks/scale
+bench-scale: ## the operator (two replicas, leader election) at 100, 300, 1,000 jobs on the scale bed (~60 min, quiet machine; BENCH_ARGS="--jobs 1000" one size) -> docs/benchmarks/scale
 	$(PY) -m bench.scale.bench_scale --grid full $(BENCH_ARGS)
 
 bench-scale-smoke: ## 50 jobs on the scale bed into a temp dir (a few minutes; CI; asserts no performance)

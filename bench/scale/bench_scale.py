@@ -2,15 +2,21 @@
 scale test bed (cluster/scale/: real etcd, kube-apiserver, kube-scheduler and Prometheus;
 kwok's fake nodes; the SIMULATED trainer fleet of :mod:`simulator`), measured.
 
-For each size: a fresh scale bed (``scale-up.sh``), the operator as one process with the
-chart's default settings, the jobs created, a warm-up, then a measurement window in which a
-share of the jobs get their deadline patched; after it every job runs to its end. Measured:
+For each size: a fresh scale bed (``scale-up.sh``), the operator as ``--replicas`` processes
+(default 2, as the chart) electing a leader through a Lease in the bed's ``decor-system``
+namespace, with the chart's default settings, the jobs created, a warm-up, then a
+measurement window in which a share of the jobs get their deadline patched; after it every
+job runs to its end. Measured:
 
-* operator CPU (cores, mean over the window) and resident memory (max), from /proc;
+* which replica led the window: the Lease's holder and each replica's
+  ``decor_operator_leader`` gauge at the window's start and end (:mod:`replicas`);
+* the leader's CPU (cores, mean over the window) and resident memory (max), from /proc, and
+  the standby's beside them;
 * the operator's API requests per second by verb and resource: the API server's audit log,
-  every request of the operator's own client identity (user ``decor-operator``) received in
-  the window (kwok, the scheduler and the simulator have identities of their own);
-  ``apiserver_request_total`` of all clients is recorded beside it;
+  every request of the replicas' own client identities (user ``decor-operator-N`` for
+  replica N) received in the window, all replicas together and each on its own (kwok, the
+  scheduler and the simulator have identities of their own); ``apiserver_request_total`` of
+  all clients is recorded beside it;
 * Prometheus queries per second: Prometheus's ``prometheus_http_requests_total`` for
   ``/api/v1/query``;
 * control-period drift: the operator's ``decor_operator_period_lateness_seconds`` histogram
@@ -42,19 +48,20 @@ import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from decor import config as operator_config
+from decor import leader as lease_records
 from decor import vocabulary
 
-from bench.scale import fleet, measure
+from bench.scale import fleet, measure, replicas
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
-OPERATOR_USER = "decor-operator"
 NAMESPACE = "scale"
 RESULTS = REPO / "docs/benchmarks/scale/results.json"
 PROC_SAMPLE_S = 1.0
@@ -62,6 +69,12 @@ PROC_SAMPLE_S = 1.0
 POLL_S = 2.0
 """How often the driver looks at the jobs while waiting."""
 REQUEST_TIMEOUT_S = 30.0
+NOT_FOUND = 404
+LEASE_NAME = operator_config.DEFAULT_LEASE_NAME
+DEFAULT_REPLICAS = 2
+"""Operator processes per run, as the chart's ``replicaCount``."""
+STOP_TIMEOUT_S = 30.0
+"""How long a replica may take to stop on SIGTERM before it is killed."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,7 @@ def bed_env() -> dict[str, str]:
     """Ports and places of the scale bed (cluster/scale/lib.sh, read through bash)."""
     names = (
         "SCALE_STATE SCALE_APISERVER_PORT SCALE_PROMETHEUS_PORT SCALE_AUDIT_LOG "
-        "SCALE_PKI SCALE_NODE_CPU_CORES SCALE_NODE_GPUS"
+        "SCALE_PKI SCALE_NODE_CPU_CORES SCALE_NODE_GPUS SCALE_LEASE_NAMESPACE"
     ).split()
     script = ". cluster/scale/lib.sh; " + "; ".join(f'echo "{n}=${n}"' for n in names)
     out = subprocess.run(
@@ -108,6 +121,7 @@ class Api:
         self.api_client = config.new_client_from_config(config_file=kubeconfig)
         self.core = client.CoreV1Api(self.api_client)
         self.custom = client.CustomObjectsApi(self.api_client)
+        self.coordination = client.CoordinationV1Api(self.api_client)
 
     def raw(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         response = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
@@ -122,6 +136,18 @@ class Api:
             conf.host + path, timeout=REQUEST_TIMEOUT_S, context=context
         ) as response:
             return response.read().decode()
+
+    def lease(self, namespace: str, name: str) -> lease_records.LeaseRecord | None:
+        """The leader Lease as the replicas wrote it, or None when there is none (yet)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            body = self.raw(self.coordination.read_namespaced_lease, name, namespace)
+        except ApiException as exc:
+            if exc.status == NOT_FOUND:
+                return None
+            raise
+        return lease_records.record_from_lease(body)
 
     def jobs(self) -> list[dict[str, Any]]:
         body = self.raw(
@@ -248,6 +274,117 @@ class AnswerWatch:
 
 
 # ---------------------------------------------------------------------------------------------
+# The operator's replicas
+
+
+@dataclass
+class Replica:
+    """One operator process on the scale bed: its Lease identity (also its client
+    identity), its /metrics port, the process, its log."""
+
+    identity: str
+    metrics_port: int
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    profile_out: Path
+
+    def metrics(self) -> measure.Metrics:
+        return measure.parse_metrics(http_text(f"http://127.0.0.1:{self.metrics_port}/metrics"))
+
+
+def replica_env(
+    index: int, count: int, state: Path, prometheus: str, metrics_port: int, lease_namespace: str
+) -> dict[str, str]:
+    """Replica ``index`` of ``count``'s environment: the chart's default settings
+    (helm/decor/values.yaml), cluster-wide, its own client certificate and metrics port;
+    with ``count`` > 1 leader election through the Lease in ``lease_namespace``, at the
+    chart's default timings, as the chart runs its replicas."""
+    election = count > 1
+    return {
+        **os.environ,
+        "KUBECONFIG": str(state / f"operator-{index}.kubeconfig"),
+        "DECOR_PROMETHEUS_URL": prometheus,
+        "DECOR_METRICS_PORT": str(metrics_port),
+        "DECOR_WATCH_NAMESPACES": "",
+        "DECOR_WATCH_NODES": "true",
+        "DECOR_PLANNER_POLICY": "decor",
+        "DECOR_MIN_PERIOD_SECONDS": "1",
+        "DECOR_LOG_LEVEL": "INFO",
+        # The jobs tolerate kwok's taint; a template policy allows it only when told so.
+        "DECOR_ALLOWED_TOLERATION_KEYS": measure.KWOK_TOLERATION["key"],
+        operator_config.ENV_LEADER_ELECTION: "true" if election else "false",
+        operator_config.ENV_LEADER_LEASE_NAME: LEASE_NAME,
+        operator_config.ENV_LEADER_LEASE_NAMESPACE: lease_namespace,
+        operator_config.ENV_LEADER_IDENTITY: replicas.operator_user(index),
+    }
+
+
+def start_replicas(
+    args: argparse.Namespace, state: Path, prometheus: str, lease_namespace: str
+) -> list[Replica]:
+    """Start ``args.replicas`` operator processes (under the stack sampler with
+    ``--profile``), each logging to ``logs/operator-N.log`` of the bed."""
+    started = []
+    for index in range(args.replicas):
+        port = args.operator_metrics_port + index
+        profile_out = state / f"logs/operator-{index}-profile.json"
+        command = [sys.executable, "-m", "decor.cli", "operator"]
+        if args.profile:
+            sampler = ["-m", "bench.scale.profile_operator", "--out", str(profile_out)]
+            command = [sys.executable, *sampler]
+        log = open(state / f"logs/operator-{index}.log", "ab")  # noqa: SIM115 - closed on stop
+        env = replica_env(index, args.replicas, state, prometheus, port, lease_namespace)
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        started.append(Replica(replicas.operator_user(index), port, process, log, profile_out))
+    return started
+
+
+def stop_replicas(running: Sequence[Replica], leader: str | None) -> None:
+    """SIGTERM each replica, the standbys first (so none takes the Lease the leader frees on
+    its way out), and wait for it; kill one that does not stop in STOP_TIMEOUT_S."""
+    for replica in sorted(running, key=lambda r: r.identity == leader):
+        replica.process.send_signal(signal.SIGTERM)
+        try:
+            replica.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            replica.process.kill()
+            replica.process.wait()
+        replica.log.close()
+
+
+@dataclass
+class ProcSampler:
+    """Reads every replica's /proc once per PROC_SAMPLE_S in a thread: one sample per
+    replica per tick (so ticks line up across replicas), until stopped or one has exited."""
+
+    pids: Sequence[int]
+    samples: list[list[measure.ProcSample]] = field(default_factory=list)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.samples = [[] for _ in self.pids]
+        self.thread = threading.Thread(target=self._run, daemon=True, name="proc-sampler")
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                tick = [read_proc(pid) for pid in self.pids]
+            except OSError:
+                return
+            for samples, sample in zip(self.samples, tick, strict=True):
+                samples.append(sample)
+            self.stopped.wait(PROC_SAMPLE_S)
+
+    def stop(self) -> list[list[measure.ProcSample]]:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join()
+        return self.samples
+
+
+# ---------------------------------------------------------------------------------------------
 # One run
 
 
@@ -275,11 +412,35 @@ def wait_until(what: str, timeout_s: float, check: Callable[[], bool]) -> bool:
     return False
 
 
-def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
-    env = bed_env()
+@dataclass
+class Window:
+    """What the driver read at the measurement window's start and end."""
+
+    start_s: float = 0.0
+    end_s: float = 0.0
+    running: int = 0
+    replicas_before: list[measure.Metrics] = field(default_factory=list)
+    replicas_after: list[measure.Metrics] = field(default_factory=list)
+    api_before: measure.Metrics = field(default_factory=dict)
+    api_after: measure.Metrics = field(default_factory=dict)
+    prom_before: measure.Metrics = field(default_factory=dict)
+    prom_after: measure.Metrics = field(default_factory=dict)
+    lease_before: lease_records.LeaseRecord | None = None
+    lease_after: lease_records.LeaseRecord | None = None
+    proc: list[list[measure.ProcSample]] = field(default_factory=list)
+    patches: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+def plan_size(
+    size: Size, args: argparse.Namespace, env: Mapping[str, str]
+) -> tuple[list[measure.JobPlan], dict[str, Callable[[float], float]], int, int]:
+    """The size's jobs, the simulator's speed curves (workload -> steps/s at an
+    allocation) and the kwok nodes (CPU, GPU) that hold them."""
     profiles = json.loads((REPO / "docs/benchmarks/results.json").read_text())["profiles"]
     curves = fleet.curves_from_profiles(profiles)
-    rates = {name: curve.steps_per_s for name, curve in curves.items()}
+    rates: dict[str, Callable[[float], float]] = {
+        name: curve.steps_per_s for name, curve in curves.items()
+    }
     plans = measure.plan_jobs(
         size.jobs,
         gpu_share=args.gpu_share,
@@ -292,13 +453,43 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     cpu_nodes, gpu_nodes = measure.nodes_for(
         plans, float(env["SCALE_NODE_CPU_CORES"]), float(env["SCALE_NODE_GPUS"])
     )
+    return plans, rates, cpu_nodes, gpu_nodes
+
+
+@dataclass
+class Run:
+    """One size's run: what its steps share."""
+
+    size: Size
+    args: argparse.Namespace
+    plans: list[measure.JobPlan]
+    rates: dict[str, Callable[[float], float]]
+    driver: Api
+    operators: list[Replica]
+    prometheus: str
+    lease_namespace: str
+    watch: ResizeWatch
+    answers: AnswerWatch
+    window: Window = field(default_factory=Window)
+
+
+def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
+    """One size on a fresh bed: start it, run the operator's replicas and the jobs, measure
+    the window, wait for every job to end, take the bed down; the results record."""
+    env = bed_env()
+    plans, rates, cpu_nodes, gpu_nodes = plan_size(size, args, env)
     bed = {
         **os.environ,
         "PY": sys.executable,
         "DECOR_SCALE_CPU_NODES": str(cpu_nodes),
         "DECOR_SCALE_GPU_NODES": str(gpu_nodes),
+        "DECOR_SCALE_OPERATOR_REPLICAS": str(args.replicas),
     }
-    print(f"== {size.jobs} jobs: {cpu_nodes} CPU + {gpu_nodes} GPU kwok nodes", flush=True)
+    print(
+        f"== {size.jobs} jobs: {cpu_nodes} CPU + {gpu_nodes} GPU kwok nodes; "
+        f"{args.replicas} operator replica(s)",
+        flush=True,
+    )
     subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
     subprocess.run(
         ["bash", "cluster/scale/scale-up.sh"], cwd=REPO, env=bed, check=True, stdout=sys.stderr
@@ -306,185 +497,218 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
     state = Path(env["SCALE_STATE"])
     driver = Api(str(state / "driver.kubeconfig"))
     prometheus = f"http://127.0.0.1:{env['SCALE_PROMETHEUS_PORT']}"
-    metrics_port = args.operator_metrics_port
-    operator_log = open(state / "logs/operator.log", "ab")  # noqa: SIM115 - closed below
-    profile_out = state / "logs/operator-profile.json"
-    command = [sys.executable, "-m", "decor.cli", "operator"]
-    if args.profile:
-        command = [sys.executable, "-m", "bench.scale.profile_operator", "--out", str(profile_out)]
-    operator = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env={
-            **os.environ,
-            "KUBECONFIG": str(state / "operator.kubeconfig"),
-            # The chart's defaults (helm/decor/values.yaml), cluster-wide:
-            "DECOR_PROMETHEUS_URL": prometheus,
-            "DECOR_METRICS_PORT": str(metrics_port),
-            "DECOR_WATCH_NAMESPACES": "",
-            "DECOR_WATCH_NODES": "true",
-            "DECOR_PLANNER_POLICY": "decor",
-            "DECOR_MIN_PERIOD_SECONDS": "1",
-            "DECOR_LOG_LEVEL": "INFO",
-            # The jobs tolerate kwok's taint; a template policy allows it only when told so.
-            "DECOR_ALLOWED_TOLERATION_KEYS": measure.KWOK_TOLERATION["key"],
-        },
-        stdout=operator_log,
-        stderr=subprocess.STDOUT,
-    )
-    watch, answers = ResizeWatch(driver), AnswerWatch(driver)
+    lease_namespace = env["SCALE_LEASE_NAMESPACE"]
+    driver.raw(driver.core.create_namespace, {"metadata": {"name": lease_namespace}})
+    operators = start_replicas(args, state, prometheus, lease_namespace)
+    watches = ResizeWatch(driver), AnswerWatch(driver)
+    run = Run(size, args, plans, rates, driver, operators, prometheus, lease_namespace, *watches)
     try:
-        driver.raw(driver.core.create_namespace, {"metadata": {"name": NAMESPACE}})
-        watch.start()
-        answers.start()
-        for plan in plans:
-            driver.raw(
-                driver.custom.create_namespaced_custom_object,
-                vocabulary.API_GROUP,
-                vocabulary.API_VERSION,
-                NAMESPACE,
-                vocabulary.PLURAL,
-                measure.job_manifest(plan, NAMESPACE, args.period_s),
-            )
-        created_s = time.time()
-        print(f"  {len(plans)} jobs created; warm-up {size.warmup_s:.0f}s", flush=True)
-        proc: list[measure.ProcSample] = []
-        stop_sampling = threading.Event()
-
-        def sample() -> None:
-            while not stop_sampling.is_set():
-                try:
-                    proc.append(read_proc(operator.pid))
-                except OSError:
-                    return
-                stop_sampling.wait(PROC_SAMPLE_S)
-
-        time.sleep(max(0.0, created_s + size.warmup_s - time.time()))  # a fixed warm-up
-        running = sum(
-            1
-            for j in driver.jobs()
-            if (j.get("status") or {}).get("phase") == vocabulary.PHASE_RUNNING
-        )
-        print(f"  window starts: {running}/{size.jobs} jobs Running", flush=True)
-        operator_before = measure.parse_metrics(
-            http_text(f"http://127.0.0.1:{metrics_port}/metrics")
-        )
-        api_before = measure.parse_metrics(driver.get_text("/metrics"))
-        prom_before = measure.parse_metrics(http_text(f"{prometheus}/metrics"))
-        start_s = time.time()  # after the reads: the counters' window holds the audit window
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        patches = schedule_patches(driver, watch, plans, size, start_s, args.seed, rates)
-        time.sleep(max(0.0, start_s + size.window_s - time.time()))  # the window's length
-        end_s = time.time()
-        stop_sampling.set()
-        sampler.join()
-        operator_after = measure.parse_metrics(
-            http_text(f"http://127.0.0.1:{metrics_port}/metrics")
-        )
-        api_after = measure.parse_metrics(driver.get_text("/metrics"))
-        prom_after = measure.parse_metrics(http_text(f"{prometheus}/metrics"))
-        print(f"  window done ({end_s - start_s:.0f}s); waiting for every job to end", flush=True)
-        horizon_s = created_s + size.duration_s[1] * 1.5 + 120.0
-        wait_until(
-            "every job to end",
-            max(0.0, horizon_s - time.time()),
-            lambda: all(
-                (j.get("status") or {}).get("phase") in vocabulary.TERMINAL_PHASES
-                for j in driver.jobs()
-            ),
-        )
-        jobs = driver.jobs()
+        jobs = drive(run)
     finally:
-        watch.stopped.set()
-        answers.stopped.set()
-        operator.send_signal(signal.SIGTERM)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            operator.wait()
-        operator_log.close()
-    mode_of = {p.name: p.mode for p in plans}
-    patch_detail = []
-    for job, sent_s, call_s in patches:
-        changed = watch.first_change_after(job, sent_s)
-        latency = None if changed is None else round(changed - sent_s, 3)
-        answered = answers.first_change_after(job, sent_s)
-        patch_detail.append(
+        run.watch.stopped.set()
+        run.answers.stopped.set()
+        lease_after = run.window.lease_after
+        stop_replicas(operators, lease_after.holder if lease_after else None)
+    record = build_size_record(run, jobs, env["SCALE_AUDIT_LOG"])
+    record["kwok_nodes"] = {"cpu": cpu_nodes, "gpu": gpu_nodes}
+    if args.keep_logs:  # scale-down deletes the bed's state, its logs included
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        for index in range(len(operators)):
+            shutil.copy(
+                state / f"logs/operator-{index}.log",
+                args.keep_logs / f"operator-{size.jobs}-{index}.log",
+            )
+    subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
+    return record
+
+
+def drive(run: Run) -> list[dict[str, Any]]:
+    """Create the jobs, warm up, measure the window, then wait for every job to end (at most
+    1.5 x the longest deadline + 2 min after the last was created); the jobs at the end."""
+    run.watch.start()
+    run.answers.start()
+    created_s = create_jobs(run.driver, run.plans, run.args.period_s)
+    print(f"  {len(run.plans)} jobs created; warm-up {run.size.warmup_s:.0f}s", flush=True)
+    time.sleep(max(0.0, created_s + run.size.warmup_s - time.time()))  # a fixed warm-up
+    measure_window(run)
+    window_s = run.window.end_s - run.window.start_s
+    print(f"  window done ({window_s:.0f}s); waiting for every job to end", flush=True)
+    horizon_s = created_s + run.size.duration_s[1] * 1.5 + 120.0
+    wait_until(
+        "every job to end",
+        max(0.0, horizon_s - time.time()),
+        lambda: all(
+            (j.get("status") or {}).get("phase") in vocabulary.TERMINAL_PHASES
+            for j in run.driver.jobs()
+        ),
+    )
+    return run.driver.jobs()
+
+
+def create_jobs(driver: Api, plans: Sequence[measure.JobPlan], period_s: float) -> float:
+    """Create the jobs' namespace and every job; returns when the last was created (Unix s)."""
+    driver.raw(driver.core.create_namespace, {"metadata": {"name": NAMESPACE}})
+    for plan in plans:
+        driver.raw(
+            driver.custom.create_namespaced_custom_object,
+            vocabulary.API_GROUP,
+            vocabulary.API_VERSION,
+            NAMESPACE,
+            vocabulary.PLURAL,
+            measure.job_manifest(plan, NAMESPACE, period_s),
+        )
+    return time.time()
+
+
+def read_counters(run: Run) -> tuple[list[measure.Metrics], measure.Metrics, measure.Metrics]:
+    """Every replica's /metrics, the API server's and Prometheus's, read now."""
+    return (
+        [replica.metrics() for replica in run.operators],
+        measure.parse_metrics(run.driver.get_text("/metrics")),
+        measure.parse_metrics(http_text(f"{run.prometheus}/metrics")),
+    )
+
+
+def measure_window(run: Run) -> None:
+    """The measurement window: counters, the Lease and the jobs Running at its start; the
+    replicas' /proc sampled and deadline patches sent through it; counters and the Lease at
+    its end. Fills ``run.window``."""
+    window = run.window
+    window.running = sum(
+        1
+        for j in run.driver.jobs()
+        if (j.get("status") or {}).get("phase") == vocabulary.PHASE_RUNNING
+    )
+    print(f"  window starts: {window.running}/{run.size.jobs} jobs Running", flush=True)
+    window.lease_before = run.driver.lease(run.lease_namespace, LEASE_NAME)
+    window.replicas_before, window.api_before, window.prom_before = read_counters(run)
+    window.start_s = time.time()  # after the reads: the counters' window holds the audit window
+    sampler = ProcSampler([replica.process.pid for replica in run.operators])
+    sampler.start()
+    window.patches = schedule_patches(
+        run.driver, run.watch, run.plans, run.size, window.start_s, run.args.seed, run.rates
+    )
+    time.sleep(max(0.0, window.start_s + run.size.window_s - time.time()))  # the window
+    window.end_s = time.time()
+    window.proc = sampler.stop()
+    window.replicas_after, window.api_after, window.prom_after = read_counters(run)
+    window.lease_after = run.driver.lease(run.lease_namespace, LEASE_NAME)
+    holder = window.lease_after.holder if window.lease_after else "no Lease"
+    print(f"  leader at the window's end: {holder}", flush=True)
+
+
+def patch_details(run: Run) -> list[dict[str, Any]]:
+    """Each deadline patch: when sent, how long the API server took, and the times to the
+    operator's answer and to the first resize after it (None: not seen)."""
+    mode_of = {p.name: p.mode for p in run.plans}
+    details = []
+    for job, sent_s, call_s in run.window.patches:
+        changed = run.watch.first_change_after(job, sent_s)
+        answered = run.answers.first_change_after(job, sent_s)
+        details.append(
             {
                 "job": job,
                 "mode": mode_of[job],
-                "to_resize_s": latency,
+                "to_resize_s": None if changed is None else round(changed - sent_s, 3),
                 "to_answer_s": None if answered is None else round(answered - sent_s, 3),
                 "sent_unix_s": round(sent_s, 3),
                 "patch_call_s": round(call_s, 3),
             }
         )
+    return details
+
+
+def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any]:
+    """The control loop's job commits and plans in the window: count, mean and total s."""
+    costs: dict[str, Any] = {}
+    for key, name in (
+        ("commit", vocabulary.METRIC_RECONCILE_DURATION),
+        ("plan", vocabulary.METRIC_PLAN_DURATION),
+    ):
+        count, total = measure.histogram_mean_delta(before, after, name)
+        costs[f"{key}s_in_window"] = int(count)
+        costs[f"{key}_s_mean"] = round(total / count, 5) if count else None
+        costs[f"{key}_s_total"] = round(total, 3)
+    return costs
+
+
+def replica_reads(run: Run, audit_log: str) -> list[replicas.ReplicaRead]:
+    """What was read of each replica over the window; its API requests from the audit log."""
+    window = run.window
+    identities = [replica.identity for replica in run.operators]
+    with open(audit_log) as log_file:
+        by_user = measure.audit_counts_by_user(log_file, identities, window.start_s, window.end_s)
+    return [
+        replicas.ReplicaRead(identity, samples, by_user[identity], before, after)
+        for identity, samples, before, after in zip(
+            identities, window.proc, window.replicas_before, window.replicas_after, strict=True
+        )
+    ]
+
+
+def build_size_record(
+    run: Run, jobs: Sequence[Mapping[str, Any]], audit_log: str
+) -> dict[str, Any]:
+    """The results record of one run (:func:`measure.build_record` and the replicas'
+    fields): the operator's CPU and RSS are the leader's (all replicas' together when the
+    lead moved in the window), its API requests and loop metrics all replicas' together."""
+    window, plans = run.window, run.plans
+    window_s = window.end_s - window.start_s
+    reads = replica_reads(run, audit_log)
+    fields = replicas.replica_fields(reads, window.lease_before, window.lease_after, window_s)
+    patches = patch_details(run)
+    mode_of = {p.name: p.mode for p in plans}
     deviation_of = {
         str(j["metadata"]["name"]): float(j["status"]["outcome"]["deviationPercent"])
         for j in jobs
         if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
     }
-    outcomes = Counter(str((j.get("status") or {}).get("phase")) for j in jobs)
-    with open(env["SCALE_AUDIT_LOG"]) as log_file:
-        operator_requests = measure.audit_counts(log_file, OPERATOR_USER, start_s, end_s)
     all_requests = {
         (labels.get("verb", ""), labels.get("resource", "")): value
-        - measure.metric_sum(api_before, "apiserver_request_total", **labels)
-        for labels, value in api_after.get("apiserver_request_total", [])
+        - measure.metric_sum(window.api_before, "apiserver_request_total", **labels)
+        for labels, value in window.api_after.get("apiserver_request_total", [])
     }
-    query = "/api/v1/query"
+    query = {"handler": "/api/v1/query"}
     queries = measure.metric_sum(
-        prom_after, "prometheus_http_requests_total", handler=query
-    ) - measure.metric_sum(prom_before, "prometheus_http_requests_total", handler=query)
-    loop_costs: dict[str, Any] = {}
-    for key, name in (
-        ("commit", vocabulary.METRIC_RECONCILE_DURATION),
-        ("plan", vocabulary.METRIC_PLAN_DURATION),
-    ):
-        count, total = measure.histogram_mean_delta(operator_before, operator_after, name)
-        loop_costs[f"{key}s_in_window"] = int(count)
-        loop_costs[f"{key}_s_mean"] = round(total / count, 5) if count else None
-        loop_costs[f"{key}_s_total"] = round(total, 3)
+        window.prom_after, "prometheus_http_requests_total", **query
+    ) - measure.metric_sum(window.prom_before, "prometheus_http_requests_total", **query)
+    operator_before = measure.merge_metrics(window.replicas_before)
+    operator_after = measure.merge_metrics(window.replicas_after)
     record = measure.build_record(
-        jobs=size.jobs,
-        period_s=args.period_s,
-        window_s=end_s - start_s,
-        proc=proc,
-        operator_requests=operator_requests,
+        jobs=run.size.jobs,
+        period_s=run.args.period_s,
+        window_s=window_s,
+        proc=replicas.acting_samples(reads, fields["leader"]),
+        operator_requests=sum((Counter(r.requests) for r in reads), Counter()),
         all_requests=all_requests,
         prometheus_queries=queries,
         lateness_buckets=measure.histogram_delta(
             operator_before, operator_after, vocabulary.METRIC_PERIOD_LATENESS
         ),
-        patches=patch_detail,
-        resize_timeout_s=args.resize_timeout_s,
+        patches=patches,
+        resize_timeout_s=run.args.resize_timeout_s,
         deviations_pct=list(deviation_of.values()),
-        outcomes=outcomes,
+        outcomes=Counter(str((j.get("status") or {}).get("phase")) for j in jobs),
         extra={
+            **fields,
             "gpu_jobs": sum(1 for p in plans if p.mode == "gpu"),
-            "kwok_nodes": {"cpu": cpu_nodes, "gpu": gpu_nodes},
             "scrape_interval_s": float(os.environ.get("DECOR_SCALE_SCRAPE_INTERVAL_S", "5")),
-            "running_at_window_start": running,
+            "running_at_window_start": window.running,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
-            "loop": loop_costs,
+            "loop": loop_costs(operator_before, operator_after),
             "deviation_by_group": measure.deviation_by_group(
-                deviation_of, plans, (job for job, _, _ in patches)
+                deviation_of, plans, (job for job, _, _ in window.patches)
             ),
-            "patches": patch_detail,
-            "patch_answers": measure.patch_answers(patch_detail),
+            "patches": patches,
+            "patch_answers": measure.patch_answers(patches),
             "worst_jobs": measure.worst_jobs(jobs, mode_of),
         },
     )
-    if args.profile and profile_out.exists():
-        record["profile"] = json.loads(profile_out.read_text())
+    profiled = [r for r in run.operators if r.identity == fields["leader"]] or run.operators[:1]
+    if run.args.profile and profiled[0].profile_out.exists():
+        record["profile"] = json.loads(profiled[0].profile_out.read_text())
         record["note"] = "profiled run: a stack sampler ran inside the operator (CPU inflated)"
-    if args.keep_logs:  # scale-down deletes the bed's state, its logs included
-        args.keep_logs.mkdir(parents=True, exist_ok=True)
-        shutil.copy(state / "logs/operator.log", args.keep_logs / f"operator-{size.jobs}.log")
-    subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
     return record
 
 
@@ -578,7 +802,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-share", type=float, default=0.1)
     parser.add_argument("--startup-s", type=float, default=5.0, help="the simulator's")
     parser.add_argument("--resize-timeout-s", type=float, default=30.0)
-    parser.add_argument("--operator-metrics-port", type=int, default=18080)
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=DEFAULT_REPLICAS,
+        help="operator processes electing the one that acts through a Lease (default "
+        f"{DEFAULT_REPLICAS}, the chart's replicaCount); 1: one process, no election",
+    )
+    parser.add_argument(
+        "--operator-metrics-port", type=int, default=18080, help="replica N's is this + N"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help=f"results file (default {RESULTS})")
     parser.add_argument(
@@ -592,6 +825,8 @@ def main(argv: list[str] | None = None) -> int:
         "their time, in the record's 'profile'; its CPU numbers then include the sampler)",
     )
     args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas: at least 1")
     # Stopped with SIGTERM: unwind, so the operator it started is stopped too (an orphaned
     # one keeps its metrics port and would act on the next run's bed).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -1,5 +1,7 @@
 """The CI smoke check of the scale harness: the run produced a complete record in which the
-operator did its work (jobs ran, finished and were measured). It asserts no performance."""
+operator did its work (jobs ran, finished and were measured) and, with several replicas, one
+led the whole window and the standby was measured and sent no write. It asserts no
+performance."""
 
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ def problems(record: dict) -> list[str]:
         found.append("operator CPU not measured")
     if not record.get("jobs_finished"):
         found.append("no job reported an outcome")
+    if (record.get("operator_replicas") or 1) > 1:
+        if not record.get("leader"):
+            found.append("no replica led the whole window (the Lease and the gauges disagree)")
+        for key in ("standby_cores_mean", "standby_rss_mib_max"):
+            if record.get(key) is None:
+                found.append(f"{key} not measured")
+        for replica in record.get("replicas") or []:
+            if replica.get("role") == "standby" and replica.get("writes_per_s"):
+                found.append(f"the standby {replica['identity']} sent writes")
     return found
 
 

@@ -44,6 +44,9 @@ TRAINER_IMAGE = "localhost/decor/trainer:0.1.0"
 CHECKPOINT_PATH = "/checkpoint"
 MIB = 1024 * 1024
 
+Metrics = dict[str, list[tuple[dict[str, str], float]]]
+"""A /metrics read: name -> [(labels, value)] (:func:`parse_metrics`)."""
+
 
 # ---------------------------------------------------------------------------------------------
 # The fleet of jobs
@@ -187,15 +190,26 @@ def audit_counts(
 ) -> Counter[tuple[str, str]]:
     """Requests of ``user`` received in [start_s, end_s), by (verb, resource[/subresource]),
     from the API server's JSON audit log (one event per request: ResponseComplete)."""
-    counts: Counter[tuple[str, str]] = Counter()
+    return audit_counts_by_user(lines, [user], start_s, end_s)[user]
+
+
+def audit_counts_by_user(
+    lines: Iterable[str], users: Sequence[str], start_s: float, end_s: float
+) -> dict[str, Counter[tuple[str, str]]]:
+    """Per user of ``users`` (each operator replica has its own client identity), its
+    requests received in [start_s, end_s) by (verb, resource[/subresource]), from the API
+    server's JSON audit log (one event per request: ResponseComplete). Every user of
+    ``users`` has an entry, empty when it sent nothing; other users' requests are left out."""
+    counts: dict[str, Counter[tuple[str, str]]] = {user: Counter() for user in users}
     for line in lines:
-        if user not in line:
+        if not any(user in line for user in users):
             continue
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if (event.get("user") or {}).get("username") != user:
+        user = (event.get("user") or {}).get("username")
+        if user not in counts:
             continue
         received = parse_time_s(str(event.get("requestReceivedTimestamp")))
         if not start_s <= received < end_s:
@@ -204,8 +218,18 @@ def audit_counts(
         resource = str(ref.get("resource") or event.get("requestURI", "?").split("?")[0])
         if ref.get("subresource"):
             resource += "/" + str(ref["subresource"])
-        counts[(str(event.get("verb")), resource)] += 1
+        counts[user][(str(event.get("verb")), resource)] += 1
     return counts
+
+
+def per_second_by_kind(
+    counts: Mapping[tuple[str, str], float], window_s: float
+) -> dict[str, float]:
+    """Requests per second by ``"verb resource"`` over a window of ``window_s`` seconds."""
+    return {
+        f"{verb} {resource}": round(count / window_s, 4)
+        for (verb, resource), count in sorted(counts.items())
+    }
 
 
 def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -225,6 +249,22 @@ def parse_metrics(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         except ValueError:
             continue
     return out
+
+
+def merge_metrics(reads: Iterable[Mapping[str, list[tuple[dict[str, str], float]]]]) -> Metrics:
+    """Several processes' /metrics reads as one: samples of the same name and labels added
+    (the replicas' counters and histogram buckets summed; a gauge too)."""
+    sums: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for read in reads:
+        for name, samples in read.items():
+            for labels, value in samples:
+                key = tuple(sorted(labels.items()))
+                by_labels = sums.setdefault(name, {})
+                by_labels[key] = by_labels.get(key, 0.0) + value
+    return {
+        name: [(dict(key), value) for key, value in by_labels.items()]
+        for name, by_labels in sums.items()
+    }
 
 
 def _parse_labels(text: str) -> dict[str, str]:
@@ -349,10 +389,10 @@ def patch_answers(patches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "unanswered": len(group) - len(answered),
             "answered_with_resize": len(resized),
             "answered_keeping_allocation": len(answered) - len(resized),
-            "to_answer_p50_s": _round(percentile(to_answer, 0.5)),
-            "to_answer_p99_s": _round(percentile(to_answer, 0.99)),
-            "answer_resize_p50_s": _round(percentile(to_resize, 0.5)),
-            "answer_resize_p99_s": _round(percentile(to_resize, 0.99)),
+            "to_answer_p50_s": rounded(percentile(to_answer, 0.5)),
+            "to_answer_p99_s": rounded(percentile(to_answer, 0.99)),
+            "answer_resize_p50_s": rounded(percentile(to_resize, 0.5)),
+            "answer_resize_p99_s": rounded(percentile(to_resize, 0.99)),
         }
 
     kinds = sorted({str(p.get("mode")) for p in patches})
@@ -383,6 +423,11 @@ def parse_proc_rss(status: str) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def rss_mib_max(samples: Sequence[ProcSample]) -> float | None:
+    """The largest resident memory of the samples in MiB (one decimal); 0 for none."""
+    return rounded(max((s.rss_bytes for s in samples), default=0) / MIB, 1)
 
 
 def cores_mean(samples: Sequence[ProcSample]) -> float | None:
@@ -421,36 +466,33 @@ def build_record(
         for p in patches
         if p.get("to_resize_s") is not None and p["to_resize_s"] <= resize_timeout_s
     ]
-    by_kind = {
-        f"{verb} {resource}": round(count / window_s, 4)
-        for (verb, resource), count in sorted(operator_requests.items())
-    }
+    by_kind = per_second_by_kind(operator_requests, window_s)
     mean_abs = sum(abs(d) for d in deviations_pct) / len(deviations_pct) if deviations_pct else None
     record: dict[str, Any] = {
         "jobs": jobs,
         "period_s": period_s,
-        "operator_cores_mean": _round(cores_mean(proc)),
-        "operator_rss_mib_max": _round(max((s.rss_bytes for s in proc), default=0) / MIB, 1),
-        "api_requests_per_s_per_job": _round(total / window_s / jobs if jobs else None),
-        "prometheus_queries_per_s": _round(prometheus_queries / window_s),
-        "drift_p99_s": _round(histogram_quantile(0.99, lateness_buckets)),
-        "patch_to_resize_p50_s": _round(percentile(to_resize, 0.5)),
-        "patch_to_resize_p99_s": _round(percentile(to_resize, 0.99)),
-        "mean_abs_deviation_pct": _round(mean_abs),
+        "operator_cores_mean": rounded(cores_mean(proc)),
+        "operator_rss_mib_max": rss_mib_max(proc),
+        "api_requests_per_s_per_job": rounded(total / window_s / jobs if jobs else None),
+        "prometheus_queries_per_s": rounded(prometheus_queries / window_s),
+        "drift_p99_s": rounded(histogram_quantile(0.99, lateness_buckets)),
+        "patch_to_resize_p50_s": rounded(percentile(to_resize, 0.5)),
+        "patch_to_resize_p99_s": rounded(percentile(to_resize, 0.99)),
+        "mean_abs_deviation_pct": rounded(mean_abs),
         "window_s": round(window_s, 1),
-        "api_requests_per_s": _round(total / window_s),
+        "api_requests_per_s": rounded(total / window_s),
         "operator_requests_per_s_by_kind": by_kind,
-        "all_clients_requests_per_s": _round(sum(all_requests.values()) / window_s),
-        "drift_p50_s": _round(histogram_quantile(0.5, lateness_buckets)),
+        "all_clients_requests_per_s": rounded(sum(all_requests.values()) / window_s),
+        "drift_p50_s": rounded(histogram_quantile(0.5, lateness_buckets)),
         "periods_in_window": int(lateness_buckets[-1][1]) if lateness_buckets else 0,
         "deadline_patches": len(patches),
         "deadline_patches_answered_with_resize": len(to_resize),
-        "first_resize_any_cause_p50_s": _round(percentile(any_cause, 0.5)),
-        "first_resize_any_cause_p99_s": _round(percentile(any_cause, 0.99)),
+        "first_resize_any_cause_p50_s": rounded(percentile(any_cause, 0.5)),
+        "first_resize_any_cause_p99_s": rounded(percentile(any_cause, 0.99)),
         "deadline_patches_without_resize": len(patches) - len(any_cause),
         "jobs_finished": len(deviations_pct),
         "outcomes": dict(outcomes),
-        "max_abs_deviation_pct": _round(max((abs(d) for d in deviations_pct), default=None)),
+        "max_abs_deviation_pct": rounded(max((abs(d) for d in deviations_pct), default=None)),
     }
     record.update(extra or {})
     return record
@@ -470,8 +512,8 @@ def deviation_by_group(
     return {
         group: {
             "jobs": len(values),
-            "mean_abs_pct": _round(sum(values) / len(values)) if values else None,
-            "max_abs_pct": _round(max(values, default=None)),
+            "mean_abs_pct": rounded(sum(values) / len(values)) if values else None,
+            "max_abs_pct": rounded(max(values, default=None)),
         }
         for group, values in groups.items()
     }
@@ -499,5 +541,6 @@ def worst_jobs(
     return sorted(rows, key=lambda r: -abs(r["deviation_pct"]))[:count]
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    """``value`` rounded to ``digits`` decimals; None stays None (not measured)."""
     return None if value is None else round(value, digits)

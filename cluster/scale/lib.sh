@@ -42,10 +42,21 @@ SCALE_NODE_MEMORY=${DECOR_SCALE_NODE_MEMORY:-512Gi}
 SCALE_NODE_GPUS=${DECOR_SCALE_NODE_GPUS:-8}
 SCALE_NODE_MAX_PODS=${DECOR_SCALE_NODE_MAX_PODS:-250}
 
-# Client identities (certificate CNs): the audit log tells the operator's requests apart.
-SCALE_USERS="admin:decor-scale-admin:system:masters operator:decor-operator:system:masters
+# --- the operator: replicas electing a leader through a Lease, as the chart runs it ---------
+SCALE_OPERATOR_REPLICAS=${DECOR_SCALE_OPERATOR_REPLICAS:-2}   # client identities made (bench: --replicas)
+SCALE_LEASE_NAMESPACE=${DECOR_SCALE_LEASE_NAMESPACE:-decor-system}
+
+# Client identities (certificate CNs): the audit log tells the operator's requests apart, and
+# each replica's from the other's (replica N is user decor-operator-N, operator-N.kubeconfig).
+SCALE_USERS="admin:decor-scale-admin:system:masters
 simulator:decor-scale-simulator:system:masters kwok:decor-scale-kwok:system:masters
 scheduler:kube-scheduler: driver:decor-scale-driver:system:masters"
+SCALE_OPERATOR_USERS=""
+for _replica in $(seq 0 $((SCALE_OPERATOR_REPLICAS - 1))); do
+  SCALE_USERS+=" operator-$_replica:decor-operator-$_replica:system:masters"
+  SCALE_OPERATOR_USERS+="${SCALE_OPERATOR_USERS:+, }decor-operator-$_replica"
+done
+unset _replica
 
 scale_kubeconfig() { echo "$SCALE_STATE/$1.kubeconfig"; }
 unset _scale_dir

@@ -88,10 +88,11 @@ start_daemon etcd "$SCALE_K8S_BIN/etcd" --name decor-scale --data-dir "$SCALE_ET
   --quota-backend-bytes 4294967296 --log-level warn --unsafe-no-fsync
 wait_for "etcd health" 60 curl -fsS "http://127.0.0.1:$SCALE_ETCD_METRICS_PORT/health" || { dump_log etcd; die "etcd not healthy"; }
 
-# The operator's requests at Metadata level, each logged once when it completes: the
-# benchmark counts them by verb and resource from this log (other clients are not logged; the
-# API server's apiserver_request_total counts everyone). DECOR_SCALE_AUDIT_ALL=1 logs all.
-audit_users="  users: [decor-operator]"
+# The operator replicas' requests at Metadata level, each logged once when it completes: the
+# benchmark counts them by replica, verb and resource from this log (other clients are not
+# logged; the API server's apiserver_request_total counts everyone). DECOR_SCALE_AUDIT_ALL=1
+# logs all.
+audit_users="  users: [$SCALE_OPERATOR_USERS]"
 [ "${DECOR_SCALE_AUDIT_ALL:-0}" = 1 ] && audit_users=""
 cat > "$SCALE_CONFIG/audit-policy.yaml" <<EOF2
 apiVersion: audit.k8s.io/v1
