@@ -37,13 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decor import build, control, group, metrics, planner, policy, vocabulary
+from decor import build, control, group, jobperiod, metrics, planner, policy, vocabulary
 from decor.model import JobSpec, format_time, parse_time
 
 CPU_EPSILON_CORES = 0.0005
 """CPU allocations closer than half a millicore are the same (pods store millicores)."""
-BEST_EFFORT_HORIZON_S = 30 * 86400.0
-"""The horizon a best-effort job's law plans over (it has no deadline)."""
 GPU_STEP = 0.5
 """GPU counts closer than half a GPU are the same count."""
 FALLBACK_HOLD = "fallback"
@@ -448,9 +446,7 @@ def begin(
         else parse_time(d.status["startTime"], "startTime").timestamp()
     )
     deadline_s = build.effective_deadline_s(spec, start_s)
-    # A best-effort job's law only learns its speed (for the planner's marginal gains).
-    law_deadline_s = start_s + BEST_EFFORT_HORIZON_S if spec.best_effort else deadline_s
-    settings = build.build_settings(spec, start_s, law_deadline_s)
+    settings = jobperiod.law_settings(spec, start_s)
     deadline_text = format_time(deadline_s) if not spec.best_effort else None
     if first:
         state, deadline_was_past = _record_start(d, spec, settings, start_s, deadline_s, now_s)
@@ -495,16 +491,9 @@ def _record_start(
 ) -> tuple[control.State, bool]:
     """The first period: the law's starting state and the status's counters; a deadline
     already past runs at MAX and says so."""
-    deadline_was_past = deadline_s <= now_s
+    deadline_was_past = jobperiod.deadline_passed(spec, settings, now_s)
     deadline_text = format_time(deadline_s) if not spec.best_effort else None
-    start = control.start_allocation(
-        settings,
-        spec.resources.initial,
-        spec.resources.initial_given,
-        spec.planned_steps,
-        spec.estimate,
-    )
-    state = control.initial_state(settings, settings.max_allocation if deadline_was_past else start)
+    state = jobperiod.law_start(spec, settings, now_s)
     d.status.update(
         phase=vocabulary.PHASE_PENDING,
         startTime=format_time(start_s),
@@ -846,14 +835,8 @@ def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
         state = replace(state, allocation=view.applied)
     decision = control.decide(state, observation, period.settings, period.now_s)
     if period.spec.best_effort:
-        decision = replace(
-            decision,
-            allocation=period.settings.max_allocation,
-            condition=vocabulary.CONDITION_ON_TRACK
-            if observation is not None
-            else decision.condition,
-            message="best effort: trains on capacity no deadline job needs",
-            eta_s=None,
+        decision = jobperiod.best_effort_decision(
+            decision, period.settings, observation is not None
         )
     period = replace(period, state=state, decision=decision, step=STEP_RUN)
     return d.plan(
@@ -1207,11 +1190,8 @@ def run(
     target, desired, phase = _move(d, period, target, grown_by, settings)
     followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
     if spec.best_effort:  # less than max is what best effort means, not a risk
-        followed = replace(
-            followed,
-            condition=decision.condition,
-            message=f"best effort: {target:g} of up to {spec.resources.max:g} "
-            "(capacity no deadline job needs)",
+        followed = jobperiod.best_effort_followed(
+            followed, decision, target, period.settings.max_allocation
         )
     _note_admission(d, period, grant)
     _refusal_condition(d, period, grant)

@@ -1,0 +1,277 @@
+"""One job's period, the parts every runtime shares: the law's settings and start, the
+best-effort rule on the law's decision, and the demand the job gives the planner.
+
+The operator (``lifecycle`` and ``job``) and the local runtime (``local``) both run a job's
+period with these functions, so the two cannot drift apart; the cluster simulation
+(``bench.cluster_sim``) builds its demands with :func:`demand`. Where a runtime differs on
+purpose, it says so through a parameter: the local runtime caps ``max`` at the machine's
+cores and may override the policy (``decor run --policy``).
+
+Pure: no clock, no I/O. Allocations are cores (CPU) or GPU counts; times are Unix seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from decor import control, planner, quota, vocabulary
+from decor.model import JobSpec
+
+BEST_EFFORT_HORIZON_S = 30 * 86400.0
+"""The horizon a best-effort job's law plans over (it has no deadline): its law only learns
+its speed, for the planner's marginal gains."""
+BEST_EFFORT_MESSAGE = "best effort: trains on capacity no deadline job needs"
+"""The law's message for a best-effort job (it asks for MAX, which no deadline job needs)."""
+NEED_BISECTIONS = 40
+"""Halvings of [min, max] when a need is read off a speed curve (to far below a millicore)."""
+NEED_RESOLUTION = 1000.0
+"""A need read off a speed curve is rounded up to 1 / this (a thousandth: a millicore)."""
+
+
+# --- the law -----------------------------------------------------------------------------
+
+
+def law_deadline_s(spec: JobSpec, start_s: float) -> float:
+    """The deadline the law aims at (Unix s): the job's, or for a best-effort job (which has
+    none) the end of :data:`BEST_EFFORT_HORIZON_S` after its start."""
+    if spec.best_effort:
+        return start_s + BEST_EFFORT_HORIZON_S
+    return spec.deadline_s(start_s)
+
+
+def law_settings(
+    spec: JobSpec,
+    start_s: float,
+    *,
+    deadline_s: float | None = None,
+    max_allocation: float | None = None,
+    policy: str | None = None,
+) -> control.Settings:
+    """The law's settings for a job that started at ``start_s`` (Unix s), from its spec.
+
+    ``deadline_s``: the job's deadline when it was moved outside the spec (the local
+    runtime's ``decor deadline``); None: the spec's (:func:`law_deadline_s`). A runtime's own
+    limits: ``max_allocation`` caps ``spec.resources.max`` (and ``min`` with it: the local
+    runtime's cores), ``policy`` overrides ``spec.control.policy`` (``decor run --policy``).
+    """
+    r, c = spec.resources, spec.control
+    high = r.max if max_allocation is None else min(r.max, max_allocation)
+    tuned = {
+        name: value
+        for name, value in (
+            ("k", c.k),
+            ("ti_s", c.ti_s),
+            ("safety_margin_s", c.safety_margin_s),
+            ("restart_cost_s", c.restart_cost_s),
+        )
+        if value is not None
+    }
+    if deadline_s is None or spec.best_effort:
+        deadline_s = law_deadline_s(spec, start_s)
+    return control.Settings(
+        mode=r.mode,
+        min_allocation=min(r.min, high),
+        max_allocation=high,
+        start_s=start_s,
+        deadline_s=deadline_s,
+        policy=policy or c.policy,
+        period_s=c.period_s,
+        **tuned,  # type: ignore[arg-type]
+    )
+
+
+def law_start(spec: JobSpec, settings: control.Settings, now_s: float) -> control.State:
+    """The law's state when the job starts at ``now_s``: where ``decor`` starts
+    (``control.start_allocation``: the spec's initial, or MAX when its estimate says the
+    deadline is tight), and MAX when the deadline has already passed."""
+    if deadline_passed(spec, settings, now_s):
+        return control.initial_state(settings, settings.max_allocation)
+    r = spec.resources
+    start = control.start_allocation(
+        settings, r.initial, r.initial_given, spec.planned_steps, spec.estimate
+    )
+    return control.initial_state(settings, start)
+
+
+def deadline_passed(spec: JobSpec, settings: control.Settings, now_s: float) -> bool:
+    """Whether the job's deadline is at or before ``now_s`` (never, for best effort)."""
+    return not spec.best_effort and settings.deadline_s <= now_s
+
+
+def best_effort_decision(
+    decision: control.Decision, settings: control.Settings, observed: bool
+) -> control.Decision:
+    """A best-effort job's law only learns its speed: it asks for MAX (what no deadline job
+    needs), is OnTrack while it reports progress (``observed``), and predicts no finish."""
+    return replace(
+        decision,
+        allocation=settings.max_allocation,
+        condition=vocabulary.CONDITION_ON_TRACK if observed else decision.condition,
+        message=BEST_EFFORT_MESSAGE,
+        eta_s=None,
+    )
+
+
+def best_effort_followed(
+    followed: control.Decision, decided: control.Decision, granted: float, max_allocation: float
+) -> control.Decision:
+    """A best-effort job after its grant (``control.follow_grant``): less than MAX is what
+    best effort means, not a risk; its condition stays the law's (``decided``)."""
+    return replace(
+        followed,
+        condition=decided.condition,
+        message=f"best effort: {granted:g} of up to {max_allocation:g} "
+        "(capacity no deadline job needs)",
+    )
+
+
+# --- the demand --------------------------------------------------------------------------
+
+
+def steps_remaining(
+    observation: control.Observation | None, steps_done: float, steps_total: float
+) -> float:
+    """Mini-batches left (>= 0): by this period's sample, else by the last one known
+    (``steps_done`` of ``steps_total``; the spec's plan before any)."""
+    if observation is not None:
+        return max(0.0, observation.steps_total - observation.steps_done)
+    return max(0.0, steps_total - steps_done)
+
+
+def estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
+    """Seconds per step from ``spec.estimate`` (``step_s`` at ``allocation``), assuming
+    linear speed-up from it."""
+    return lambda u: step_s * allocation / max(u, 1e-9)
+
+
+def need_from_curve(
+    curve: Callable[[float], float],
+    steps: float,
+    time_left_s: float,
+    low: float,
+    high: float,
+) -> float:
+    """The least allocation in [low, high] whose curve finishes ``steps`` within
+    ``time_left_s`` (``high`` when none does), rounded up to a thousandth."""
+    if time_left_s <= 0 or steps * curve(high) > time_left_s:
+        return high
+    lo, hi = low, high
+    if steps * curve(lo) <= time_left_s:
+        return lo
+    for _ in range(NEED_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if steps * curve(mid) <= time_left_s:
+            hi = mid
+        else:
+            lo = mid
+    return math.ceil(hi * NEED_RESOLUTION) / NEED_RESOLUTION
+
+
+def admitted(starting: bool, verdict: str | None) -> bool:
+    """Whether the planner has promised the job its deadline: one that holds a trainer has
+    been admitted; one still to start is while its last verdict is not a wait (none yet,
+    Queued, Preempted)."""
+    waiting = (None, vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
+    return not (starting and verdict in waiting)
+
+
+def demand(
+    *,
+    key: str,
+    mode: str,
+    need: float,
+    min_allocation: float,
+    max_allocation: float,
+    current: float,
+    steps_remaining: float,
+    deadline_s: float | None,
+    arrival_s: float,
+    admitted: bool,
+    priority: int = 0,
+    node: str | None = None,
+    step_time_s: Callable[[float], float] | None = None,
+    restart_cost_s: float = 0.0,
+    gpus_per_pod: int = 0,
+    nodes: tuple[str, ...] = (),
+    uncapped_max: float = 0.0,
+    pod_charge: quota.Amounts = (),
+) -> planner.Demand:
+    """The planner's record of one job (every field as ``planner.Demand`` has it), with the
+    rules every runtime keeps: a job with no deadline (None or infinite: best effort) gives
+    the planner None; the need never passes ``max_allocation``; no steps remaining below 0."""
+    return planner.Demand(
+        key=key,
+        mode=mode,
+        need=min(max_allocation, need),
+        min_allocation=min_allocation,
+        max_allocation=max_allocation,
+        current=current,
+        steps_remaining=max(0.0, steps_remaining),
+        deadline_s=deadline_s if deadline_s is not None and math.isfinite(deadline_s) else None,
+        arrival_s=arrival_s,
+        priority=priority,
+        admitted=admitted,
+        node=node,
+        step_time_s=step_time_s,
+        restart_cost_s=restart_cost_s,
+        gpus_per_pod=gpus_per_pod,
+        nodes=nodes,
+        uncapped_max=uncapped_max,
+        pod_charge=pod_charge,
+    )
+
+
+def job_demand(
+    spec: JobSpec,
+    settings: control.Settings,
+    state: control.State,
+    now_s: float,
+    *,
+    key: str,
+    need: float | None,
+    starting: bool,
+    remaining: float,
+    current: float,
+    arrival_s: float,
+    admitted: bool,
+    most: float | None = None,
+    node: str | None = None,
+    nodes: tuple[str, ...] = (),
+    pod_charge: quota.Amounts = (),
+) -> planner.Demand:
+    """What a job of ``spec`` asks of this period's planner (:func:`demand`).
+
+    ``need``: the law's decision (None: it did not decide: the law's allocation, or for a
+    job ``starting`` its trainer, the least its speed curve finishes ``remaining`` steps with
+    by the deadline: ``settings.deadline_s``, moved or not). The curve is the law's fit, else ``spec.estimate`` (linear speed-up).
+    ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
+    """
+    high = settings.max_allocation if most is None else most
+    curve = control.step_time_curve(state, settings)
+    if curve is None and spec.estimate is not None:
+        curve = estimated_curve(*spec.estimate)
+    deadline_s = math.inf if spec.best_effort else settings.deadline_s
+    if need is None and starting and curve is not None and remaining > 0:
+        need = need_from_curve(curve, remaining, deadline_s - now_s, settings.min_allocation, high)
+    return demand(
+        key=key,
+        mode=spec.resources.mode,
+        need=state.allocation if need is None else need,
+        min_allocation=settings.min_allocation,
+        max_allocation=high,
+        uncapped_max=settings.max_allocation,
+        current=current,
+        steps_remaining=remaining,
+        deadline_s=deadline_s,
+        arrival_s=arrival_s,
+        priority=spec.priority,
+        admitted=admitted,
+        node=node,
+        gpus_per_pod=spec.resources.gpus_per_pod,
+        nodes=nodes,
+        step_time_s=curve,
+        restart_cost_s=state.restart_cost_s or settings.restart_cost_s,
+        pod_charge=pod_charge,
+    )
