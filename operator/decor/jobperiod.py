@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from decor import control, planner, quota, vocabulary
 from decor.model import JobSpec
@@ -125,6 +125,31 @@ def best_effort_followed(
         message=f"best effort: {granted:g} of up to {max_allocation:g} "
         "(capacity no deadline job needs)",
     )
+
+
+# --- a trainer that runs but takes no step ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepWatch:
+    """The steps a trainer was last seen at and when they last moved (Unix s): a trainer
+    whose steps stay still longer than a timeout is Stalled."""
+
+    steps: float | None = None
+    moved_s: float | None = None
+
+    def seen(self, steps_done: float, now_s: float) -> StepWatch:
+        """The watch after a progress sample of ``steps_done`` steps at ``now_s``."""
+        return self if steps_done == self.steps else StepWatch(steps_done, now_s)
+
+    def still_for_s(self, now_s: float) -> float:
+        """Seconds the steps have not moved (0 before any sample)."""
+        return 0.0 if self.moved_s is None else now_s - self.moved_s
+
+
+def stalled_message(still_s: float) -> str:
+    """What is said when a trainer turns Stalled, its steps still for ``still_s`` seconds."""
+    return f"the trainer runs but completed no step for {still_s:.0f}s"
 
 
 # --- the demand --------------------------------------------------------------------------

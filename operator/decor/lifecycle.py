@@ -1461,10 +1461,10 @@ def _stalled(
     """Stalled turns True when the steps seen have not moved for the stall timeout (with a
     Warning Event), and False once they move again."""
     now_s = period.now_s
-    if observation.steps_done != d.memory.last_steps:
-        d.remember(last_steps=observation.steps_done, last_progress_s=now_s)
-    last_progress_s = d.memory.last_progress_s
-    stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
+    watch = jobperiod.StepWatch(d.memory.last_steps, d.memory.last_progress_s)
+    watch = watch.seen(observation.steps_done, now_s)
+    d.remember(last_steps=watch.steps, last_progress_s=watch.moved_s)
+    stalled_for = watch.still_for_s(now_s)
     stalled = stalled_for > settings.stall_timeout_s
     before = build.condition_is_true(conditions, vocabulary.CONDITION_STALLED)
     if not stalled and not before:
@@ -1473,7 +1473,7 @@ def _stalled(
         d.event(
             vocabulary.EVENT_WARNING,
             vocabulary.EVENT_STALLED,
-            f"the trainer runs but completed no step for {stalled_for:.0f}s",
+            jobperiod.stalled_message(stalled_for),
         )
     return build.set_condition(
         conditions,

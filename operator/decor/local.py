@@ -3,6 +3,8 @@
 The trainer command of each job's first container runs as a child process inside its own CPU
 cgroup (see cpulimit). Every control period the runtime scrapes each trainer's /metrics on
 127.0.0.1, calls the same ``control.decide`` the operator uses, and writes the new CPU quota.
+The job's period is the operator's: its law's settings and start, the best-effort rule and
+its demand are built by ``decor.jobperiod``, as the operator builds them.
 
 One job (``run_local``) is controlled by its law alone, as it always was. Several jobs
 (``run_local_many``) share the machine the way jobs share a cluster: every period each job's
@@ -40,6 +42,7 @@ from typing import Any
 from decor_trainer import contract
 
 from decor import control, jobperiod, planner, vocabulary
+from decor.config import STALL_TIMEOUT_S
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
 from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
@@ -321,6 +324,8 @@ class _LocalJob:
         self.last_tick = 0.0
         self.last_progress: Any = None
         self.metrics_warned = False
+        self.steps = jobperiod.StepWatch()  # when the trainer's steps last moved
+        self.stalled = False
         self.exit_code: int | None = None
         self.last_step_seen_s: float | None = None  # when progress first showed every step
         self.error: str | None = None
@@ -426,6 +431,7 @@ class _LocalJob:
             self.last_progress = progress
             self.obs = observation_from_progress(progress, now, self.applied)
             self.metrics_warned = False
+            self._watch_steps(self.obs.steps_done, now)
         except MetricsError as exc:
             self.exit_code = self.child.poll()  # a trainer that just finished closes its endpoint
             started_s = self.trainer_started_s or self.start_s
@@ -444,6 +450,17 @@ class _LocalJob:
             decision = jobperiod.best_effort_decision(decision, self.settings, self.obs is not None)
         self.decision = decision
         return self._demand(now, need=decision.allocation, current=self.applied)
+
+    def _watch_steps(self, steps_done: float, now: float) -> None:
+        """Stalled, as on Kubernetes: the trainer runs but its steps have not moved for
+        ``STALL_TIMEOUT_S`` (a warning line when it turns so, and the condition in the summary)."""
+        self.steps = self.steps.seen(steps_done, now)
+        still_s = self.steps.still_for_s(now)
+        stalled = still_s > STALL_TIMEOUT_S
+        if stalled and not self.stalled:
+            self.say(f"warning: {jobperiod.stalled_message(still_s)}")
+            self.conditions.add(vocabulary.CONDITION_STALLED)
+        self.stalled = stalled
 
     def _demand(self, now: float, *, need: float | None, current: float) -> planner.Demand:
         """What the planner sees of this job: the operator's demand (``jobperiod.job_demand``)
@@ -602,6 +619,7 @@ class _LocalJob:
         except ProcessLookupError:
             pass
         self.paused = False
+        self.steps = jobperiod.StepWatch()  # the time it was paused is no stall
         self.line = f"resumed at {self.applied:g} cores"
 
     def _maybe_write_trace(self) -> None:

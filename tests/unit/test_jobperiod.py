@@ -244,3 +244,30 @@ def test_the_local_runtime_asks_the_planner_what_the_operator_would(
         assert (made.need, made.deadline_s, made.admitted, made.max_allocation) == (
             expected.need, expected.deadline_s, expected.admitted, expected.max_allocation
         )  # fmt: skip
+
+
+def test_steps_that_do_not_move_are_counted_from_when_they_last_moved() -> None:
+    watch = jobperiod.StepWatch()
+    assert watch.still_for_s(50.0) == 0.0
+    watch = watch.seen(10.0, 100.0).seen(10.0, 130.0)
+    assert watch == jobperiod.StepWatch(10.0, 100.0) and watch.still_for_s(130.0) == 30.0
+    assert watch.seen(11.0, 140.0).still_for_s(140.0) == 0.0
+    assert jobperiod.stalled_message(121.4) == "the trainer runs but completed no step for 121s"
+
+
+def test_a_local_trainer_whose_steps_stand_still_is_stalled_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DECOR_STATE_DIR", str(tmp_path / "state"))
+    lines: list[str] = []
+    options = local.LocalOptions(out_dir=tmp_path, display=lambda line, final: lines.append(line))
+    job = local._LocalJob(parse_job(job_doc()), options, tmp_path / "a", 0.0, multi=False)
+    for now_s in (START_S, START_S + 60.0, START_S + local.STALL_TIMEOUT_S):
+        job._watch_steps(10.0, now_s)
+    assert not lines and vocabulary.CONDITION_STALLED not in job.conditions
+    for now_s in (START_S + local.STALL_TIMEOUT_S + 1.0, START_S + local.STALL_TIMEOUT_S + 9.0):
+        job._watch_steps(10.0, now_s)
+    assert lines == ["warning: the trainer runs but completed no step for 121s"]
+    assert vocabulary.CONDITION_STALLED in job.conditions
+    job._watch_steps(11.0, START_S + 200.0)
+    assert not job.stalled
