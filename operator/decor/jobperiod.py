@@ -17,13 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from decor import control, planner, quota, vocabulary
-from decor.model import JobSpec
+from decor.model import JobSpec, format_time
 
 BEST_EFFORT_HORIZON_S = 30 * 86400.0
 """The horizon a best-effort job's law plans over (it has no deadline): its law only learns
 its speed, for the planner's marginal gains."""
 BEST_EFFORT_MESSAGE = "best effort: trains on capacity no deadline job needs"
 """The law's message for a best-effort job (it asks for MAX, which no deadline job needs)."""
+RUNNING_VERDICTS = (
+    vocabulary.VERDICT_ADMITTED,
+    vocabulary.VERDICT_SHORTED,
+    vocabulary.VERDICT_BEST_EFFORT,
+)
+"""The planner's verdicts under which a job's trainer runs (its Admitted condition is True)."""
+WAITING_VERDICTS = (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
+"""The planner's verdicts under which a job holds no trainer and waits."""
 NEED_BISECTIONS = 40
 """Halvings of [min, max] when a need is read off a speed curve (to far below a millicore)."""
 NEED_RESOLUTION = 1000.0
@@ -198,8 +206,20 @@ def admitted(starting: bool, verdict: str | None) -> bool:
     """Whether the planner has promised the job its deadline: one that holds a trainer has
     been admitted; one still to start is while its last verdict is not a wait (none yet,
     Queued, Preempted)."""
-    waiting = (None, vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
-    return not (starting and verdict in waiting)
+    return not (starting and verdict in (None, *WAITING_VERDICTS))
+
+
+def verdict_message(grant: planner.Grant, start_s: float | None = None) -> str:
+    """The planner's reason for its verdict, with the earliest deadline the job could meet
+    now when the planner told one (and, given the job's start ``start_s``, how many seconds
+    after it): the Admitted condition's message, and the local runtime's line."""
+    message, earliest_s = grant.reason, grant.earliest_deadline_s
+    if earliest_s is None or "earliest deadline" in message:
+        return message
+    message = f"{message}; earliest deadline it could meet now: {format_time(earliest_s)}"
+    if start_s is not None:
+        message += f" ({earliest_s - start_s:.0f}s after its start)"
+    return message
 
 
 def demand(

@@ -56,7 +56,7 @@ STEP_CREATE = "create"  # no trainer pod: create one once admitted and there is 
 STEP_HOLD = "hold"  # a pod exists but is not controllable yet (pending, starting, replaced)
 STEP_RUN = "run"  # the law decided; act on the grant
 
-WAITING = (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
+WAITING = jobperiod.WAITING_VERDICTS
 """Verdicts under which a job holds no pod."""
 REFUSAL_RETRY_FIRST_S = 10.0
 """A create or resize the API server refused is not asked again for this long, then twice
@@ -1526,15 +1526,8 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
         return
     before = d.status.get("admission")
     d.status["admission"] = grant.verdict
-    admitted = grant.verdict in (
-        vocabulary.VERDICT_ADMITTED,
-        vocabulary.VERDICT_SHORTED,
-        vocabulary.VERDICT_BEST_EFFORT,
-    )
-    message = grant.reason
-    if grant.earliest_deadline_s is not None and "earliest deadline" not in message:
-        earliest = format_time(grant.earliest_deadline_s)
-        message = f"{message}; earliest deadline it could meet now: {earliest}"
+    admitted = grant.verdict in jobperiod.RUNNING_VERDICTS
+    message = jobperiod.verdict_message(grant)
     d.status["conditions"] = build.set_condition(
         list(d.status.get("conditions") or period.conditions),
         vocabulary.CONDITION_ADMITTED,

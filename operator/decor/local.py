@@ -71,13 +71,6 @@ PlanFn = Callable[
 ]
 """The planner's signature (``planner.plan``); tests may inject another."""
 
-# Verdicts under which a job's trainer runs.
-_RUNNING_VERDICTS = (
-    vocabulary.VERDICT_ADMITTED,
-    vocabulary.VERDICT_SHORTED,
-    vocabulary.VERDICT_BEST_EFFORT,
-)
-
 
 def state_dir() -> Path:
     """Where running local jobs register (``DECOR_STATE_DIR`` overrides)."""
@@ -506,7 +499,9 @@ class _LocalJob:
         assert self.settings is not None and self.state is not None
         self._note_verdict(grant, now)
         if self.child is None or self.paused:
-            if grant is None or (grant.verdict in _RUNNING_VERDICTS and grant.allocation > 0):
+            if grant is None or (
+                grant.verdict in jobperiod.RUNNING_VERDICTS and grant.allocation > 0
+            ):
                 allocation = None if grant is None else grant.allocation
                 if self.child is None:
                     self.start_trainer(now, allocation)
@@ -592,7 +587,7 @@ class _LocalJob:
             self.say(line)
 
     def _reason(self, grant: planner.Grant) -> str:
-        return _with_earliest_deadline(grant, self.start_s)
+        return jobperiod.verdict_message(grant, self.start_s)
 
     def _waiting_line(self) -> str:
         grant = self.grant
@@ -724,25 +719,12 @@ def _verdict_line(
     if before == grant.verdict:
         return None
     if grant.verdict in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
-        return f"{grant.verdict.lower()}: {_with_earliest_deadline(grant, start_s)}"
+        return f"{grant.verdict.lower()}: {jobperiod.verdict_message(grant, start_s)}"
     if grant.verdict == vocabulary.VERDICT_SHORTED:
         return f"shorted: {grant.reason}"
     if before in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
         return f"admitted after {now - start_s:.0f}s: {grant.reason}"
     return None
-
-
-def _with_earliest_deadline(grant: planner.Grant, start_s: float) -> str:
-    """The grant's reason, with the earliest deadline the job could meet now when the
-    planner told one (as a time, and in seconds after the job's start ``start_s``)."""
-    text = grant.reason
-    if grant.earliest_deadline_s is not None:
-        when = grant.earliest_deadline_s
-        text += (
-            f"; earliest deadline it could meet now: {format_time(when)}"
-            f" ({when - start_s:.0f}s after its start)"
-        )
-    return text
 
 
 def _outcome(
@@ -866,7 +848,7 @@ class _Runtime:
         left = [j for j in self.jobs if not j.done]
         if not left or any(j.child is not None and not j.paused for j in left):
             return
-        if any(j.verdict in _RUNNING_VERDICTS or j.verdict is None for j in left):
+        if any(j.verdict in jobperiod.RUNNING_VERDICTS or j.verdict is None for j in left):
             return
         for job in left:
             job.error = f"never admitted: {job._waiting_line()}"

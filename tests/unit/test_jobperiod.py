@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from decor import control, jobperiod, local, vocabulary
-from decor.model import parse_job
+from decor import control, jobperiod, local, planner, vocabulary
+from decor.model import format_time, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 START_S = 1000.0
@@ -271,3 +272,17 @@ def test_a_local_trainer_whose_steps_stand_still_is_stalled_once(
     assert vocabulary.CONDITION_STALLED in job.conditions
     job._watch_steps(11.0, START_S + 200.0)
     assert not job.stalled
+
+
+def test_a_verdict_names_the_earliest_deadline_once_and_locally_how_long_after_the_start() -> None:
+    queued = planner.Grant("a", 0.0, None, vocabulary.VERDICT_QUEUED, "no room",
+                           earliest_deadline_s=START_S + 300.0)  # fmt: skip
+    at = format_time(START_S + 300.0)
+    assert (
+        jobperiod.verdict_message(queued) == f"no room; earliest deadline it could meet now: {at}"
+    )
+    assert jobperiod.verdict_message(queued, START_S).endswith(f"{at} (300s after its start)")
+    named = replace(queued, reason="quota q: earliest deadline 12:00")
+    assert jobperiod.verdict_message(named, START_S) == "quota q: earliest deadline 12:00"
+    plain = planner.Grant("a", 1.0, None, vocabulary.VERDICT_ADMITTED, "fits")
+    assert jobperiod.verdict_message(plain, START_S) == "fits"
