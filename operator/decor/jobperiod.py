@@ -112,7 +112,10 @@ def best_effort_decision(
     decision: control.Decision, settings: control.Settings, observed: bool
 ) -> control.Decision:
     """A best-effort job's law only learns its speed: it asks for MAX (what no deadline job
-    needs), is OnTrack while it reports progress (``observed``), and predicts no finish."""
+    needs), is OnTrack while it reports progress (``observed``), and predicts no finish. A
+    decision that every step is done (Complete) stays as it is."""
+    if decision.condition == vocabulary.CONDITION_COMPLETE:
+        return decision
     return replace(
         decision,
         allocation=settings.max_allocation,

@@ -123,6 +123,8 @@ def test_a_best_effort_job_asks_for_max_and_is_on_track_while_it_reports() -> No
     silent = control.Decision(1.0, state, vocabulary.CONDITION_METRICS_UNAVAILABLE, "none")
     blind = jobperiod.best_effort_decision(silent, settings, observed=False)
     assert blind.condition == vocabulary.CONDITION_METRICS_UNAVAILABLE
+    done = control.Decision(1.0, state, vocabulary.CONDITION_COMPLETE, "all planned steps done")
+    assert jobperiod.best_effort_decision(done, settings, observed=True) == done
 
 
 def test_a_best_effort_job_granted_less_than_max_is_not_at_risk() -> None:
