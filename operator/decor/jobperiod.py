@@ -1,5 +1,6 @@
 """One job's period, the parts every runtime shares: the law's settings and start, the
-best-effort rule on the law's decision, and the demand the job gives the planner.
+best-effort rule on the law's decision, the demand the job gives the planner, how the
+planner's verdict is told, and when a trainer whose steps stand still is Stalled.
 
 The operator (``lifecycle`` and ``job``) and the local runtime (``local``) both run a job's
 period with these functions, so the two cannot drift apart; the cluster simulation
@@ -53,15 +54,14 @@ def law_settings(
     spec: JobSpec,
     start_s: float,
     *,
-    deadline_s: float | None = None,
     max_allocation: float | None = None,
     policy: str | None = None,
 ) -> control.Settings:
-    """The law's settings for a job that started at ``start_s`` (Unix s), from its spec.
+    """The law's settings for a job that started at ``start_s`` (Unix s), from its spec (the
+    deadline: :func:`law_deadline_s`; a deadline moved outside the spec, as the local
+    runtime's ``decor deadline`` does, is a ``replace`` of ``deadline_s``).
 
-    ``deadline_s``: the job's deadline when it was moved outside the spec (the local
-    runtime's ``decor deadline``); None: the spec's (:func:`law_deadline_s`). A runtime's own
-    limits: ``max_allocation`` caps ``spec.resources.max`` (and ``min`` with it: the local
+    A runtime's own limits: ``max_allocation`` caps ``spec.resources.max`` (and ``min`` with it: the local
     runtime's cores), ``policy`` overrides ``spec.control.policy`` (``decor run --policy``).
     """
     r, c = spec.resources, spec.control
@@ -76,14 +76,12 @@ def law_settings(
         )
         if value is not None
     }
-    if deadline_s is None or spec.best_effort:
-        deadline_s = law_deadline_s(spec, start_s)
     return control.Settings(
         mode=r.mode,
         min_allocation=min(r.min, high),
         max_allocation=high,
         start_s=start_s,
-        deadline_s=deadline_s,
+        deadline_s=law_deadline_s(spec, start_s),
         policy=policy or c.policy,
         period_s=c.period_s,
         **tuned,  # type: ignore[arg-type]
