@@ -49,7 +49,7 @@ from pathlib import Path
 from statistics import quantiles
 from typing import Any
 
-from decor import control, vocabulary
+from decor import control, jobperiod, vocabulary
 from decor import planner as pl
 
 from bench import clairvoyant, plotting
@@ -326,7 +326,9 @@ def _gpu_need(job: SimJob, remaining: float, horizon_s: float, reserve_s: float)
 
 
 def _demand(job: SimJob, now_s: float) -> pl.Demand:
-    return pl.Demand(
+    """The job's demand, built as the operator's and the local runtime's are
+    (``jobperiod.demand``), with the exact need and curve in place of the law's."""
+    return jobperiod.demand(
         key=job.key,
         mode=job.mode,
         need=exact_need(job, now_s),

@@ -101,29 +101,6 @@ def effective_deadline_s(spec: JobSpec, start_s: float) -> float:
     return spec.deadline_s(start_s)
 
 
-def build_settings(spec: JobSpec, start_s: float, deadline_s: float) -> control.Settings:
-    """Controller settings for a job that started at ``start_s`` (Unix s)."""
-    extra: dict[str, float] = {}
-    if spec.control.k is not None:
-        extra["k"] = spec.control.k
-    if spec.control.ti_s is not None:
-        extra["ti_s"] = spec.control.ti_s
-    if spec.control.safety_margin_s is not None:
-        extra["safety_margin_s"] = spec.control.safety_margin_s
-    if spec.control.restart_cost_s is not None:
-        extra["restart_cost_s"] = spec.control.restart_cost_s
-    return control.Settings(
-        mode=spec.resources.mode,
-        min_allocation=spec.resources.min,
-        max_allocation=spec.resources.max,
-        start_s=start_s,
-        deadline_s=deadline_s,
-        policy=spec.control.policy,
-        period_s=spec.control.period_s,
-        **extra,  # type: ignore[arg-type]
-    )
-
-
 def format_allocation(mode: str, allocation: float) -> str:
     """A Kubernetes quantity: CPU in millicores (``1250m``), GPUs as a count (``2``)."""
     if mode == "gpu":

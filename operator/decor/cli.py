@@ -207,6 +207,8 @@ def format_summary(s: dict[str, Any]) -> str:
             f"  finished {s['finished_s']:.1f}s after start; deadline {s['deadline_s']:.1f}s; "
             f"deviation {s['deviation_pct']:+.2f}% ({verdict})"
         )
+    elif s["finished_s"] is not None:  # a best-effort job: no deadline to deviate from
+        lines.append(f"  finished {s['finished_s']:.1f}s after start (best effort)")
     if s["error"]:
         lines.append(f"  FAILED: {s['error']}")
     if s.get("queued_s"):

@@ -25,8 +25,8 @@ from typing import Any
 
 from decor import (
     build,
-    control,
     group,
+    jobperiod,
     lifecycle,
     limitrange,
     metrics,
@@ -198,44 +198,28 @@ class JobController:
         return None
 
     def _demand(self, request: PlanRequest) -> planner.Demand:
-        """What the job asks of this period's planner."""
+        """What the job asks of this period's planner (``jobperiod.job_demand``)."""
         period = request.period
-        spec, state, now = period.spec, period.state, period.now_s
-        curve = control.step_time_curve(state, period.settings)
+        spec, now = period.spec, period.now_s
         planned = float(self.status.get("stepsTotal") or spec.planned_steps)
-        remaining = planned - float(self.status.get("stepsDone") or 0)
-        if period.observation is not None:
-            remaining = period.observation.steps_total - period.observation.steps_done
-        if curve is None and spec.estimate is not None:
-            curve = _estimated_curve(*spec.estimate)
-        most = lifecycle.capped(spec.resources.max, self.memory, now)
-        need = request.need
+        done = float(self.status.get("stepsDone") or 0)
         creating = period.step == lifecycle.STEP_CREATE
-        if need is None and creating and curve is not None and remaining > 0:
-            # Not running yet: what it needs from now on, by its curve (its estimate).
-            need = _need_from_curve(
-                curve, remaining, period.deadline_s - now, spec.resources.min, most
-            )
-        waiting = self.status.get("admission") in (None, *lifecycle.WAITING)
         self._period = period
-        self.demand = planner.Demand(
+        self.demand = jobperiod.job_demand(
+            spec,
+            period.settings,
+            period.state,
+            now,
             key=self.plan_key,
-            mode=spec.resources.mode,
-            need=min(most, state.allocation if need is None else need),
-            min_allocation=spec.resources.min,
-            max_allocation=most,
-            uncapped_max=spec.resources.max,
+            need=request.need,
+            starting=creating,
+            remaining=jobperiod.steps_remaining(period.observation, done, planned),
             current=request.current or 0.0,
-            steps_remaining=max(0.0, remaining),
-            deadline_s=None if spec.best_effort else period.deadline_s,
             arrival_s=_created_s(period.body, period.start_s),
-            priority=spec.priority,
-            admitted=not (creating and waiting),  # a job that holds a pod is admitted
+            admitted=jobperiod.admitted(creating, self.status.get("admission")),
+            most=lifecycle.capped(spec.resources.max, self.memory, now),
             node=request.node,
-            gpus_per_pod=spec.resources.gpus_per_pod,
             nodes=_pod_nodes(period.pod, period.workers),
-            step_time_s=curve,
-            restart_cost_s=state.restart_cost_s or period.settings.restart_cost_s,
             pod_charge=self.pod_charge,
             pod_facts=self.pod_facts,
         )
@@ -378,34 +362,6 @@ def _within_limit_ranges(
         return spec, bounds
     clipped = dataclasses.replace(r, min=bounds.low, max=bounds.high)
     return dataclasses.replace(spec, resources=clipped), bounds
-
-
-def _estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
-    """Seconds per step from ``spec.estimate``, assuming linear speed-up from it."""
-    return lambda u: step_s * allocation / max(u, 1e-9)
-
-
-def _need_from_curve(
-    curve: Callable[[float], float],
-    steps: float,
-    time_left_s: float,
-    low: float,
-    high: float,
-) -> float:
-    """The least allocation in [low, high] whose curve finishes ``steps`` within
-    ``time_left_s`` (``high`` when none does), to a thousandth."""
-    if time_left_s <= 0 or steps * curve(high) > time_left_s:
-        return high
-    lo, hi = low, high
-    if steps * curve(lo) <= time_left_s:
-        return lo
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        if steps * curve(mid) <= time_left_s:
-            hi = mid
-        else:
-            lo = mid
-    return math.ceil(hi * 1000.0) / 1000.0
 
 
 def _pod_nodes(

@@ -37,14 +37,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decor import build, control, group, metrics, planner, policy, vocabulary
+from decor import build, control, group, jobperiod, metrics, planner, policy, vocabulary
 from decor.capacity import node_of
 from decor.model import JobSpec, format_time, parse_time
 
 CPU_EPSILON_CORES = 0.0005
 """CPU allocations closer than half a millicore are the same (pods store millicores)."""
-BEST_EFFORT_HORIZON_S = 30 * 86400.0
-"""The horizon a best-effort job's law plans over (it has no deadline)."""
 GPU_STEP = 0.5
 """GPU counts closer than half a GPU are the same count."""
 FALLBACK_HOLD = "fallback"
@@ -59,7 +57,7 @@ STEP_CREATE = "create"  # no trainer pod: create one once admitted and there is 
 STEP_HOLD = "hold"  # a pod exists but is not controllable yet (pending, starting, replaced)
 STEP_RUN = "run"  # the law decided; act on the grant
 
-WAITING = (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED)
+WAITING = jobperiod.WAITING_VERDICTS
 """Verdicts under which a job holds no pod."""
 REFUSAL_RETRY_FIRST_S = 10.0
 """A create or resize the API server refused is not asked again for this long, then twice
@@ -449,9 +447,7 @@ def begin(
         else parse_time(d.status["startTime"], "startTime").timestamp()
     )
     deadline_s = build.effective_deadline_s(spec, start_s)
-    # A best-effort job's law only learns its speed (for the planner's marginal gains).
-    law_deadline_s = start_s + BEST_EFFORT_HORIZON_S if spec.best_effort else deadline_s
-    settings = build.build_settings(spec, start_s, law_deadline_s)
+    settings = jobperiod.law_settings(spec, start_s)
     deadline_text = format_time(deadline_s) if not spec.best_effort else None
     if first:
         state, deadline_was_past = _record_start(d, spec, settings, start_s, deadline_s, now_s)
@@ -496,16 +492,9 @@ def _record_start(
 ) -> tuple[control.State, bool]:
     """The first period: the law's starting state and the status's counters; a deadline
     already past runs at MAX and says so."""
-    deadline_was_past = deadline_s <= now_s
+    deadline_was_past = jobperiod.deadline_passed(spec, settings, now_s)
     deadline_text = format_time(deadline_s) if not spec.best_effort else None
-    start = control.start_allocation(
-        settings,
-        spec.resources.initial,
-        spec.resources.initial_given,
-        spec.planned_steps,
-        spec.estimate,
-    )
-    state = control.initial_state(settings, settings.max_allocation if deadline_was_past else start)
+    state = jobperiod.law_start(spec, settings, now_s)
     d.status.update(
         phase=vocabulary.PHASE_PENDING,
         startTime=format_time(start_s),
@@ -847,14 +836,8 @@ def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
         state = replace(state, allocation=view.applied)
     decision = control.decide(state, observation, period.settings, period.now_s)
     if period.spec.best_effort:
-        decision = replace(
-            decision,
-            allocation=period.settings.max_allocation,
-            condition=vocabulary.CONDITION_ON_TRACK
-            if observation is not None
-            else decision.condition,
-            message="best effort: trains on capacity no deadline job needs",
-            eta_s=None,
+        decision = jobperiod.best_effort_decision(
+            decision, period.settings, observation is not None
         )
     period = replace(period, state=state, decision=decision, step=STEP_RUN)
     return d.plan(
@@ -1208,11 +1191,8 @@ def run(
     target, desired, phase = _move(d, period, target, grown_by, settings)
     followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
     if spec.best_effort:  # less than max is what best effort means, not a risk
-        followed = replace(
-            followed,
-            condition=decision.condition,
-            message=f"best effort: {target:g} of up to {spec.resources.max:g} "
-            "(capacity no deadline job needs)",
+        followed = jobperiod.best_effort_followed(
+            followed, decision, target, period.settings.max_allocation
         )
     _note_admission(d, period, grant)
     _refusal_condition(d, period, grant)
@@ -1482,10 +1462,10 @@ def _stalled(
     """Stalled turns True when the steps seen have not moved for the stall timeout (with a
     Warning Event), and False once they move again."""
     now_s = period.now_s
-    if observation.steps_done != d.memory.last_steps:
-        d.remember(last_steps=observation.steps_done, last_progress_s=now_s)
-    last_progress_s = d.memory.last_progress_s
-    stalled_for = now_s - last_progress_s if last_progress_s is not None else 0.0
+    watch = jobperiod.StepWatch(d.memory.last_steps, d.memory.last_progress_s)
+    watch = watch.seen(observation.steps_done, now_s)
+    d.remember(last_steps=watch.steps, last_progress_s=watch.moved_s)
+    stalled_for = watch.still_for_s(now_s)
     stalled = stalled_for > settings.stall_timeout_s
     before = build.condition_is_true(conditions, vocabulary.CONDITION_STALLED)
     if not stalled and not before:
@@ -1494,7 +1474,7 @@ def _stalled(
         d.event(
             vocabulary.EVENT_WARNING,
             vocabulary.EVENT_STALLED,
-            f"the trainer runs but completed no step for {stalled_for:.0f}s",
+            jobperiod.stalled_message(stalled_for),
         )
     return build.set_condition(
         conditions,
@@ -1547,15 +1527,8 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
         return
     before = d.status.get("admission")
     d.status["admission"] = grant.verdict
-    admitted = grant.verdict in (
-        vocabulary.VERDICT_ADMITTED,
-        vocabulary.VERDICT_SHORTED,
-        vocabulary.VERDICT_BEST_EFFORT,
-    )
-    message = grant.reason
-    if grant.earliest_deadline_s is not None and "earliest deadline" not in message:
-        earliest = format_time(grant.earliest_deadline_s)
-        message = f"{message}; earliest deadline it could meet now: {earliest}"
+    admitted = grant.verdict in jobperiod.RUNNING_VERDICTS
+    message = jobperiod.verdict_message(grant)
     d.status["conditions"] = build.set_condition(
         list(d.status.get("conditions") or period.conditions),
         vocabulary.CONDITION_ADMITTED,

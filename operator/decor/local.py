@@ -3,6 +3,8 @@
 The trainer command of each job's first container runs as a child process inside its own CPU
 cgroup (see cpulimit). Every control period the runtime scrapes each trainer's /metrics on
 127.0.0.1, calls the same ``control.decide`` the operator uses, and writes the new CPU quota.
+The job's period is the operator's: its law's settings and start, the best-effort rule and
+its demand are built by ``decor.jobperiod``, as the operator builds them.
 
 One job (``run_local``) is controlled by its law alone, as it always was. Several jobs
 (``run_local_many``) share the machine the way jobs share a cluster: every period each job's
@@ -39,7 +41,8 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import capacity, control, planner, vocabulary
+from decor import capacity, control, jobperiod, planner, vocabulary
+from decor.config import STALL_TIMEOUT_S
 from decor.cpulimit import CpuLimiter, make_limiter
 from decor.metrics import MetricsError, observation_from_progress, scrape_progress
 from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
@@ -67,13 +70,6 @@ PlanFn = Callable[
     planner.Plan,
 ]
 """The planner's signature (``planner.plan``); tests may inject another."""
-
-# Verdicts under which a job's trainer runs.
-_RUNNING_VERDICTS = (
-    vocabulary.VERDICT_ADMITTED,
-    vocabulary.VERDICT_SHORTED,
-    vocabulary.VERDICT_BEST_EFFORT,
-)
 
 
 def state_dir() -> Path:
@@ -177,27 +173,6 @@ def trainer_env(
     env[contract.ENV_CHECKPOINT_DIR] = job.checkpoint.path or str(checkpoint_dir)
     env.update(extra)
     return env
-
-
-def controller_settings(
-    job: JobSpec, start_s: float, max_cores: float, policy: str
-) -> control.Settings:
-    spec = job.control
-    settings = control.Settings(
-        mode=job.resources.mode,
-        min_allocation=min(job.resources.min, max_cores),
-        max_allocation=max_cores,
-        start_s=start_s,
-        deadline_s=job.deadline_s(start_s),
-        policy=policy,
-        period_s=spec.period_s,
-        safety_margin_s=spec.safety_margin_s,
-    )
-    if spec.k is not None:
-        settings = replace(settings, k=spec.k)
-    if spec.ti_s is not None:
-        settings = replace(settings, ti_s=spec.ti_s)
-    return settings
 
 
 def request_deadline(
@@ -342,6 +317,8 @@ class _LocalJob:
         self.last_tick = 0.0
         self.last_progress: Any = None
         self.metrics_warned = False
+        self.steps = jobperiod.StepWatch()  # when the trainer's steps last moved
+        self.stalled = False
         self.exit_code: int | None = None
         self.last_step_seen_s: float | None = None  # when progress first showed every step
         self.error: str | None = None
@@ -377,16 +354,10 @@ class _LocalJob:
         """The job exists from ``now``: its deadline clock starts; it may still wait."""
         self.arrived = True
         self.start_s = now
-        self.settings = controller_settings(self.job, now, self.max_cores, self.policy)
-        resources = self.job.resources
-        initial = control.start_allocation(
-            self.settings,
-            resources.initial,  # clamped to the machine's cores with the settings' MAX
-            resources.initial_given,
-            self.job.planned_steps,
-            self.job.estimate,
+        self.settings = jobperiod.law_settings(
+            self.job, now, max_allocation=self.max_cores, policy=self.policy
         )
-        self.state = control.initial_state(self.settings, initial)
+        self.state = jobperiod.law_start(self.job, self.settings, now)
         self.start_cores = self.state.allocation
         self._write_record()
 
@@ -445,7 +416,7 @@ class _LocalJob:
                 f"deadline moved to {format_time(moved)} ({moved - self.start_s:.0f}s after start)"
             )
         if not running:
-            return self._demand(now, need=self.state.allocation, current=0.0, admitted=False)
+            return self._demand(now, need=None, current=0.0)
         assert self.child is not None
         self.exit_code = self.child.poll()
         try:
@@ -453,6 +424,7 @@ class _LocalJob:
             self.last_progress = progress
             self.obs = observation_from_progress(progress, now, self.applied)
             self.metrics_warned = False
+            self._watch_steps(self.obs.steps_done, now)
         except MetricsError as exc:
             self.exit_code = self.child.poll()  # a trainer that just finished closes its endpoint
             started_s = self.trainer_started_s or self.start_s
@@ -466,42 +438,59 @@ class _LocalJob:
         if self.exit_code is not None:
             self.finish()
             return None
-        self.decision = control.decide(self.state, self.obs, self.settings, now)
-        return self._demand(now, need=self.decision.allocation, current=self.applied, admitted=True)
+        decision = control.decide(self.state, self.obs, self.settings, now)
+        if self.job.best_effort:
+            decision = jobperiod.best_effort_decision(decision, self.settings, self.obs is not None)
+        self.decision = decision
+        return self._demand(now, need=decision.allocation, current=self.applied)
 
-    def _demand(self, now: float, *, need: float, current: float, admitted: bool) -> planner.Demand:
-        """What the planner sees of this job (as the operator's ``JobController._demand``)."""
+    def _watch_steps(self, steps_done: float, now: float) -> None:
+        """Stalled, as on Kubernetes: the trainer runs but its steps have not moved for
+        ``STALL_TIMEOUT_S`` (a warning line when it turns so, and the condition in the summary)."""
+        self.steps = self.steps.seen(steps_done, now)
+        still_s = self.steps.still_for_s(now)
+        stalled = still_s > STALL_TIMEOUT_S
+        if stalled and not self.stalled:
+            self.say(f"warning: {jobperiod.stalled_message(still_s)}")
+            self.conditions.add(vocabulary.CONDITION_STALLED)
+        self.stalled = stalled
+
+    def _demand(self, now: float, *, need: float | None, current: float) -> planner.Demand:
+        """What the planner sees of this job: the operator's demand (``jobperiod.job_demand``)
+        on this machine's one node. ``need`` None: the trainer does not run (the law's
+        allocation, or what its speed curve or ``spec.estimate`` needs by the deadline)."""
         assert self.settings is not None and self.state is not None
         state = self.decision.state if self.decision is not None else self.state
-        self.demand = planner.Demand(
+        starting = self.child is None or self.paused
+        self.demand = jobperiod.job_demand(
+            self.job,
+            self.settings,
+            state,
+            now,
             key=self.key,
-            mode=self.job.resources.mode,
             need=need,
-            min_allocation=self.settings.min_allocation,
-            max_allocation=self.settings.max_allocation,
+            starting=starting,
+            remaining=self.steps_remaining(),
             current=current,
-            steps_remaining=self.steps_remaining(),
-            # a best-effort job has none (the planner's None, as the operator's demand says)
-            deadline_s=self.settings.deadline_s
-            if math.isfinite(self.settings.deadline_s)
-            else None,
             arrival_s=self.start_s,
-            priority=self.job.priority,
-            admitted=admitted or self.verdict in _RUNNING_VERDICTS,
+            admitted=jobperiod.admitted(starting, self.verdict),
             node=LOCAL_NODE if self.child is not None else None,
-            step_time_s=control.step_time_curve(state, self.settings),
         )
         return self.demand
 
     def steps_remaining(self) -> float:
         """Mini-batches left: from the latest sample, else the manifest's plan when it has one."""
-        if self.obs is not None:
-            return max(0.0, self.obs.steps_total - self.obs.steps_done)
-        if self.last_progress is not None:
-            return max(0.0, self.last_progress.steps_planned - self.last_progress.steps_done)
-        if self.job.steps_per_epoch is not None:
-            return float(self.job.epochs * self.job.steps_per_epoch)
-        return 0.0
+        last = self.last_progress
+        if last is not None:
+            return jobperiod.steps_remaining(self.obs, last.steps_done, last.steps_planned)
+        return jobperiod.steps_remaining(self.obs, 0.0, self.job.planned_steps)
+
+    @property
+    def deadline_s(self) -> float:
+        """The job's deadline (Unix s; moved or not); infinite for a best-effort job (its law
+        plans over a horizon instead: ``jobperiod.law_deadline_s``)."""
+        assert self.settings is not None
+        return math.inf if self.job.best_effort else self.settings.deadline_s
 
     # --- one period, after the planner ----------------------------------------------------
 
@@ -510,21 +499,25 @@ class _LocalJob:
         assert self.settings is not None and self.state is not None
         self._note_verdict(grant, now)
         if self.child is None or self.paused:
-            if grant is None or (grant.verdict in _RUNNING_VERDICTS and grant.allocation > 0):
+            if grant is None or (
+                grant.verdict in jobperiod.RUNNING_VERDICTS and grant.allocation > 0
+            ):
                 allocation = None if grant is None else grant.allocation
                 if self.child is None:
                     self.start_trainer(now, allocation)
                 else:
                     self._resume(allocation)
             else:
-                self.rows.append(_waiting_row(now, self.start_s, self.settings, self.state, grant))
+                self.rows.append(
+                    _waiting_row(now, self.start_s, self.deadline_s, self.state, grant)
+                )
                 self.line = self._waiting_line()
             self._maybe_write_trace()
             return
         assert self.decision is not None and self.base_state is not None
         if grant is not None and grant.verdict == vocabulary.VERDICT_PREEMPTED:
             self._pause(now)
-            self.rows.append(_waiting_row(now, self.start_s, self.settings, self.state, grant))
+            self.rows.append(_waiting_row(now, self.start_s, self.deadline_s, self.state, grant))
             self.line = self._waiting_line()
             self._maybe_write_trace()
             return
@@ -533,9 +526,13 @@ class _LocalJob:
             decision = control.follow_grant(
                 decision, grant.allocation, self.base_state, self.settings, now
             )
+            if self.job.best_effort:
+                decision = jobperiod.best_effort_followed(
+                    decision, self.decision, decision.allocation, self.settings.max_allocation
+                )
         self.state = decision.state
         self.conditions.add(decision.condition)
-        row = _row(now, self.start_s, self.settings, self.obs, self.applied, self.decision)
+        row = _row(now, self.start_s, self.deadline_s, self.obs, self.applied, self.decision)
         if grant is not None:
             row = replace(row, granted=decision.allocation, verdict=grant.verdict)
         self.rows.append(row)
@@ -590,7 +587,7 @@ class _LocalJob:
             self.say(line)
 
     def _reason(self, grant: planner.Grant) -> str:
-        return _with_earliest_deadline(grant, self.start_s)
+        return jobperiod.verdict_message(grant, self.start_s)
 
     def _waiting_line(self) -> str:
         grant = self.grant
@@ -617,6 +614,7 @@ class _LocalJob:
         except ProcessLookupError:
             pass
         self.paused = False
+        self.steps = jobperiod.StepWatch()  # the time it was paused is no stall
         self.line = f"resumed at {self.applied:g} cores"
 
     def _maybe_write_trace(self) -> None:
@@ -635,9 +633,9 @@ class _LocalJob:
 
     def summary(self, finished_s: float | None, code: int, err: str | None) -> RunSummary:
         settings = self.settings
-        deadline_rel = (settings.deadline_s - self.start_s) if settings is not None else 0.0
+        deadline_rel = (self.deadline_s - self.start_s) if settings is not None else 0.0
         deviation = None
-        if finished_s is not None and deadline_rel > 0:
+        if finished_s is not None and 0 < deadline_rel < math.inf:
             deviation = 100.0 * (finished_s - deadline_rel) / deadline_rel
         started = self.trainer_started_s
         return RunSummary(
@@ -721,25 +719,12 @@ def _verdict_line(
     if before == grant.verdict:
         return None
     if grant.verdict in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
-        return f"{grant.verdict.lower()}: {_with_earliest_deadline(grant, start_s)}"
+        return f"{grant.verdict.lower()}: {jobperiod.verdict_message(grant, start_s)}"
     if grant.verdict == vocabulary.VERDICT_SHORTED:
         return f"shorted: {grant.reason}"
     if before in (vocabulary.VERDICT_QUEUED, vocabulary.VERDICT_PREEMPTED):
         return f"admitted after {now - start_s:.0f}s: {grant.reason}"
     return None
-
-
-def _with_earliest_deadline(grant: planner.Grant, start_s: float) -> str:
-    """The grant's reason, with the earliest deadline the job could meet now when the
-    planner told one (as a time, and in seconds after the job's start ``start_s``)."""
-    text = grant.reason
-    if grant.earliest_deadline_s is not None:
-        when = grant.earliest_deadline_s
-        text += (
-            f"; earliest deadline it could meet now: {format_time(when)}"
-            f" ({when - start_s:.0f}s after its start)"
-        )
-    return text
 
 
 def _outcome(
@@ -863,7 +848,7 @@ class _Runtime:
         left = [j for j in self.jobs if not j.done]
         if not left or any(j.child is not None and not j.paused for j in left):
             return
-        if any(j.verdict in _RUNNING_VERDICTS or j.verdict is None for j in left):
+        if any(j.verdict in jobperiod.RUNNING_VERDICTS or j.verdict is None for j in left):
             return
         for job in left:
             job.error = f"never admitted: {job._waiting_line()}"
@@ -944,12 +929,13 @@ def _tail(path: Path, lines: int = 15) -> str:
 def _row(
     now: float,
     start_s: float,
-    settings: control.Settings,
+    deadline_s: float,
     obs: control.Observation | None,
     applied: float,
     decision: control.Decision,
 ) -> TraceRow:
-    duration = settings.deadline_s - start_s
+    """A period in which the trainer ran (times in Unix s; ``deadline_s`` the job's)."""
+    duration = deadline_s - start_s
     return TraceRow(
         t_s=now - start_s,
         steps_done=obs.steps_done if obs else float("nan"),
@@ -967,12 +953,13 @@ def _row(
 def _waiting_row(
     now: float,
     start_s: float,
-    settings: control.Settings,
+    deadline_s: float,
     state: control.State,
     grant: planner.Grant | None,
 ) -> TraceRow:
-    """A period in which the job waited for the planner: nothing runs."""
-    duration = settings.deadline_s - start_s
+    """A period in which the job waited for the planner: nothing runs (times in Unix s;
+    ``deadline_s`` the job's)."""
+    duration = deadline_s - start_s
     verdict = grant.verdict if grant is not None else vocabulary.VERDICT_QUEUED
     return TraceRow(
         t_s=now - start_s,

@@ -447,3 +447,7 @@ def test_cli_runs_a_best_effort_job_beside_a_deadline_job(tmp_path: Path) -> Non
     for name in ("cli-deadline", "cli-be"):
         summary, rows = read_trace(tmp_path / "out" / name / "trace.json")
         assert summary["complete"] and rows, (name, summary)
+    # The operator's best effort: no deadline to deviate from, never AtRisk for less than max.
+    summary, _ = read_trace(tmp_path / "out" / "cli-be" / "trace.json")
+    assert summary["deviation_pct"] is None and "AtRisk" not in summary["conditions"], summary
+    assert "after start (best effort)" in proc.stdout, proc.stdout

@@ -133,7 +133,7 @@ def test_a_waiting_row_holds_nothing_and_names_the_verdict() -> None:
     grant = planner.Grant(
         "b", 0.0, None, vocabulary.VERDICT_QUEUED, "no room", earliest_deadline_s=300.0
     )
-    row = local._waiting_row(130.0, 100.0, settings, state, grant)
+    row = local._waiting_row(130.0, 100.0, settings.deadline_s, state, grant)
     assert row.allocation == 0.0 and row.granted == 0.0 and row.requested == 1.0
     assert row.verdict == vocabulary.VERDICT_QUEUED and row.condition == vocabulary.VERDICT_QUEUED
     assert row.t_s == 30.0 and row.set_point == pytest.approx(0.5)
