@@ -1074,6 +1074,11 @@ def _gpu_count(
             and finish(g) + reserve_s <= target_s
         ]
         choice = min(smaller) if smaller and dwell_ok else current
+        if choice < current and _one_switch_later(
+            current, choice, settings, time_s, remaining, step_time, restart_cost, reserve_s
+        ):
+            note = f"; holding {current:g} for one switch to {choice - 1:g} later"
+            choice = current
     elif meeting:
         # Behind at this count, but a larger one still makes it. One GPU more, started one
         # period later, still leaving a spare restart: wait.
@@ -1087,6 +1092,47 @@ def _gpu_count(
     else:
         choice = min(candidates, key=finish)
     return choice, note
+
+
+def _one_switch_later(
+    current: float,
+    upper: float,
+    settings: Settings,
+    time_s: float,
+    remaining: float,
+    step_time: Callable[[float], float],
+    restart_cost: float,
+    reserve_s: float,
+) -> bool:
+    """Whether to hold ``current`` GPUs now and later switch once, straight to ``upper - 1``,
+    rather than shrink to ``upper`` (the smallest count that makes it) now: the need lies
+    between ``upper - 1`` and ``upper``, so ``upper`` alone finishes early and reaching the
+    target needs a second switch to ``upper - 1`` later. Held: one restart, at the time the
+    lower count only just makes it. It is taken when ``upper`` now finishes early by more
+    than holding one more period gains (else ``upper`` is the last switch), the later
+    switch pays (:func:`shrink_pays`), shrinking now cannot reach the target with a second
+    switch that pays (two switches, each between neighbouring counts, land finer than one
+    from ``current``: holding a period too long at ``current`` is a lead of
+    ``period_s x (t_l / t_c - 1)``), and it spends no more GPU-seconds, restarts included,
+    than ``upper`` to the end."""
+    lower = upper - 1
+    if lower < settings.min_allocation:
+        return False
+    t_c, t_u, t_l = step_time(current), step_time(upper), step_time(lower)
+    avail_s = settings.target_s - time_s - reserve_s  # seconds the remaining steps may take
+    early_s = avail_s - (restart_cost + remaining * t_u)
+    if early_s <= settings.period_s * t_u / t_c or t_l <= t_c:
+        return False
+    held_s = (avail_s - restart_cost - remaining * t_l) / (1.0 - t_l / t_c)
+    after_s = (remaining - held_s / t_c) * t_l  # at the lower count, after the restart
+    if held_s <= 0.0 or not shrink_pays(current, lower, after_s, restart_cost):
+        return False
+    at_u_s = (avail_s - 2.0 * restart_cost - remaining * t_l) / (1.0 - t_l / t_u)
+    rest_s = (remaining - at_u_s / t_u) * t_l
+    if at_u_s > 0 and shrink_pays(upper, lower, rest_s, restart_cost):
+        return False  # two switches reach the target, each finer than one from ``current``
+    hold_gpu_s = current * held_s + lower * (restart_cost + after_s)
+    return hold_gpu_s <= upper * (restart_cost + remaining * t_u)
 
 
 def shrink_pays(current: float, g: float, run_s_at_g: float, restart_cost: float) -> bool:
