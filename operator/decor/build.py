@@ -112,6 +112,8 @@ def build_settings(spec: JobSpec, start_s: float, deadline_s: float) -> control.
         extra["safety_margin_s"] = spec.control.safety_margin_s
     if spec.control.restart_cost_s is not None:
         extra["restart_cost_s"] = spec.control.restart_cost_s
+    if spec.control.max_restarts is not None:
+        extra["gpu_max_restarts"] = spec.control.max_restarts
     return control.Settings(
         mode=spec.resources.mode,
         min_allocation=spec.resources.min,

@@ -447,6 +447,9 @@ def test_settings_follow_the_spec() -> None:
     assert build.effective_deadline_s(spec, 1000.0) == 1090.0
     default = build.build_settings(parse_job(job_body()), 0.0, 90.0)
     assert (default.k, default.ti_s, default.safety_margin_s) == (50.0, 12.0, None)
+    assert default.gpu_max_restarts == 4
+    bounded = build.build_settings(parse_job(job_body(control={"maxRestarts": 2})), 0.0, 90.0)
+    assert bounded.gpu_max_restarts == 2
 
 
 # --- conditions --------------------------------------------------------------------------------

@@ -832,6 +832,48 @@ def test_decor_gpu_grows_at_the_last_safe_period(deadline_s: float, want: float,
     assert decision.allocation == want, why
 
 
+@pytest.mark.parametrize(
+    ("restarts", "deadline_s", "want", "why"),
+    [
+        (None, 860.0, 2.0, "no restart yet: the shrink that pays is taken"),
+        (2, 860.0, 2.0, "2 of 4 restarts: the shrink leaves one for a step back up"),
+        (3, 860.0, 3.0, "3 of 4: a shrink would leave none, so 3 is held"),
+    ],
+)
+def test_decor_gpu_restarts_are_counted_and_bound_the_shrinks(
+    restarts: int | None, deadline_s: float, want: float, why: str
+) -> None:
+    settings = gpu_settings(deadline_s, "decor")
+    assert settings.gpu_max_restarts == 4
+    state = replace(gpu_decor_state(3.0), gpu_restarts=restarts)
+    decision = decide(state, observation(100, 400, 3.0, total=1000), settings, 100)
+    assert decision.allocation == want, why
+    counted = restarts if want == 3.0 else (restarts or 0) + 1  # a change counts one
+    assert decision.state.gpu_restarts == counted
+    assert decision.state.to_dict()["gpu_restarts"] == counted
+    held = decide(
+        state, observation(100, 400, 3.0, total=1000), replace(settings, deadline_s=700.0), 100
+    )
+    assert held.allocation == 3.0 and held.state.gpu_restarts == restarts  # no change: no count
+    assert ("gpu_restarts" in held.state.to_dict()) == (restarts is not None)
+    assert State.from_dict(decision.state.to_dict()) == decision.state
+
+
+def test_decor_gpu_steps_up_past_the_restart_bound() -> None:
+    # at 2 GPUs: 820 s; 3 GPUs, a restart included, 610 s > 599.4 s (the target): 4
+    state = replace(gpu_decor_state(2.0), gpu_restarts=9)
+    decision = decide(
+        state, observation(100, 400, 2.0, total=1000), gpu_settings(600.0, "decor"), 100
+    )
+    assert decision.allocation == 4.0 and decision.state.gpu_restarts == 10
+
+
+def test_cpu_state_stores_no_restart_count() -> None:
+    state = decide(initial_state(cpu_settings(100.0, "decor")), observation(10, 100, 1.0),
+                   cpu_settings(100.0, "decor"), 10).state  # fmt: skip
+    assert state.gpu_restarts is None and "gpu_restarts" not in state.to_dict()
+
+
 # At 8 GPUs, t = 100 s, 600 of 1000 steps left (2.4/g s per step): 8 GPUs take 180 s, 4
 # take 360 s, 3 take 480 s. Deadline 560 s (target 559.4 s, shrink reserve 2.3 s): 4 GPUs
 # make it with a restart, 3 do not; the need lies between them.
