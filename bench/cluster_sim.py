@@ -189,6 +189,9 @@ class SimJob:
     pause_s: float = 0.0  # restart time still to sit out before steps resume
     allocations: list[float] = field(default_factory=list)
     steps_at_window_end: float | None = None  # steps done when the trace's window closed
+    restarts: int = 0  # GPU: changes of count after the first step (each a restart)
+    held_s: float = 0.0  # allocation x seconds held (core- or GPU-seconds)
+    run_start_s: float | None = None  # when it first ran
 
     @property
     def active(self) -> bool:
@@ -391,8 +394,11 @@ def simulate(
             for j in active:
                 _apply(j, grants[j.key])
             for j in active:
+                if j.run_start_s is None and j.allocation > 0:
+                    j.run_start_s = now
                 used_s = _advance(j, now, spec.period_s, rng, spec.noise_sigma)
                 resource_s += j.allocation * used_s
+                j.held_s += j.allocation * used_s
                 if j.deadline_s is not None:
                     deadline_resource_s += j.allocation * used_s
             active = [j for j in active if j.active]
@@ -415,6 +421,7 @@ def _apply(job: SimJob, grant: pl.Grant) -> None:
     new = grant.allocation
     if job.mode == "gpu" and new > 0 and job.steps_done > 0 and new != job.allocation:
         job.pause_s = job.restart_cost_s  # checkpoint, restart at the new count
+        job.restarts += 1
     job.allocation = new
     job.node = grant.node if new > 0 else None
     job.admitted = grant.verdict in (vocabulary.VERDICT_ADMITTED, vocabulary.VERDICT_SHORTED)
@@ -501,6 +508,58 @@ def summarize(spec: TraceSpec, policy: str, result: SimResult, nodes: int) -> di
         "noise_sigma": spec.noise_sigma,
         "contended": spec.contended,
         "exact_plants": spec.noise_sigma == 0,
+        **gpu_precision(dl),
+    }
+
+
+def _fractional_gpu_s(job: SimJob) -> float | None:
+    """GPU-seconds of ``job`` at its exact fractional need: the one constant (not whole)
+    count that runs every step from its first period to its deadline; None if that is
+    outside its bounds (less than its min GPUs: whole counts cannot finish it later; more
+    than its max: nothing meets the deadline) or it never ran."""
+    if job.run_start_s is None or job.deadline_s is None:
+        return None
+    span_s = job.deadline_s - job.run_start_s
+    u = job.curve.allocation_for(span_s / job.steps_total) if span_s > 0 else math.inf
+    inside = job.min_allocation <= u <= job.max_allocation
+    return u * span_s if inside else None
+
+
+def gpu_precision(deadline_jobs: Sequence[SimJob]) -> dict[str, Any]:
+    """How closely GPU deadline jobs hit their deadlines, over those admitted and finished
+    whose fractional need from their first period lies within their bounds:
+    ``gpu_deviation_mean_pct`` mean |finish - deadline| in % of the relative deadline,
+    ``gpu_seconds_vs_fractional_pct`` their GPU-seconds over the same jobs' at their exact
+    fractional need (:func:`_fractional_gpu_s`), less 100, and restarts per job (median, max).
+    ``gpu_deviation_switched_mean_pct`` is the mean over the jobs that changed count: the
+    others ran at one whole count because no switch paid for its restart, and finish early
+    by the gap between that count's speed and the fractional need's."""
+    rows = []
+    for j in deadline_jobs:
+        if j.mode != "gpu" or not j.ever_admitted or j.finish_s is None:
+            continue
+        frac_s = _fractional_gpu_s(j)
+        if frac_s is None:
+            continue
+        assert j.deadline_s is not None
+        dev = abs(j.finish_s - j.deadline_s) / (j.deadline_s - j.arrival_s) * 100.0
+        rows.append((dev, j.held_s, frac_s, j.restarts))
+    if not rows:
+        return {"gpu_jobs_measured": 0}
+    restarts = sorted(r[3] for r in rows)
+    switched = [r for r in rows if r[3] > 0]
+    return {
+        "gpu_jobs_measured": len(rows),
+        "gpu_deviation_mean_pct": round(sum(r[0] for r in rows) / len(rows), 3),
+        "gpu_deviation_max_pct": round(max(r[0] for r in rows), 3),
+        "gpu_seconds_vs_fractional_pct": round(
+            (sum(r[1] for r in rows) / sum(r[2] for r in rows) - 1.0) * 100.0, 2
+        ),
+        "gpu_deviation_switched_mean_pct": round(sum(r[0] for r in switched) / len(switched), 3)
+        if switched
+        else None,  # fmt: skip
+        "gpu_restarts_median": restarts[len(restarts) // 2],
+        "gpu_restarts_max": restarts[-1],
     }
 
 
@@ -719,7 +778,9 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
     lines += _bound_section(records)
     cols = ["policy", "met", "met_ratio", "admitted", "admitted_met_ratio", "late_admitted",
             "late_within_tolerance", "dropped", "high_priority_met", "resource_seconds", "deadline_resource_seconds", "best_effort_work",
-            "planner_ms_p50", "planner_ms_p99"]  # fmt: skip
+            "planner_ms_p50", "planner_ms_p99", "gpu_jobs_measured", "gpu_deviation_mean_pct",
+            "gpu_deviation_switched_mean_pct", "gpu_seconds_vs_fractional_pct",
+            "gpu_restarts_median", "gpu_restarts_max"]  # fmt: skip
     for trace in dict.fromkeys(r["trace"] for r in records):
         rs = [r for r in records if r["trace"] == trace]
         first = rs[0]
@@ -752,7 +813,11 @@ def write_report(out: Path, meta: dict[str, Any], records: Sequence[dict[str, An
         "jobs withdrawn once even their max could not meet the deadline; `resource_seconds`",
         "core-seconds plus GPU-seconds granted (all jobs), `deadline_resource_seconds` those of",
         "deadline jobs; `best_effort_work` best-effort jobs' work done by the last deadline job's",
-        "arrival (later every policy finishes them all), in whole jobs.",
+        "arrival (later every policy finishes them all), in whole jobs. `gpu_*`: GPU deadline",
+        "jobs admitted and finished whose fractional need from their first period lies within",
+        "their min and max GPUs: mean |finish - deadline| in % of the relative deadline (all of",
+        "them; those that changed count), GPU-seconds over the same jobs' at that exact",
+        "fractional need (in %, less 100), and restarts per job (median, max).",
         "",
     ]
     (out / "README.md").write_text("\n".join(lines))
@@ -916,6 +981,16 @@ def run(
                 f"({rec['sim_wall_s']} s)",
                 flush=True,
             )
+            if rec["gpu_jobs_measured"]:
+                print(
+                    f"{'':22s} {'':12s} GPU |dev| {rec['gpu_deviation_mean_pct']} % "
+                    f"(max {rec['gpu_deviation_max_pct']}) GPU-s vs fractional "
+                    f"{rec['gpu_seconds_vs_fractional_pct']:+} % restarts median "
+                    f"{rec['gpu_restarts_median']} max {rec['gpu_restarts_max']} "
+                    f"switched |dev| {rec['gpu_deviation_switched_mean_pct']} % "
+                    f"({rec['gpu_jobs_measured']} jobs)",
+                    flush=True,
+                )
         if spec.noise_sigma == 0:
             rec = bound_record(spec, refs, records[start:])
             records.append(rec)

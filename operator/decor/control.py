@@ -104,6 +104,11 @@ class Settings:
     gpu_shrink_reserve_ratio: float = 0.005
     # decor, GPU: no change sooner than this after the previous one took effect.
     min_dwell_s: float = 30.0
+    # decor, GPU: a job changes its count (a restart each) at most this many times to save
+    # GPUs: a shrink is taken only while it leaves one change for a step back up. A step up
+    # the deadline needs is always taken. Four: from MAX to the count above the need, to the
+    # one below it, one more shrink after a deadline moved later or a fast phase, and a spare.
+    gpu_max_restarts: int = 4
 
     @property
     def quantum(self) -> float:
@@ -252,9 +257,15 @@ class State:
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
     deadline_s: float | None = None  # decor: the deadline the last decision planned for
     version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
+    # GPU: the changes of count asked for so far (each a restart); None (not stored) before
+    # the first one and on CPU
+    gpu_restarts: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        raw = asdict(self)
+        if raw["gpu_restarts"] is None:
+            del raw["gpu_restarts"]
+        return raw
 
     @staticmethod
     def from_dict(raw: dict[str, Any]) -> State:
@@ -1023,9 +1034,12 @@ def _decide_gpu(
     dwell_ok = (
         replan or base.last_change_s is None or now - base.last_change_s >= settings.min_dwell_s
     )
+    spare_restart = (base.gpu_restarts or 0) + 2 <= settings.gpu_max_restarts
+    may_shrink = dwell_ok and spare_restart
     choice, note = _gpu_count(
-        current, settings, obs.time_s, remaining, step_time, restart_cost, finish, dwell_ok, replan
-    )
+        current, settings, obs.time_s, remaining, step_time, restart_cost, finish, may_shrink,
+        replan,
+    )  # fmt: skip
     condition = (
         vocabulary.CONDITION_AT_RISK
         if choice >= settings.max_allocation and finish(choice) > target_s
@@ -1044,12 +1058,13 @@ def _gpu_count(
     step_time: Any,
     restart_cost: float,
     finish: Callable[[float], float],
-    dwell_ok: bool,
+    may_shrink: bool,
     replan: bool,
 ) -> tuple[float, str]:
     """The GPU count to run at (``finish(g)``: when the job would finish at ``g`` GPUs, a
     restart included for a change; ``time_s``: the observation's time) and a note for the
-    message: hold, shrink when it pays, grow when needed and waiting does not pay."""
+    message: hold, shrink when it pays (and ``may_shrink``: the minimum dwell is over and a
+    change is left for a step back up), grow when needed and waiting does not pay."""
     target_s = settings.target_s
     candidates = [
         float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
@@ -1073,7 +1088,12 @@ def _gpu_count(
             and shrink_pays(current, g, remaining * step_time(g), restart_cost)
             and finish(g) + reserve_s <= target_s
         ]
-        choice = min(smaller) if smaller and dwell_ok else current
+        choice = min(smaller) if smaller and may_shrink else current
+        if choice < current and _one_switch_later(
+            current, choice, settings, time_s, remaining, step_time, restart_cost, reserve_s
+        ):
+            note = f"; holding {current:g} for one switch to {choice - 1:g} later"
+            choice = current
     elif meeting:
         # Behind at this count, but a larger one still makes it. One GPU more, started one
         # period later, still leaving a spare restart: wait.
@@ -1089,11 +1109,59 @@ def _gpu_count(
     return choice, note
 
 
+def _one_switch_later(
+    current: float,
+    upper: float,
+    settings: Settings,
+    time_s: float,
+    remaining: float,
+    step_time: Callable[[float], float],
+    restart_cost: float,
+    reserve_s: float,
+) -> bool:
+    """Whether to hold ``current`` GPUs now and later switch once, straight to ``upper - 1``,
+    rather than shrink to ``upper`` (the smallest count that makes it) now: the need lies
+    between ``upper - 1`` and ``upper``, so ``upper`` alone finishes early and reaching the
+    target needs a second switch to ``upper - 1`` later. Held: one restart, at the time the
+    lower count only just makes it. It is taken when ``upper`` now finishes early by more
+    than holding one more period gains (else ``upper`` is the last switch), the later
+    switch pays (:func:`shrink_pays`), shrinking now cannot reach the target with a second
+    switch that pays (two switches, each between neighbouring counts, land finer than one
+    from ``current``: holding a period too long at ``current`` is a lead of
+    ``period_s x (t_l / t_c - 1)``), and it spends no more GPU-seconds, restarts included,
+    than ``upper`` to the end."""
+    lower = upper - 1
+    if lower < settings.min_allocation:
+        return False
+    t_c, t_u, t_l = step_time(current), step_time(upper), step_time(lower)
+    avail_s = settings.target_s - time_s - reserve_s  # seconds the remaining steps may take
+    early_s = avail_s - (restart_cost + remaining * t_u)
+    if early_s <= settings.period_s * t_u / t_c or t_l <= t_c:
+        return False
+    held_s = (avail_s - restart_cost - remaining * t_l) / (1.0 - t_l / t_c)
+    after_s = (remaining - held_s / t_c) * t_l  # at the lower count, after the restart
+    if held_s <= 0.0 or not shrink_pays(current, lower, after_s, restart_cost):
+        return False
+    at_u_s = (avail_s - 2.0 * restart_cost - remaining * t_l) / (1.0 - t_l / t_u)
+    rest_s = (remaining - at_u_s / t_u) * t_l
+    if at_u_s > 0 and shrink_pays(upper, lower, rest_s, restart_cost):
+        return False  # two switches reach the target, each finer than one from ``current``
+    hold_gpu_s = current * held_s + lower * (restart_cost + after_s)
+    return hold_gpu_s <= upper * (restart_cost + remaining * t_u)
+
+
 def shrink_pays(current: float, g: float, run_s_at_g: float, restart_cost: float) -> bool:
     """A GPU shrink from ``current`` to ``g`` pays when the GPUs given back over the rest of
     the run (``run_s_at_g`` seconds at ``g``) outweigh the new pod's GPUs idle through the
     restart."""
     return (current - g) * run_s_at_g >= g * restart_cost
+
+
+def _restarts_after(base: State, settings: Settings, changed: bool) -> int | None:
+    """The GPU restarts counted once this decision's change (if any) is made."""
+    if settings.mode != "gpu" or not changed:
+        return base.gpu_restarts
+    return (base.gpu_restarts or 0) + 1
 
 
 def _hold_or_change(
@@ -1117,6 +1185,7 @@ def _hold_or_change(
         change_pending_since_s=now
         if changed and settings.mode == "gpu"
         else base.change_pending_since_s,
+        gpu_restarts=_restarts_after(base, settings, changed),
     )
     return Decision(
         allocation=target, state=state, condition=condition, message=message, eta_s=eta_s
@@ -1155,6 +1224,7 @@ def follow_grant(
         change_pending_since_s=now
         if changed and settings.mode == "gpu"
         else base.change_pending_since_s,
+        gpu_restarts=_restarts_after(base, settings, changed),
     )
     condition, message = decision.condition, decision.message
     if granted < decision.allocation - 1e-9:

@@ -73,6 +73,7 @@ def law_settings(
             ("ti_s", c.ti_s),
             ("safety_margin_s", c.safety_margin_s),
             ("restart_cost_s", c.restart_cost_s),
+            ("gpu_max_restarts", c.max_restarts),
         )
         if value is not None
     }

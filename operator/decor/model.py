@@ -75,6 +75,7 @@ class ControlSpec:
     k: float | None = None
     ti_s: float | None = None
     restart_cost_s: float | None = None
+    max_restarts: int | None = None  # GPU: changes of count to save GPUs (control.Settings)
 
 
 @dataclass(frozen=True)
@@ -359,7 +360,14 @@ def parse_control(raw: Any, mode: Mode) -> ControlSpec:
     section = _mapping(raw, where)
     _reject_unknown(
         section,
-        {"policy", "periodSeconds", "safetyMarginSeconds", "gains", "restartCostSeconds"},
+        {
+            "policy",
+            "periodSeconds",
+            "safetyMarginSeconds",
+            "gains",
+            "restartCostSeconds",
+            "maxRestarts",
+        },  # fmt: skip
         where,
     )
     policy = section.get("policy", "decor")
@@ -380,6 +388,9 @@ def parse_control(raw: Any, mode: Mode) -> ControlSpec:
     restart = section.get("restartCostSeconds")
     if restart is not None:
         restart = _non_negative(restart, f"{where}.restartCostSeconds")
+    max_restarts = section.get("maxRestarts")
+    if max_restarts is not None:
+        max_restarts = _positive_int(max_restarts, f"{where}.maxRestarts")
     return ControlSpec(
         policy=policy,
         period_s=period_s,
@@ -387,6 +398,7 @@ def parse_control(raw: Any, mode: Mode) -> ControlSpec:
         k=k,
         ti_s=ti_s,
         restart_cost_s=restart,
+        max_restarts=max_restarts,
     )
 
 

@@ -60,6 +60,27 @@ def test_exact_gpu_need_counts_the_restart_of_a_change() -> None:
     assert cs.exact_need(running, 0.0) == 5.0
 
 
+def test_gpu_precision_measures_deviation_gpu_seconds_and_restarts() -> None:
+    curve = cs.Amdahl(a=1.0, b=0.0)  # 1000 steps at g GPUs: 1000 / g s
+    gpu: dict[str, object] = dict(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=400.0,
+                                  ever_admitted=True, run_start_s=0.0)  # fmt: skip
+    # need 2.5 GPUs over 400 s (1000 GPU-s): one at 3 GPUs the whole way (finishes at 333 s,
+    # 16.7 % early, 1000 GPU-s), one mixed 3 then 2 with a restart (at 398 s, 1060 GPU-s)
+    whole = sim_job(**gpu, finish_s=1000.0 / 3, held_s=1000.0)
+    mixed = sim_job(**gpu, finish_s=398.0, held_s=1060.0, restarts=1)
+    below_min = sim_job(**{**gpu, "deadline_s": 2000.0}, finish_s=1000.0)  # needs 0.5 GPU
+    never_admitted = sim_job(**{**gpu, "ever_admitted": False}, finish_s=398.0)
+    cpu = sim_job(finish_s=300.0, ever_admitted=True, run_start_s=0.0)
+    got = cs.gpu_precision([whole, mixed, below_min, never_admitted, cpu])
+    assert got["gpu_jobs_measured"] == 2
+    assert got["gpu_deviation_mean_pct"] == pytest.approx((100 / 6 + 0.5) / 2, abs=1e-3)
+    assert got["gpu_deviation_max_pct"] == pytest.approx(100 / 6, abs=1e-3)
+    assert got["gpu_deviation_switched_mean_pct"] == pytest.approx(0.5)
+    assert got["gpu_seconds_vs_fractional_pct"] == pytest.approx(3.0)  # 2060 / 2000 GPU-s
+    assert (got["gpu_restarts_median"], got["gpu_restarts_max"]) == (1, 1)
+    assert cs.gpu_precision([cpu]) == {"gpu_jobs_measured": 0}
+
+
 def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
     note = "2 cores shared with other work"
     assert cs.main(["--quick", "--out", str(tmp_path), "--note", note]) == 0

@@ -51,6 +51,8 @@ def test_settings_follow_the_spec() -> None:
     default = settings_of(job_doc())
     assert (default.k, default.ti_s, default.safety_margin_s) == (50.0, 12.0, None)
     assert default.restart_cost_s == control.Settings.restart_cost_s
+    assert default.gpu_max_restarts == 4
+    assert settings_of(job_doc(control={"maxRestarts": 2})).gpu_max_restarts == 2
 
 
 def test_a_runtime_caps_max_and_min_and_may_override_the_policy() -> None:

@@ -154,6 +154,9 @@ def test_gpu_mode() -> None:
         valid_gpu_manifest(), spec__resources__max="2", spec__resources__initial="2"
     )
     assert parse_job(string_counts).resources.max == 2.0
+    assert job.control.max_restarts is None
+    bounded = parse_job(edited(valid_gpu_manifest(), spec__control={"maxRestarts": 2}))
+    assert bounded.control.max_restarts == 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,6 +194,8 @@ CPU_INVALID: list[Case] = [
     ({"spec__control": {"periodSeconds": "soon"}}, "spec.control.periodSeconds", "a duration"),
     ({"spec__control": {"safetyMarginSeconds": -1}}, "spec.control.safetyMarginSeconds", ">= 0"),
     ({"spec__control": {"gains": {"k": 0}}}, "spec.control.gains.k", "positive number"),
+    ({"spec__control": {"maxRestarts": 0}}, "spec.control.maxRestarts", "positive integer"),
+    ({"spec__control": {"maxRestarts": 1.5}}, "spec.control.maxRestarts", "positive integer"),
     ({"spec__control": {"gains": {"kp": 1}}}, "spec.control.gains.kp", "unknown field"),
     ({"spec__control": {"period": 1}}, "spec.control.period", "unknown field"),
     ({"spec__replicas": 2}, "spec.replicas", "unknown field"),
