@@ -244,7 +244,7 @@ def demand(
     nodes: tuple[str, ...] = (),
     uncapped_max: float = 0.0,
     pod_charge: quota.Amounts = (),
-    pod_facts: quota.PodFacts = quota.PodFacts(),
+    pod_facts: quota.PodFacts = quota.ANY_POD,
 ) -> planner.Demand:
     """The planner's record of one job (every field as ``planner.Demand`` has it), with the
     rules every runtime keeps: a job with no deadline (None or infinite: best effort) gives
@@ -289,7 +289,7 @@ def job_demand(
     node: str | None = None,
     nodes: tuple[str, ...] = (),
     pod_charge: quota.Amounts = (),
-    pod_facts: quota.PodFacts = quota.PodFacts(),
+    pod_facts: quota.PodFacts = quota.ANY_POD,
 ) -> planner.Demand:
     """What a job of ``spec`` asks of this period's planner (:func:`demand`).
 

@@ -64,6 +64,10 @@ class PodFacts:
     cross_namespace_affinity: bool = False  # a pod (anti-)affinity term names other namespaces
 
 
+ANY_POD = PodFacts()
+"""A pod no scope singles out: no priority class, not terminating, not BestEffort."""
+
+
 @dataclass(frozen=True)
 class Scope:
     """A ResourceQuota's ``spec.scopes`` and ``spec.scopeSelector.matchExpressions`` (as
