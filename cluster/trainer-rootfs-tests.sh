@@ -4,7 +4,7 @@
 # mounted as one root filesystem (overlay, with a scratch upper directory) with pytest added
 # in a cached layer of its own, this checkout bound at /src, and the tests run there in a
 # chroot. Prints the PyTorch, Python, Lightning and transformers versions it tests.
-#   cluster/trainer-rootfs-tests.sh [PYTEST_ARGS...]   (default: the trainer tests below)
+#   cluster/trainer-rootfs-tests.sh [PYTEST_ARGS...]   (the trainer tests below unless a tests/ path is given)
 # Needs root (mount, chroot) and the image's layers (cluster/build-images.sh; in CI the
 # background build `build-images.sh --no-import` makes them).
 set -euo pipefail
@@ -18,11 +18,12 @@ trap cleanup_mounts EXIT
 
 PYTEST_PIN="pytest==9.2.0"  # the version of the project's venv (pytest >= 7, pyproject.toml)
 # The trainer's tests: reporter, checkpoint and exact resume, data-parallel world-size changes
-# (gloo), the reference workloads and encoder_loop, the Lightning and HF callbacks.
+# (gloo), the reference workloads and encoder_loop, the Lightning and HF callbacks. Not
+# tests/integration/test_own_loop.py: it drives the examples through `decor run --local`, the
+# operator side's local runtime, which runs on the host.
 TESTS=(tests/unit/test_reporter.py tests/unit/test_checkpoint.py tests/unit/test_distributed.py
   tests/unit/test_encoder_loop.py tests/unit/test_threads.py tests/unit/test_callbacks.py
-  tests/integration/test_trainer.py tests/integration/test_own_loop.py
-  tests/integration/test_data_parallel.py)
+  tests/integration/test_trainer.py tests/integration/test_data_parallel.py)
 
 IMG=$DECOR_CACHE/images
 [ -f "$IMG/torch2-trainer.rootfs" ] || die "no torch2-trainer layers in $IMG: run DECOR_IMAGES=torch2-trainer cluster/build-images.sh --no-import first"
@@ -48,9 +49,9 @@ mount --rbind /dev "$mnt/dev"; mount --make-rslave "$mnt/dev"; CHROOT_MOUNTS+=("
 mkdir -p "$mnt/src"; mount --bind "$root" "$mnt/src"; CHROOT_MOUNTS+=("$mnt/src")
 cp -L /etc/hosts "$mnt/etc/hosts"  # localhost for gloo's rendezvous
 
-[ $# -gt 0 ] || set -- "${TESTS[@]}"
+case " $* " in *" tests/"*) ;; *) set -- "$@" "${TESTS[@]}" ;; esac  # no test named: the trainer's
 chroot "$mnt" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp LANG=C.UTF-8 \
-  PYTHONDONTWRITEBYTECODE=1 sh -c 'cd /src && python3 -c "
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/src/trainer_image sh -c 'cd /src && python3 -c "
 import platform, torch, importlib.metadata as m
 print(\"torch\", torch.__version__, \"python\", platform.python_version(),
       \"lightning\", m.version(\"lightning\"), \"transformers\", m.version(\"transformers\"))
