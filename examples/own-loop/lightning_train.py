@@ -70,6 +70,7 @@ trainer = L.Trainer(
     max_epochs=int(os.environ.get("DECOR_EPOCHS", "3")),  # spec.epochs
     accumulate_grad_batches=args.accumulation,
     accelerator="cpu",
+    default_root_dir=checkpoint_dir,
     logger=False,
     enable_checkpointing=False,
     enable_progress_bar=False,
