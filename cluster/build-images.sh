@@ -338,5 +338,5 @@ if [ "$do_import" = 1 ]; then
     case "$keep" in *" $ref "*) ;; *) log "removing stale image reference $ref"; ctr_k8s images rm "$ref" >/dev/null 2>&1 || true ;; esac
   done
 fi
-log "images ready in $((SECONDS - t_all))s: $TRAINER_IMAGE, $OPERATOR_IMAGE"
+log "images ready in $((SECONDS - t_all))s:$IMAGES"
 for a in ${ARCHIVES[@]+"${ARCHIVES[@]}"}; do echo "archive $a"; done
