@@ -47,4 +47,18 @@ pip_layer() { # pip_layer OUT_DIR "LOWER_DIRS (top first)" FILE [--no-compile] P
   find "$out/usr" -mindepth 1 -maxdepth 1 -not -name local -exec rm -rf {} +
   rm -rf "$out.work" "$mnt"
   [ -z "$(find "$out" -type c -print -quit)" ] || die "pip removed files of a lower layer in $out"
+  # overlayfs's own attributes (trusted.overlay.*) must not reach the image's layer tar; an
+  # opaque directory would hide a lower layer's files in the image: refused.
+  python3 - "$out" <<'PY' || die "pip replaced a directory of a lower layer in $out"
+import os, sys
+opaque = []
+for root, dirs, files in os.walk(sys.argv[1]):
+    for path in [root] + [os.path.join(root, name) for name in dirs + files]:
+        for key in os.listxattr(path, follow_symlinks=False):
+            if key.startswith("trusted.overlay."):
+                if key == "trusted.overlay.opaque":
+                    opaque.append(path)
+                os.removexattr(path, key, follow_symlinks=False)
+sys.exit(f"opaque: {opaque[:5]}" if opaque else 0)
+PY
 }
