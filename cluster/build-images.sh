@@ -4,6 +4,13 @@
 #   localhost/decor/trainer:0.1.0   Debian bookworm minbase + python3, python3-torch (CPU),
 #                                   python3-prometheus-client, python3-yaml + the decor-trainer
 #                                   wheel (hack/trainer-wheel.sh), installed with pip
+#   localhost/decor/torch2-trainer:0.1.0
+#                                   Debian trixie minbase + python3 (3.13), python3-torch (2.x,
+#                                   CPU), python3-prometheus-client, python3-yaml, python3-pip;
+#                                   then the pinned Lightning and transformers
+#                                   (trainer_image/frameworks-torch2.txt) and the decor-trainer
+#                                   wheel, each installed with pip inside the root filesystem
+#                                   as a user's image takes them (--break-system-packages)
 #   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml
 #                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
 #                                   + the decor package and decor_trainer.contract
@@ -13,6 +20,7 @@
 # trainer_image/Dockerfile and operator/Dockerfile (what `make kind-up` builds with Docker).
 # Options: --no-import (only build the archives; their paths are printed on stdout as
 # `archive NAME PATH` lines, which cluster/push-images.sh reads to push them to a registry).
+# DECOR_IMAGES (default "trainer torch2-trainer operator") picks the images to build.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -21,8 +29,12 @@ export LOG_TAG=images
 need_root
 do_import=1; [ "${1:-}" = --no-import ] && do_import=0
 
-SUITE=bookworm
+SUITE=bookworm         # the operator's and the PyTorch 1.13 trainer's Debian release
+TORCH2_SUITE=trixie    # the PyTorch 2.x trainer's (python3-torch 2.6, Python 3.13)
 TRAINER_IMAGE=localhost/decor/trainer:0.1.0
+TORCH2_TRAINER_IMAGE=localhost/decor/torch2-trainer:0.1.0
+TORCH2_APT="python3 python3-torch python3-prometheus-client python3-yaml python3-pip"
+IMAGES=" ${DECOR_IMAGES:-trainer torch2-trainer operator} "
 OPERATOR_IMAGE=localhost/decor/operator:0.1.0
 TRAINER_APT="python3 python3-torch python3-prometheus-client python3-yaml"
 OPERATOR_APT="python3 python3-yaml"
@@ -57,6 +69,13 @@ apt_uri() { # apt_uri SUITE -> the first URI that serves SUITE (deb822 or one-li
 MIRROR=${DECOR_DEBIAN_MIRROR:-$(apt_uri "$SUITE" | sed -n 1p)}
 SECURITY=${DECOR_DEBIAN_SECURITY:-$(apt_uri "$SUITE-security" | sed -n 1p)}
 [ -n "$MIRROR" ] || die "no Debian mirror for $SUITE in /etc/apt/sources*; set DECOR_DEBIAN_MIRROR"
+mirror_of() { # mirror_of SUITE -> the host's URI for SUITE, else the one of $SUITE (same archive)
+  local uri; uri=$(apt_uri "$1" | sed -n 1p); echo "${uri:-$MIRROR}"
+}
+security_of() { # security_of SUITE -> the security archive's URI (or nothing)
+  [ -n "$SECURITY" ] || return 0
+  local uri; uri=$(apt_uri "$1-security" | sed -n 1p); echo "${uri:-$SECURITY}"
+}
 
 hash_of() { # hash_of STRING FILES... -> 12 hex digits
   local s=$1; shift
@@ -74,22 +93,18 @@ hash_of() { # hash_of STRING FILES... -> 12 hex digits
 }
 
 # ------------------------------------------------------------------ chroot helpers
-CHROOT_MOUNTS=()
-cleanup_mounts() {
-  local i
-  for ((i = ${#CHROOT_MOUNTS[@]} - 1; i >= 0; i--)); do umount "${CHROOT_MOUNTS[$i]}" 2>/dev/null || umount -l "${CHROOT_MOUNTS[$i]}" 2>/dev/null || true; done
-  CHROOT_MOUNTS=()
-}
+. "$here/rootfs.sh"  # CHROOT_MOUNTS, cleanup_mounts, pip_layer
 trap cleanup_mounts EXIT
-chroot_apt() { # chroot_apt ROOTFS PACKAGES...: apt-get install (no recommends) inside ROOTFS
-  local r=$1; shift
+chroot_apt() { # chroot_apt ROOTFS SUITE PACKAGES...: apt-get install (no recommends) inside ROOTFS
+  local r=$1 suite=$2 mirror security; shift 2
+  mirror=$(mirror_of "$suite"); security=$(security_of "$suite")
   mount -t proc proc "$r/proc"; CHROOT_MOUNTS+=("$r/proc")
   cp -L /etc/resolv.conf "$r/etc/resolv.conf"
   printf '#!/bin/sh\nexit 101\n' > "$r/usr/sbin/policy-rc.d"; chmod +x "$r/usr/sbin/policy-rc.d"
   {
-    echo "deb $MIRROR $SUITE main"
-    echo "deb $MIRROR $SUITE-updates main"
-    [ -n "$SECURITY" ] && echo "deb $SECURITY $SUITE-security main"
+    echo "deb $mirror $suite main"
+    echo "deb $mirror $suite-updates main"
+    [ -n "$security" ] && echo "deb $security $suite-security main"
   } > "$r/etc/apt/sources.list"
   printf 'Acquire::Check-Valid-Until "false";\nAPT::Install-Recommends "false";\n' > "$r/etc/apt/apt.conf.d/99decor"
   chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
@@ -100,33 +115,40 @@ chroot_apt() { # chroot_apt ROOTFS PACKAGES...: apt-get install (no recommends) 
 }
 
 # ------------------------------------------------------------------ stage 0: minbase rootfs
-k0=$(hash_of "debootstrap minbase $SUITE v1")
-base0=$IMG/minbase-$SUITE-$k0
-if [ ! -f "$base0/.complete" ]; then
-  apt_ensure debootstrap
-  log "debootstrap --variant=minbase $SUITE -> $base0 (mirror from the host's apt sources)"
-  t=$SECONDS
-  rm -rf "$base0"
-  debootstrap --variant=minbase --components=main "$SUITE" "$base0" "$MIRROR" >"$IMG/debootstrap.log" 2>&1 ||
-    { tail -n 30 "$IMG/debootstrap.log" >&2; die "debootstrap failed; see $IMG/debootstrap.log"; }
-  rm -rf "$base0/var/cache/apt/archives/"*.deb "$base0/var/lib/apt/lists/"*
-  echo "debootstrap_s $((SECONDS - t))" > "$base0/.complete"
-  log "debootstrap done in $((SECONDS - t))s ($(du -sh "$base0" | cut -f1))"
-else
-  log "cached: $base0"
-fi
+minbase() { # minbase SUITE -> prints the debootstrapped minbase rootfs of SUITE (cached)
+  local suite=$1 k dir t
+  k=$(hash_of "debootstrap minbase $suite v1")
+  dir=$IMG/minbase-$suite-$k
+  if [ ! -f "$dir/.complete" ]; then
+    apt_ensure debootstrap
+    log "debootstrap --variant=minbase $suite -> $dir (mirror from the host's apt sources)"
+    t=$SECONDS
+    rm -rf "$dir"
+    debootstrap --variant=minbase --components=main "$suite" "$dir" "$(mirror_of "$suite")" >"$IMG/debootstrap-$suite.log" 2>&1 ||
+      { tail -n 30 "$IMG/debootstrap-$suite.log" >&2; die "debootstrap failed; see $IMG/debootstrap-$suite.log"; }
+    rm -rf "$dir/var/cache/apt/archives/"*.deb "$dir/var/lib/apt/lists/"*
+    echo "debootstrap_s $((SECONDS - t))" > "$dir/.complete"
+    log "debootstrap done in $((SECONDS - t))s ($(du -sh "$dir" | cut -f1))"
+  else
+    log "cached: $dir"
+  fi
+  echo "$dir"
+}
+base0=$(minbase "$SUITE")
+k0=${base0##*-}
 
 # ------------------------------------------------------------------ stage 1: apt layers
-stage1() { # stage1 NAME "PACKAGES" -> prints the rootfs directory
-  local name=$1 pkgs=$2 k dir t
-  k=$(hash_of "$name $k0 $pkgs v1")
+stage1() { # stage1 NAME "PACKAGES" [SUITE] -> prints the rootfs directory
+  local name=$1 pkgs=$2 suite=${3:-$SUITE} base=$base0 key0=$k0 k dir t
+  if [ "$suite" != "$SUITE" ]; then base=$(minbase "$suite"); key0="$suite ${base##*-}"; fi
+  k=$(hash_of "$name $key0 $pkgs v1")
   dir=$IMG/$name-$k
   if [ ! -f "$dir/.complete" ]; then
     log "$name: apt-get install $pkgs (no recommends) -> $dir"
     t=$SECONDS
     rm -rf "$dir" "$dir.tmp"
-    cp -a "$base0" "$dir.tmp"; rm -f "$dir.tmp/.complete"
-    chroot_apt "$dir.tmp" "$pkgs"
+    cp -a "$base" "$dir.tmp"; rm -f "$dir.tmp/.complete"
+    chroot_apt "$dir.tmp" "$suite" "$pkgs"
     mv "$dir.tmp" "$dir"
     echo "apt_s $((SECONDS - t))" > "$dir/.complete"
     log "$name: done in $((SECONDS - t))s ($(du -sh --exclude=.complete "$dir" | cut -f1))"
@@ -138,6 +160,8 @@ stage1() { # stage1 NAME "PACKAGES" -> prints the rootfs directory
   echo "$dir"
 }
 trainer_base=$(stage1 trainer-base "$TRAINER_APT")
+torch2_apt=""
+case "$IMAGES" in *" torch2-trainer "*) torch2_apt=$(stage1 torch2-trainer-apt "$TORCH2_APT" "$TORCH2_SUITE") ;; esac
 
 operator_base_key=$(hash_of "operator-base $k0 $OPERATOR_APT v1" "$here/operator-image-requirements.txt")
 operator_base=$IMG/operator-base-$operator_base_key
@@ -225,6 +249,7 @@ ARCHIVES=()  # "NAME PATH" of each archive --no-import built or found
 # needs no wheel build (nor the index, when the build has to fetch setuptools).
 tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$tdir.dist" "$odir"' EXIT
 [ -d "$root/trainer_image/decor_trainer" ] || die "trainer_image/decor_trainer not found in $root"
+case "$IMAGES" in *" trainer "*)
 tkey=$(hash_of "trainer $trainer_base v3 $TRAINER_USER" "$root/trainer_image/pyproject.toml" \
   "$root/trainer_image/README.md" "$root/trainer_image/decor_trainer" "$root/hack/trainer-wheel.sh" "$here/oci-pack.py")
 if ! image_built "$TRAINER_IMAGE" "$tkey"; then
@@ -241,7 +266,51 @@ if ! image_built "$TRAINER_IMAGE" "$tkey"; then
   log "trainer: ${wheel##*/} built and installed with pip in $((SECONDS - t))s"
 fi
 build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$trainer_base" "$tdir"
+;; esac
 
+# torch2-trainer: Debian trixie's PyTorch 2.x. Two layers on the apt rootfs, each the upper
+# directory of an overlay mount whose root filesystem pip runs in: the pinned frameworks, then
+# the decor-trainer wheel. pip installs with --break-system-packages, as a user's Dockerfile
+# on a Debian base would: an image runs one program, root's pip writes only /usr/local (never
+# Debian's /usr/lib/python3), and `python3` stays the command (a venv would change it). Every
+# distribution Debian installed is held at its version (a constraints file), so pip never
+# replaces Debian's torch or numpy with a PyPI build.
+if [ -n "$torch2_apt" ]; then
+  fw_req=$root/trainer_image/frameworks-torch2.txt
+  fw_key=$(hash_of "torch2-frameworks $torch2_apt v1" "$fw_req" "$here/rootfs.sh")
+  frameworks=$IMG/torch2-trainer-frameworks-$fw_key
+  if [ ! -f "$frameworks/.complete" ]; then
+    log "torch2-trainer: pip install -r ${fw_req#$root/} in the $TORCH2_SUITE root filesystem"
+    t=$SECONDS
+    pip_layer "$frameworks.tmp" "$torch2_apt" "$fw_req" -r /tmp/decor-pip/frameworks-torch2.txt
+    echo "pip_s $((SECONDS - t))" > "$frameworks.tmp/.complete"
+    find "$IMG" -maxdepth 1 -name "torch2-trainer-frameworks-*" -not -name "torch2-trainer-frameworks-$fw_key" -not -name "torch2-trainer-frameworks-$fw_key.*" -exec rm -rf {} + 2>/dev/null || true
+    mv "$frameworks.tmp" "$frameworks"
+    log "torch2-trainer: frameworks installed in $((SECONDS - t))s ($(du -sh --exclude=.complete "$frameworks" | cut -f1))"
+  else
+    log "cached: $frameworks"
+  fi
+  t2key=$(hash_of "torch2-trainer $frameworks v1 $TRAINER_USER" "$root/trainer_image/pyproject.toml" \
+    "$root/trainer_image/README.md" "$root/trainer_image/decor_trainer" "$root/hack/trainer-wheel.sh" "$here/oci-pack.py")
+  t2dir=$IMG/torch2-trainer-wheel-$t2key
+  if [ ! -f "$t2dir/.complete" ]; then
+    t=$SECONDS
+    wheel=$(PYTHON=$pip_py bash "$root/hack/trainer-wheel.sh" "$tdir.dist") || die "building the decor-trainer wheel failed"
+    pip_layer "$t2dir.tmp" "$frameworks $torch2_apt" "$wheel" --no-compile "/tmp/decor-pip/${wheel##*/}"
+    rm -rf "$tdir.dist"
+    mkdir -p "$t2dir.tmp/var/lib/decor/checkpoints"
+    chown "$TRAINER_USER" "$t2dir.tmp/var/lib/decor/checkpoints"
+    echo "pip_s $((SECONDS - t))" > "$t2dir.tmp/.complete"
+    find "$IMG" -maxdepth 1 -name "torch2-trainer-wheel-*" -not -name "torch2-trainer-wheel-$t2key*" -exec rm -rf {} + 2>/dev/null || true
+    mv "$t2dir.tmp" "$t2dir"
+    log "torch2-trainer: ${wheel##*/} installed with pip in $((SECONDS - t))s"
+  fi
+  build_image "$TORCH2_TRAINER_IMAGE" "$t2key" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$torch2_apt" "$frameworks" "$t2dir"
+  TORCH2_ROOTFS="$t2dir $frameworks $torch2_apt"  # top first; cluster/trainer-rootfs.sh mounts them
+  echo "$TORCH2_ROOTFS" > "$IMG/torch2-trainer.rootfs"
+fi
+
+case "$IMAGES" in *" operator "*)
 # operator: the decor package + a `decor` command
 [ -d "$root/operator/decor" ] || die "operator/decor not found in $root"
 mkdir -p "$odir/$SITE" "$odir/usr/local/bin"
@@ -254,6 +323,7 @@ printf '#!/usr/bin/python3\nimport sys\nfrom decor.cli import main\nsys.exit(mai
 chmod -R u=rwX,go=rX "$odir"; chmod 755 "$odir/usr/local/bin/decor"
 okey=$(hash_of "operator $apt_base $operator_base v2 $OPERATOR_USER" "$odir" "$here/oci-pack.py")
 build_image "$OPERATOR_IMAGE" "$okey" '["decor", "operator"]' "$OPERATOR_USER" "$apt_base" "$operator_base" "$odir"
+;; esac
 
 # Drop what older builds left in containerd: the CRI keeps a `sha256:<config>` reference per
 # image it has seen; references whose config no named image uses any more are removed, and
@@ -268,5 +338,5 @@ if [ "$do_import" = 1 ]; then
     case "$keep" in *" $ref "*) ;; *) log "removing stale image reference $ref"; ctr_k8s images rm "$ref" >/dev/null 2>&1 || true ;; esac
   done
 fi
-log "images ready in $((SECONDS - t_all))s: $TRAINER_IMAGE, $OPERATOR_IMAGE"
+log "images ready in $((SECONDS - t_all))s:$IMAGES"
 for a in ${ARCHIVES[@]+"${ARCHIVES[@]}"}; do echo "archive $a"; done

@@ -139,7 +139,7 @@ fi
 
 # ------------------------------------------------------------------ build, then push
 log "building the images (cluster/build-images.sh --no-import)"
-archives=$(bash "$here/build-images.sh" --no-import | sed -n 's/^archive //p')
+archives=$(DECOR_IMAGES="trainer operator" bash "$here/build-images.sh" --no-import | sed -n 's/^archive //p')
 push() { # push NAME REF
   local name=$1 ref=$2 archive t=$SECONDS
   archive=$(awk -v n="$name" '$1 == n {print $2}' <<< "$archives")

@@ -1,9 +1,10 @@
 """Progress callbacks driven by the real libraries: a Hugging Face Trainer for a few steps on
 a tiny model, then resumed from its checkpoint; the reporter's counters match the steps.
 
-Lightning cannot be imported on the PyTorch these tests install (Debian's 1.13 under Python
-3.11: see decor_trainer.callbacks); its test runs where it imports and skips with the reason
-elsewhere.
+Lightning cannot be imported on the host's PyTorch (Debian's 1.13 under Python 3.11: see
+decor_trainer.callbacks); its tests run in the PyTorch 2.x trainer image's root filesystem
+with the pinned releases (cluster/trainer-rootfs-tests.sh, trainer_image/frameworks-torch2.txt)
+and skip with the reason elsewhere.
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ class TinyRegression(torch.nn.Module):  # type: ignore[misc]
 
 
 class Seeded(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, samples: int = SAMPLES) -> None:
+        self.samples = samples
+
     def __len__(self) -> int:
-        return SAMPLES
+        return self.samples
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         x = torch.randn(FEATURES, generator=torch.Generator().manual_seed(i))
@@ -102,13 +106,17 @@ def test_callback_errors_never_reach_training(tmp_path: Path) -> None:
     assert trainer.state.global_step == FIRST_STEPS
 
 
-def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
+def lightning_or_skip() -> Any:
     try:
         import lightning.pytorch as pl
     except Exception as exc:  # noqa: BLE001 - ImportError, or it breaks on this PyTorch
         pytest.skip(f"Lightning does not import here: {exc!r}")
-    registry = CollectorRegistry()
-    reporter = ProgressReporter(steps_planned=0, epochs_planned=0, registry=registry)
+    return pl
+
+
+def lightning_fit(pl: Any, root: Path, max_steps: int, callback: Any, ckpt: Path | None) -> Any:
+    """Fit the tiny regression with Lightning for ``max_steps`` optimizer steps (from ``ckpt``
+    when given); returns the trainer."""
 
     class Module(pl.LightningModule):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
@@ -121,14 +129,48 @@ def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    loader = torch.utils.data.DataLoader(Seeded(), batch_size=BATCH)
-    trainer = pl.Trainer(max_steps=FIRST_STEPS, callbacks=[DecorLightningCallback(reporter)],
-                         default_root_dir=tmp_path, logger=False, enable_progress_bar=False)  # fmt: skip
-    trainer.fit(Module(), loader)
+    # an epoch of FIRST_STEPS batches: the checkpoint ends an epoch (Lightning warns when a
+    # run resumes inside one from a data loader without a state_dict)
+    loader = torch.utils.data.DataLoader(Seeded(FIRST_STEPS * BATCH), batch_size=BATCH)
+    trainer = pl.Trainer(max_steps=max_steps, callbacks=[callback], default_root_dir=root,
+                         logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                         enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer.fit(Module(), loader, ckpt_path=str(ckpt) if ckpt else None)
+    return trainer
+
+
+def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
+    pl = lightning_or_skip()
+    registry = CollectorRegistry()
+    reporter = ProgressReporter(steps_planned=0, epochs_planned=0, registry=registry)
+    trainer = lightning_fit(pl, tmp_path, FIRST_STEPS, DecorLightningCallback(reporter), None)
     assert registry.get_sample_value("decor_steps_completed_total") == FIRST_STEPS
     checkpoint = tmp_path / "last.ckpt"
     trainer.save_checkpoint(checkpoint)
-    trainer = pl.Trainer(max_steps=TOTAL_STEPS, callbacks=[DecorLightningCallback(reporter)],
-                         default_root_dir=tmp_path, logger=False, enable_progress_bar=False)  # fmt: skip
-    trainer.fit(Module(), loader, ckpt_path=str(checkpoint))
+    lightning_fit(pl, tmp_path, TOTAL_STEPS, DecorLightningCallback(reporter), checkpoint)
     assert registry.get_sample_value("decor_steps_completed_total") == TOTAL_STEPS
+
+
+def test_lightning_callback_resumes_at_the_checkpoints_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a trainer pod (the sidecar's progress file): the replaced process resumes from the
+    checkpoint, its counters start at the checkpoint's step and samples, and end at the total."""
+    pl = lightning_or_skip()
+    progress_file = tmp_path / "progress.json"
+    monkeypatch.setenv("DECOR_PROGRESS_FILE", str(progress_file))
+    callback = DecorLightningCallback(samples_per_step=BATCH)
+    trainer = lightning_fit(pl, tmp_path, FIRST_STEPS, callback, None)
+    first = json.loads(progress_file.read_text())
+    assert (first["steps"], first["samples"], first["steps_planned"]) == (
+        FIRST_STEPS, FIRST_STEPS * BATCH, FIRST_STEPS,
+    )  # fmt: skip
+    checkpoint = tmp_path / "step5.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    resumed = lightning_fit(
+        pl, tmp_path, TOTAL_STEPS, DecorLightningCallback(samples_per_step=BATCH), checkpoint
+    )
+    final = json.loads(progress_file.read_text())
+    assert final["steps"] == resumed.global_step == TOTAL_STEPS
+    assert final["samples"] == TOTAL_STEPS * BATCH
+    assert final["steps_planned"] == TOTAL_STEPS

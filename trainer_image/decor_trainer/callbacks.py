@@ -19,9 +19,9 @@ until a scrape has shown it (``DECOR_METRICS_LINGER_S`` at most), as with the tw
 helper. Reporting never raises into training.
 
 Versions tested here: transformers 4.44.2 with accelerate 0.33.0 on PyTorch 1.13 (the
-``integrations`` extra). Lightning needs PyTorch >= 1.13 final and imports
-``torch.distributed.fsdp``, which Debian's 1.13 build cannot import under Python 3.11; the
-Lightning callback is written to Lightning 2.x's ``Callback`` hooks (docs/tools.md).
+``integrations`` extra); Lightning 2.6.6, transformers 5.24.0 and accelerate 1.15.0 on
+PyTorch 2.6 (trainer_image/frameworks-torch2.txt, docs/pytorch.md). Lightning does not
+import on Debian's 1.13 build under Python 3.11 (docs/tools.md).
 """
 
 from __future__ import annotations

@@ -373,6 +373,10 @@ def init_process_group(world: WorldInfo, device: torch.device) -> None:
     if world.world_size == 1:
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
+    # PyTorch >= 2.4 asks for the libuv TCPStore by default, and Debian's build has none
+    # ("use_libuv was requested but PyTorch was build without libuv support"): the classic
+    # store serves worlds of a few workers. USE_LIBUV=1 in the environment still picks libuv.
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group(
         backend,
         init_method="env://",
