@@ -43,7 +43,7 @@ TORCH113_TRAINER_IMAGE = "localhost/decor/trainer:0.1.0"
 TORCH2_TRAINER_IMAGE = os.environ.get(
     "DECOR_TORCH2_TRAINER_IMAGE", "localhost/decor/torch2-trainer:0.1.0"
 )
-TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", TORCH113_TRAINER_IMAGE)
+TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", TORCH2_TRAINER_IMAGE)
 OPERATOR_IMAGE = os.environ.get("DECOR_OPERATOR_IMAGE", "localhost/decor/operator:0.1.0")
 # Multiplies every timeout (slow machines, cold image caches).
 TIMEOUT_SCALE = float(os.environ.get("DECOR_E2E_TIMEOUT_SCALE", "1"))
