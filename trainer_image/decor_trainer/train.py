@@ -141,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a DECOR reference workload with progress reporting and "
         "checkpoint/resume.",
     )
+    _add_workload_flags(p)
+    _add_device_flags(p)
+    _add_checkpoint_flags(p)
+    _add_progress_flags(p)
+    _add_failure_hooks(p)
+    _add_data_parallel_flags(p)
+    _add_test_logs(p)
+    return p
+
+
+def _add_workload_flags(p: argparse.ArgumentParser) -> None:
+    """The workload, its size and length, and its seed."""
     p.add_argument("--workload", choices=WORKLOADS, default="resnet", help="model and data")
     p.add_argument(
         "--epochs",
@@ -181,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of weights and data (default: %(default)s)"
     )
+
+
+def _add_device_flags(p: argparse.ArgumentParser) -> None:
+    """Where the steps run: the device and its CPU threads."""
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -194,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
         "cores, at least 1, at most the CPUs in the affinity mask, re-read about once a "
         "second while training, since DECOR resizes the limit; see decor_trainer.threads)",
     )
+
+
+def _add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how often to checkpoint."""
     p.add_argument(
         "--checkpoint-dir",
         help=f"save and resume <dir>/checkpoint.pt (default: ${ENV_CHECKPOINT_DIR}; "
@@ -206,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between periodic checkpoints, 0 = only on SIGTERM and at the end "
         "(default: %(default)s)",
     )
+
+
+def _add_progress_flags(p: argparse.ArgumentParser) -> None:
+    """How progress is reported: the /metrics endpoint or the progress file."""
     p.add_argument(
         "--metrics-port",
         type=_port,
@@ -228,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"write this progress file for the sidecar instead of serving /metrics "
         f"(default: ${ENV_PROGRESS_FILE})",
     )
+
+
+def _add_failure_hooks(p: argparse.ArgumentParser) -> None:
+    """TEST HOOKS that make the trainer fail, end early or hang at a step."""
     p.add_argument(
         "--fail-at-step",
         type=_int_at_least(0),
@@ -244,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_int_at_least(1),
         help="TEST HOOK: stop completing steps at this global step (until SIGTERM)",
     )
+
+
+def _add_data_parallel_flags(p: argparse.ArgumentParser) -> None:
+    """Determinism, workers, and how the batch and the data follow them."""
     p.add_argument(
         "--deterministic",
         action="store_true",
@@ -283,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="samples in the synthetic dataset, visited in a seeded order, one permutation "
         "per pass (default: steps per epoch x batch size; a checkpoint's value wins)",
     )
+
+
+def _add_test_logs(p: argparse.ArgumentParser) -> None:
+    """TEST HOOKS that log each step's samples, loss and index."""
     p.add_argument(
         "--sample-log",
         help="TEST HOOK: every worker appends the sample indices of each pass, one JSON "
@@ -297,7 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--step-log",
         help="TEST HOOK: append each completed global step's index to this file, one a line",
     )
-    return p
 
 
 def _from_env(
