@@ -153,7 +153,17 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
     runs that left MAX beside MAX at their own speed."""
     if not tight.pairs:
         return []
-    se = tight.standard_error_pct
+    out = _pairs_table(tight) + _pairs_means(tight)
+    if left is None:
+        return out + ["", "Without the runs' traces the runs that left MAX are not known."]
+    out += ["", _held_and_left(tight, left)]
+    if not left:
+        return out
+    return out + _left_max_runs(tight, left)
+
+
+def _pairs_table(tight: bl.TightComparison) -> list[str]:
+    """The 1.0x pairs: each `decor` run's and its static MAX run's signed deviation (%)."""
     out = [
         "",
         "## At 1.0x, pair by pair",
@@ -172,7 +182,13 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
             for p in tight.pairs
         ],
     )  # fmt: skip
-    out += [
+    return out
+
+
+def _pairs_means(tight: bl.TightComparison) -> list[str]:
+    """The 1.0x pairs' means (%, with one standard error) and their late runs."""
+    se = tight.standard_error_pct
+    return [
         "",
         f"Mean over {len(tight.pairs)} pairs: `decor` {_pct(tight.mean_decor_pct, signed=True)}"
         f"%, static MAX {_pct(tight.mean_max_pct, signed=True)}%, difference "
@@ -188,13 +204,13 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
         f"{tight.late_max}; mean lateness (a run's deviation where positive, else 0): `decor` "
         f"{_pct(tight.mean_lateness_decor_pct)}%, static MAX {_pct(tight.mean_lateness_max_pct)}%.",
     ]
-    if left is None:
-        return out + ["", "Without the runs' traces the runs that left MAX are not known."]
-    out += ["", _held_and_left(tight, left)]
-    if not left:
-        return out
+
+
+def _left_max_runs(tight: bl.TightComparison, left: list[bl.LeftMax]) -> list[str]:
+    """Each `decor` run that left MAX beside MAX at that run's own speed (signed deviation,
+    %), and how many were late where MAX at that speed would have been on time."""
     late = [x for x in left if x.decor_dev_pct > 0]
-    out += [
+    out = [
         "",
         "### The runs that left MAX",
         "",
