@@ -928,38 +928,53 @@ def run(
     for spec in traces(quick):
         if trace_names is not None and spec.name not in trace_names:
             continue
-        start = len(records)
-        for policy in policies:
-            jobs, nodes = make_trace(spec, refs)  # fresh jobs: the state is per run
-            t0 = time.perf_counter()
-            result = simulate(jobs, nodes, spec, policy)
-            rec = summarize(spec, policy, result, len(nodes))
-            rec.update(
-                kind="simulation",
-                load=spec.load,
-                period_s=spec.period_s,
-                sim_wall_s=round(time.perf_counter() - t0, 2),
-            )
-            records.append(rec)
-            print(
-                f"{spec.name:22s} {policy:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
-                f"late_admitted {rec['late_admitted']:3d} "
-                f"(<=1 % {rec['late_within_tolerance']:3d}) dropped {rec['dropped']:4d} "
-                f"be_work {rec['best_effort_work']:8.2f} p99 {rec['planner_ms_p99']} ms "
-                f"({rec['sim_wall_s']} s)",
-                flush=True,
-            )
-        if spec.noise_sigma == 0:
-            rec = bound_record(spec, refs, records[start:])
-            records.append(rec)
-            print(
-                f"{spec.name:22s} {BOUND_POLICY:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
-                f"deadline resource-s {rec['deadline_resource_seconds']:.4g} "
-                f"({rec['solve_met_s']} s + {rec['solve_resource_s']} s)",
-                flush=True,
-            )
+        records += _trace_records(spec, refs, policies)
     if trace_names is not None:
         return records
+    return records + _scale_records(quick, policies)
+
+
+def _trace_records(
+    spec: TraceSpec, refs: dict[str, Amdahl], policies: Sequence[str]
+) -> list[dict[str, Any]]:
+    """One simulation trace under every policy (each record printed as it comes), then its
+    clairvoyant bound where the plants are exact."""
+    records: list[dict[str, Any]] = []
+    for policy in policies:
+        jobs, nodes = make_trace(spec, refs)  # fresh jobs: the state is per run
+        t0 = time.perf_counter()
+        result = simulate(jobs, nodes, spec, policy)
+        rec = summarize(spec, policy, result, len(nodes))
+        rec.update(
+            kind="simulation",
+            load=spec.load,
+            period_s=spec.period_s,
+            sim_wall_s=round(time.perf_counter() - t0, 2),
+        )
+        records.append(rec)
+        print(
+            f"{spec.name:22s} {policy:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
+            f"late_admitted {rec['late_admitted']:3d} "
+            f"(<=1 % {rec['late_within_tolerance']:3d}) dropped {rec['dropped']:4d} "
+            f"be_work {rec['best_effort_work']:8.2f} p99 {rec['planner_ms_p99']} ms "
+            f"({rec['sim_wall_s']} s)",
+            flush=True,
+        )
+    if spec.noise_sigma == 0:
+        rec = bound_record(spec, refs, records)
+        records.append(rec)
+        print(
+            f"{spec.name:22s} {BOUND_POLICY:12s} met {rec['met']:4d}/{rec['deadline_jobs']:<4d} "
+            f"deadline resource-s {rec['deadline_resource_seconds']:.4g} "
+            f"({rec['solve_met_s']} s + {rec['solve_resource_s']} s)",
+            flush=True,
+        )
+    return records
+
+
+def _scale_records(quick: bool, policies: Sequence[str]) -> list[dict[str, Any]]:
+    """The planner's time (ms, p50 and p99) on one contended snapshot per kind, per policy."""
+    records: list[dict[str, Any]] = []
     jobs_n, nodes_n = (200, 20) if quick else (SCALE_JOBS, SCALE_NODES)
     calls = 5 if quick else SCALE_CALLS
     for kind in ("cpu", "gpu"):
@@ -988,6 +1003,32 @@ def _names(value: str, known: Sequence[str], what: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    ap = _parser()
+    args = ap.parse_args(argv)
+    try:
+        trace_names = (
+            None
+            if args.traces is None
+            else _names(args.traces, [t.name for t in traces(args.quick)], "trace")
+        )
+        policies = POLICIES if args.policies is None else _names(args.policies, POLICIES, "policy")
+    except argparse.ArgumentTypeError as e:
+        ap.error(str(e))
+    selected = trace_names is not None or args.policies is not None
+    if args.out is None and not selected:
+        args.out = OUT_DIR
+    if args.report_only:
+        if args.out is None:
+            ap.error("--report-only rewrites a full run's report: no --traces or --policies")
+        data = json.loads((args.out / "results.json").read_text())
+        records = data.pop("records")
+        write_report(args.out, data, records)
+        return 0
+    return _run_and_write(args, policies, trace_names)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench.cluster_sim``."""
     ap = argparse.ArgumentParser(
         prog="python -m bench.cluster_sim", description=__doc__.split("\n")[0]
     )
@@ -1017,26 +1058,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--report-only", action="store_true", help="rewrite README.md and plots from results.json"
     )
-    args = ap.parse_args(argv)
-    try:
-        trace_names = (
-            None
-            if args.traces is None
-            else _names(args.traces, [t.name for t in traces(args.quick)], "trace")
-        )
-        policies = POLICIES if args.policies is None else _names(args.policies, POLICIES, "policy")
-    except argparse.ArgumentTypeError as e:
-        ap.error(str(e))
-    selected = trace_names is not None or args.policies is not None
-    if args.out is None and not selected:
-        args.out = OUT_DIR
-    if args.report_only:
-        if args.out is None:
-            ap.error("--report-only rewrites a full run's report: no --traces or --policies")
-        data = json.loads((args.out / "results.json").read_text())
-        records = data.pop("records")
-        write_report(args.out, data, records)
-        return 0
+    return ap
+
+
+def _run_and_write(
+    args: argparse.Namespace, policies: Sequence[str], trace_names: Sequence[str] | None
+) -> int:
+    """Run the selection; without a selection (or with ``--out``) write results.json, the
+    plots and README.md, and print the targets."""
     import os
     import platform
     import subprocess
