@@ -1,6 +1,7 @@
 """No function or method longer than 60 lines (its ``def`` line to its last, docstring
-included, decorators not) in the operator, the trainer and the benchmark report: a longer
-one is split into named steps (docs/architecture.md)."""
+included, decorators not) in the operator, the trainer and the benchmarks: a longer one is
+split into named steps (docs/architecture.md). The benchmarks' drivers of live runs named in
+``NOT_YET_SPLIT`` are the only exceptions; the list may only shrink."""
 
 from __future__ import annotations
 
@@ -14,8 +15,15 @@ MAX_FUNCTION_LINES = 60
 HELD = {
     "operator": sorted((REPO / "operator" / "decor").rglob("*.py")),
     "trainer": sorted((REPO / "trainer_image" / "decor_trainer").rglob("*.py")),
-    "report": [REPO / "bench" / "report.py"],
+    "bench": sorted((REPO / "bench").rglob("*.py")),
 }
+NOT_YET_SPLIT = {
+    "bench/harness.py": ["run_grid", "execute", "execute_k8s"],
+    "bench/k8s_bench.py": ["run_job"],
+    "bench/scale/bench_scale.py": ["run_size", "schedule_patches"],
+}
+"""Functions that drive live benchmark runs (processes, cgroups, a cluster) and are still
+longer: each must still be over the limit (split, it leaves this list)."""
 
 
 def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
@@ -30,13 +38,26 @@ def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return found
 
 
+def names(found: list[str]) -> list[str]:
+    """The function names of :func:`long_functions`' entries, sorted."""
+    return sorted(entry.split(":")[0] for entry in found)
+
+
 @pytest.mark.parametrize("part", sorted(HELD))
 def test_no_function_is_longer_than_the_limit(part: str) -> None:
     assert HELD[part], f"no Python files found for {part}"
-    too_long = {
-        str(path.relative_to(REPO)): found for path in HELD[part] if (found := long_functions(path))
-    }
+    too_long = {}
+    for path in HELD[part]:
+        name = str(path.relative_to(REPO))
+        found = long_functions(path)
+        if found and names(found) != sorted(NOT_YET_SPLIT.get(name, [])):
+            too_long[name] = found
     assert too_long == {}
+
+
+def test_every_function_not_yet_split_is_still_long() -> None:
+    for name, functions in NOT_YET_SPLIT.items():
+        assert names(long_functions(REPO / name)) == sorted(functions), name
 
 
 def test_the_count_takes_a_function_from_its_def_to_its_last_line(tmp_path: Path) -> None:
