@@ -503,8 +503,7 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
             run.position.step,
             run.steps_planned,
         )
-        if world.local_rank == 0:
-            write_termination_message(run.position.step, run.steps_planned)
+        _tell_termination(run)
         return EXIT_OK
     _wrap_data_parallel(run)
     return _run_steps(run, _TestLogs.open(args, world.is_main), _reporter(run))
