@@ -805,6 +805,18 @@ def target_checks(
     met). ``left_max``: the 1.0x runs that left MAX (:func:`left_max_runs`; None: no traces)."""
     feasible = summary["feasible"]
     decor, nn = feasible.get("decor"), feasible.get("decor-nn")
+    return [
+        *_deviation_checks(decor),
+        _against_decor_nn_check(decor, nn),
+        _own_speed_check(summary, left_max),
+        _core_seconds_check(summary),
+        *_cluster_checks(cluster),
+        _overhead_check(overhead_ratio),
+    ]
+
+
+def _deviation_checks(decor: CellStats | None) -> list[TargetCheck]:
+    """``decor``'s mean |deviation|, its bias and its late runs over the feasible settings."""
     checks: list[TargetCheck] = []
     mean_name = (
         f"decor mean |deviation| <= {TARGET_MEAN_ABS_DEVIATION_PCT:.1f}% (feasible settings)"
@@ -839,41 +851,47 @@ def target_checks(
                 + (f"; {decor.failed} failed" if decor.failed else ""),
             )
         )
+    return checks
+
+
+def _against_decor_nn_check(decor: CellStats | None, nn: CellStats | None) -> TargetCheck:
+    """``decor``'s mean |deviation| strictly lower than ``decor-nn``'s (feasible settings)."""
     if decor is None or nn is None or decor.runs == 0 or nn.runs == 0:
-        checks.append(
-            TargetCheck("decor strictly better than decor-nn", None, "needs runs of both")
-        )
-    else:
-        checks.append(
-            TargetCheck(
-                "decor mean |deviation| strictly lower than decor-nn's",
-                decor.mean_abs_dev_pct < nn.mean_abs_dev_pct,
-                f"decor {decor.mean_abs_dev_pct:.2f}% vs decor-nn {nn.mean_abs_dev_pct:.2f}%",
-            )
-        )
-    checks.append(_own_speed_check(summary, left_max))
+        return TargetCheck("decor strictly better than decor-nn", None, "needs runs of both")
+    return TargetCheck(
+        "decor mean |deviation| strictly lower than decor-nn's",
+        decor.mean_abs_dev_pct < nn.mean_abs_dev_pct,
+        f"decor {decor.mean_abs_dev_pct:.2f}% vs decor-nn {nn.mean_abs_dev_pct:.2f}%",
+    )
+
+
+def _core_seconds_check(summary: dict[str, Any]) -> TargetCheck:
+    """``decor``'s core-seconds against the static oracle's run (%), where the oracle runs at
+    most one core; the settings above one core are told beside it."""
     cs = summary["oracle_least"].get("decor")
     cs_name = (
         f"decor core-seconds within {TARGET_CORE_SECONDS_OVER_ORACLE_PCT:.0f}% of the static "
         "oracle (mean, undisturbed feasible settings whose oracle runs at most one core)"
     )
     if cs is None or cs.mean_cs_over_oracle_pct is None:
-        checks.append(TargetCheck(cs_name, None, "no data"))
-    else:
-        above = summary["oracle_above_one_core"].get("decor")
-        checks.append(
-            TargetCheck(
-                cs_name,
-                abs(cs.mean_cs_over_oracle_pct) <= TARGET_CORE_SECONDS_OVER_ORACLE_PCT,
-                f"{cs.mean_cs_over_oracle_pct:+.2f}% over {cs.runs} runs"
-                + (
-                    ""
-                    if above is None or above.mean_cs_over_oracle_pct is None
-                    else f"; where the oracle runs above one core {above.mean_cs_over_oracle_pct:+.2f}% "
-                    f"over {above.runs} runs (not a least cost there)"
-                ),
-            )
-        )
+        return TargetCheck(cs_name, None, "no data")
+    above = summary["oracle_above_one_core"].get("decor")
+    return TargetCheck(
+        cs_name,
+        abs(cs.mean_cs_over_oracle_pct) <= TARGET_CORE_SECONDS_OVER_ORACLE_PCT,
+        f"{cs.mean_cs_over_oracle_pct:+.2f}% over {cs.runs} runs"
+        + (
+            ""
+            if above is None or above.mean_cs_over_oracle_pct is None
+            else f"; where the oracle runs above one core {above.mean_cs_over_oracle_pct:+.2f}% "
+            f"over {above.runs} runs (not a least cost there)"
+        ),
+    )
+
+
+def _cluster_checks(cluster: dict[str, Any] | None) -> list[TargetCheck]:
+    """The cluster path's mean |deviation| and late runs (``decor``, feasible settings)."""
+    checks: list[TargetCheck] = []
     cluster_decor = (cluster or {}).get("feasible", {}).get("decor") if cluster else None
     if cluster_decor is None or cluster_decor.runs == 0:
         checks.append(
@@ -900,17 +918,18 @@ def target_checks(
                 + (f"; {cluster_decor.failed} failed" if cluster_decor.failed else ""),
             )
         )
-    if overhead_ratio is None:
-        checks.append(TargetCheck("reporter overhead < 1% of step time", None, "not measured"))
-    else:
-        checks.append(
-            TargetCheck(
-                "reporter overhead < 1% of step time",
-                overhead_ratio < TARGET_REPORTER_OVERHEAD_RATIO,
-                f"{100 * overhead_ratio:.4f}% of a step (worst reference workload)",
-            )
-        )
     return checks
+
+
+def _overhead_check(overhead_ratio: float | None) -> TargetCheck:
+    """The reporter's cost as a fraction of a step (worst reference workload)."""
+    if overhead_ratio is None:
+        return TargetCheck("reporter overhead < 1% of step time", None, "not measured")
+    return TargetCheck(
+        "reporter overhead < 1% of step time",
+        overhead_ratio < TARGET_REPORTER_OVERHEAD_RATIO,
+        f"{100 * overhead_ratio:.4f}% of a step (worst reference workload)",
+    )
 
 
 def _own_speed_check(summary: dict[str, Any], left_max: Sequence[LeftMax] | None) -> TargetCheck:

@@ -193,14 +193,36 @@ def solve(
 ) -> Bound:
     """The clairvoyant optimum of ``jobs`` on a cluster of ``capacity`` (``{"cpu": cores,
     "gpu": whole GPUs}``, pooled). Raises RuntimeError when HiGHS finds no solution."""
-    import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import coo_matrix
-
     pieces = {j.key: speed_pieces(j) for j in jobs}
-    # A job that its max cannot finish alone in its window is never met (exact: P(max) is
-    # the model's fastest speed).
-    cands = [
+    cands = _candidates(jobs, capacity, pieces)
+    if not cands:
+        return Bound(len(jobs), 0, True, 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0)
+    program = _program(cands, capacity, pieces)
+    found, met_ub, proven, met_s = _most_met(program, time_limit_s)
+    resource_s, resource_lower_s, met_keys, res_s = _least_resource(program, found, time_limit_s)
+    return Bound(
+        deadline_jobs=len(jobs),
+        met=met_ub,
+        met_proven=proven,
+        resource_seconds=resource_s,
+        resource_lower_s=resource_lower_s,
+        met_keys=met_keys,
+        met_solve_s=met_s,
+        resource_solve_s=res_s,
+        slots=len(program.slots),
+        variables=program.nx + program.nj,
+        rows=program.nrows + 1,
+    )
+
+
+def _candidates(
+    jobs: Sequence[BoundJob],
+    capacity: dict[str, float],
+    pieces: dict[str, list[tuple[float, float]]],
+) -> list[BoundJob]:
+    """The jobs that could be met: a job that its max cannot finish alone in its window is
+    never met (exact: P(max) is the model's fastest speed)."""
+    return [
         j
         for j in jobs
         if j.deadline_s > j.arrival_s
@@ -209,6 +231,43 @@ def solve(
         * (j.deadline_s - j.arrival_s)
         >= j.steps * (1.0 - 1e-12)
     ]
+
+
+@dataclass
+class _Program:
+    """The mixed-integer program over ``cands``: one continuous x per (job, slot, piece)
+    (``cols``: job index, slot index, piece width, slope in steps/s per unit), then one
+    binary per job (met); capacity rows per (slot, kind), then a progress row per job."""
+
+    cands: list[BoundJob]
+    slots: list[tuple[float, float]]
+    """The time slots (s) between consecutive arrivals and deadlines."""
+    cols: list[tuple[int, int, float, float]]
+    nrows: int
+    base: Any
+    """The ``LinearConstraint`` of the capacity and progress rows."""
+    bounds: Any
+    integrality: Any
+
+    @property
+    def nx(self) -> int:
+        return len(self.cols)
+
+    @property
+    def nj(self) -> int:
+        return len(self.cands)
+
+
+def _program(
+    cands: list[BoundJob],
+    capacity: dict[str, float],
+    pieces: dict[str, list[tuple[float, float]]],
+) -> _Program:
+    """Variables, rows and bounds of the program (scipy/HiGHS form)."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint
+    from scipy.sparse import coo_matrix
+
     edges = sorted({t for j in cands for t in (j.arrival_s, j.deadline_s)})
     slots = list(zip(edges, edges[1:], strict=False))
     cols: list[tuple[int, int, float, float]] = []  # (job, slot, width, slope) per x
@@ -217,8 +276,6 @@ def solve(
             if t0 >= j.arrival_s - EPS and t1 <= j.deadline_s + EPS:
                 cols += [(n, i, w, s) for w, s in pieces[j.key]]
     nx, nj = len(cols), len(cands)
-    if nj == 0:
-        return Bound(len(jobs), 0, True, 0.0, 0.0, (), 0.0, 0.0, 0, 0, 0)
     # Rows: one capacity row per (slot, kind), then one progress row per job.
     kinds = sorted({j.mode for j in cands})
     cap_row = {(i, k): n for n, (i, k) in enumerate(
@@ -243,7 +300,17 @@ def solve(
     base = LinearConstraint(a, lb, ub)
     bounds = Bounds(np.zeros(nx + nj), np.array([w for _, _, w, _ in cols] + [1.0] * nj))
     integrality = np.array([0] * nx + [1] * nj)
+    return _Program(cands, slots, cols, nrows, base, bounds, integrality)
 
+
+def _most_met(program: _Program, time_limit_s: float) -> tuple[int, int, bool, float]:
+    """(a) The most jobs met: found, its proven upper bound, whether they are equal (within
+    the gap), and the solve time (s)."""
+    import numpy as np
+    from scipy.optimize import milp
+
+    nx, nj = program.nx, program.nj
+    base, bounds, integrality = program.base, program.bounds, program.integrality
     t0 = time.perf_counter()
     c_met = np.array([0.0] * nx + [-1.0] * nj)
     res = milp(c_met, integrality=integrality, bounds=bounds, constraints=[base],
@@ -255,7 +322,21 @@ def solve(
     dual = getattr(res, "mip_dual_bound", None)
     met_ub = found if dual is None else math.floor(-dual + 1e-6)
     proven = res.status == 0 and met_ub == found
+    return found, met_ub, proven, met_s
 
+
+def _least_resource(
+    program: _Program, found: int, time_limit_s: float
+) -> tuple[float, float, tuple[str, ...], float]:
+    """(b) The least resource-seconds that still meets ``found`` jobs: the optimum found, its
+    lower bound, the met jobs' keys, and the solve time (s)."""
+    import numpy as np
+    from scipy.optimize import LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    cols, slots, cands = program.cols, program.slots, program.cands
+    nx, nj = program.nx, program.nj
+    base, bounds, integrality = program.base, program.bounds, program.integrality
     t0 = time.perf_counter()
     lens = [slots[i][1] - slots[i][0] for _, i, _, _ in cols]
     c_res = np.array(lens + [0.0] * nj)
@@ -271,16 +352,5 @@ def solve(
         raise RuntimeError(f"clairvoyant bound (b): {res2.message}")
     dual2 = getattr(res2, "mip_dual_bound", None)
     met_keys = tuple(sorted(cands[n].key for n in range(nj) if res2.x[nx + n] > 0.5))
-    return Bound(
-        deadline_jobs=len(jobs),
-        met=met_ub,
-        met_proven=proven,
-        resource_seconds=float(res2.fun),
-        resource_lower_s=float(res2.fun if dual2 is None else dual2),
-        met_keys=met_keys,
-        met_solve_s=met_s,
-        resource_solve_s=res_s,
-        slots=len(slots),
-        variables=nx + nj,
-        rows=nrows + 1,
-    )
+    resource_lower_s = float(res2.fun if dual2 is None else dual2)
+    return float(res2.fun), resource_lower_s, met_keys, res_s

@@ -1102,64 +1102,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.harness",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--grid", choices=("smoke", "quick", "full"), default="smoke")
-    parser.add_argument(
-        "--sizes",
-        choices=("small", "paper"),
-        default="small",
-        help="workload sizes (paper: the papers' models; hours)",
-    )
-    parser.add_argument(
-        "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
-    )
-    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm,encoder")
-    parser.add_argument(
-        "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
-    )
-    parser.add_argument(
-        "--workdir", help="run folders and state (default: $TMPDIR/decor-bench-GRID)"
-    )
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep the runs already in results.json and do the rest",
-    )
-    parser.add_argument(
-        "--no-wait", action="store_true", help="do not wait for a quiet machine (smoke, CI)"
-    )
-    parser.add_argument(
-        "--max-load",
-        type=float,
-        default=1.0,
-        help="1-minute load under which the machine counts as quiet",
-    )
-    parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the policy order per setting (balanced over repetitions)",
-    )
-    parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
-    parser.add_argument(
-        "--runtime",
-        choices=("local", "k8s"),
-        default="local",
-        help="local: the grid through decor.local; k8s: the cluster subset (resnet, vgg, "
-        "lstm; d1.5, d1.8, d2.5, move-0.8, disturb; decor and decor-nn; 2 repetitions) on "
-        "$KUBECONFIG through the checkout's operator, appended to OUT/results.json (--grid "
-        "is ignored)",
-    )
-    parser.add_argument("--scenarios", help="comma-separated subset of the grid's scenarios")
-    parser.add_argument("--policies", help="comma-separated subset of the grid's policies")
-    parser.add_argument(
-        "--reps", type=int, help="repetitions of every policy (default: the grid's)"
-    )
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.grid == "smoke" and args.sizes == "paper" and args.runtime == "local":
         parser.error("the smoke grid has one tiny size")
@@ -1192,6 +1135,74 @@ def main(argv: list[str] | None = None) -> int:
         )
         report.write_report(out)
     return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench.harness``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.harness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--grid", choices=("smoke", "quick", "full"), default="smoke")
+    parser.add_argument(
+        "--sizes",
+        choices=("small", "paper"),
+        default="small",
+        help="workload sizes (paper: the papers' models; hours)",
+    )
+    parser.add_argument(
+        "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
+    )
+    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm,encoder")
+    parser.add_argument(
+        "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
+    )
+    parser.add_argument(
+        "--workdir", help="run folders and state (default: $TMPDIR/decor-bench-GRID)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs already in results.json and do the rest",
+    )
+    _add_quiet_machine_flags(parser)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the policy order per setting (balanced over repetitions)",
+    )
+    parser.add_argument("--report", action="store_true", help="write README.md and plots when done")
+    parser.add_argument(
+        "--runtime",
+        choices=("local", "k8s"),
+        default="local",
+        help="local: the grid through decor.local; k8s: the cluster subset (resnet, vgg, "
+        "lstm; d1.5, d1.8, d2.5, move-0.8, disturb; decor and decor-nn; 2 repetitions) on "
+        "$KUBECONFIG through the checkout's operator, appended to OUT/results.json (--grid "
+        "is ignored)",
+    )
+    parser.add_argument("--scenarios", help="comma-separated subset of the grid's scenarios")
+    parser.add_argument("--policies", help="comma-separated subset of the grid's policies")
+    parser.add_argument(
+        "--reps", type=int, help="repetitions of every policy (default: the grid's)"
+    )
+    return parser
+
+
+def _add_quiet_machine_flags(parser: argparse.ArgumentParser) -> None:
+    """Whether and how long to wait for a quiet machine before each run."""
+    parser.add_argument(
+        "--no-wait", action="store_true", help="do not wait for a quiet machine (smoke, CI)"
+    )
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=1.0,
+        help="1-minute load under which the machine counts as quiet",
+    )
+    parser.add_argument("--quiet-timeout-s", type=float, default=QUIET_TIMEOUT_S)
 
 
 if __name__ == "__main__":

@@ -153,7 +153,17 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
     runs that left MAX beside MAX at their own speed."""
     if not tight.pairs:
         return []
-    se = tight.standard_error_pct
+    out = _pairs_table(tight) + _pairs_means(tight)
+    if left is None:
+        return out + ["", "Without the runs' traces the runs that left MAX are not known."]
+    out += ["", _held_and_left(tight, left)]
+    if not left:
+        return out
+    return out + _left_max_runs(tight, left)
+
+
+def _pairs_table(tight: bl.TightComparison) -> list[str]:
+    """The 1.0x pairs: each `decor` run's and its static MAX run's signed deviation (%)."""
     out = [
         "",
         "## At 1.0x, pair by pair",
@@ -172,7 +182,13 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
             for p in tight.pairs
         ],
     )  # fmt: skip
-    out += [
+    return out
+
+
+def _pairs_means(tight: bl.TightComparison) -> list[str]:
+    """The 1.0x pairs' means (%, with one standard error) and their late runs."""
+    se = tight.standard_error_pct
+    return [
         "",
         f"Mean over {len(tight.pairs)} pairs: `decor` {_pct(tight.mean_decor_pct, signed=True)}"
         f"%, static MAX {_pct(tight.mean_max_pct, signed=True)}%, difference "
@@ -188,13 +204,13 @@ def _tight_section(tight: bl.TightComparison, left: list[bl.LeftMax] | None) -> 
         f"{tight.late_max}; mean lateness (a run's deviation where positive, else 0): `decor` "
         f"{_pct(tight.mean_lateness_decor_pct)}%, static MAX {_pct(tight.mean_lateness_max_pct)}%.",
     ]
-    if left is None:
-        return out + ["", "Without the runs' traces the runs that left MAX are not known."]
-    out += ["", _held_and_left(tight, left)]
-    if not left:
-        return out
+
+
+def _left_max_runs(tight: bl.TightComparison, left: list[bl.LeftMax]) -> list[str]:
+    """Each `decor` run that left MAX beside MAX at that run's own speed (signed deviation,
+    %), and how many were late where MAX at that speed would have been on time."""
     late = [x for x in left if x.decor_dev_pct > 0]
-    out += [
+    out = [
         "",
         "### The runs that left MAX",
         "",
@@ -259,9 +275,26 @@ def render_markdown(
     images: dict[str, str],
 ) -> str:
     """The README of the benchmark (Markdown). ``images`` maps plot names to file names."""
-    machine = results.get("machine", {})
     local = summary["local"]
-    policies, scenarios = local["policies"], local["scenarios"]
+    out = _header(results, summary)
+    out += _targets_section(summary)
+    out += _scenarios_section(local["scenarios"])
+    out += _deviation_section(local, images)
+    out += _tight_section(local["tight"], summary["left_max"])
+    out += _core_seconds_section(local, images)
+    out += _per_workload_section(summary)
+    out += _cluster_section(summary["cluster"], results)
+    out += _traces_section(images)
+    out += _workloads_section(results, images)
+    out += _overhead_section(results)
+    out += _records_section(results)
+    out += _reproduce_section()
+    return "\n".join(out)
+
+
+def _header(results: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """Title, grid, machine, quietness, code and wall time of the runs."""
+    machine = results.get("machine", {})
     dates = sorted(
         r["date"] for r in bl.of_runtime(results.get("records", []), "local") if r.get("date")
     )
@@ -295,7 +328,12 @@ def render_markdown(
         out.append(
             f"- **Wall time**: profiles {_minutes(profile_s)}, runs {_minutes(wall.get('runs'))}"
         )
-    out += ["", "## Targets", ""]
+    return out
+
+
+def _targets_section(summary: dict[str, Any]) -> list[str]:
+    """The targets, measured, met or not; the deviation without the disturbed runs."""
+    out: list[str] = ["", "## Targets", ""]
     out += _table(
         ["target", "measured", "status"],
         [[c.name, c.detail, _status(c.met)] for c in summary["checks"]],
@@ -314,7 +352,12 @@ def render_markdown(
             + ("; ".join(parts) or "no runs left")
             + ".",
         ]
-    out += [
+    return out
+
+
+def _scenarios_section(scenarios: Sequence[str]) -> list[str]:
+    """What the feasible settings, the scenarios and the policies are."""
+    out: list[str] = [
         "",
         "Feasible settings: final deadline >= 1.4 T (1.5x, 1.8x, 2.5x, both moves, the "
         "disturbance). Core-seconds are counted from the start to the last step, against the "
@@ -358,6 +401,14 @@ def render_markdown(
         "is exact at the "
         "profiled allocations, so what the oracle runs miss by is the run-to-run spread of "
         "this machine plus the interpolation.",
+    ]
+    return out
+
+
+def _deviation_section(local: dict[str, Any], images: dict[str, str]) -> list[str]:
+    """Mean and max |deviation| and mean signed deviation, per scenario and policy (%)."""
+    policies, scenarios = local["policies"], local["scenarios"]
+    out: list[str] = [
         "",
         "## Deviation from the deadline",
         "",
@@ -399,8 +450,13 @@ def render_markdown(
     )  # fmt: skip
     if "deviation" in images:
         out += ["", f"![deviation per policy and scenario]({images['deviation']})"]
-    out += _tight_section(local["tight"], summary["left_max"])
-    out += [
+    return out
+
+
+def _core_seconds_section(local: dict[str, Any], images: dict[str, str]) -> list[str]:
+    """Core-seconds against the static oracle's run, per scenario and policy (%)."""
+    policies, scenarios = local["policies"], local["scenarios"]
+    out: list[str] = [
         "",
         "## Core-seconds against the static oracle",
         "",
@@ -437,6 +493,12 @@ def render_markdown(
     )  # fmt: skip
     if "core_seconds" in images:
         out += ["", f"![core-seconds vs oracle]({images['core_seconds']})"]
+    return out
+
+
+def _per_workload_section(summary: dict[str, Any]) -> list[str]:
+    """Deviation and core-seconds per workload and controlled policy, feasible settings."""
+    out: list[str] = []
     if summary["per_workload"]:
         out += ["", "## Per workload (feasible settings)", ""]
         pw_rows = []
@@ -462,7 +524,12 @@ def render_markdown(
             ],
             pw_rows,
         )
-    out += _cluster_section(summary["cluster"], results)
+    return out
+
+
+def _traces_section(images: dict[str, str]) -> list[str]:
+    """One run's trace per policy (plots), if any were drawn."""
+    out: list[str] = []
     traces = [k for k in images if k.startswith("trace:")]
     if traces:
         out += ["", "## Progress against the set point", "",
@@ -470,7 +537,12 @@ def render_markdown(
                 "(top; red lines: the deadlines in force), cores in effect (bottom).", ""]  # fmt: skip
         for key in traces:
             out += [f"![{key[6:]}]({images[key]})", ""]
-    out += ["", "## Workloads and speed curves", ""]
+    return out
+
+
+def _workloads_section(results: dict[str, Any], images: dict[str, str]) -> list[str]:
+    """Each workload's size, steps, all-cores time T (s) and profiled speed (steps/s)."""
+    out: list[str] = ["", "## Workloads and speed curves", ""]
     profiles = results.get("profiles", {})
     prof_rows = []
     for name, prof in profiles.items():
@@ -483,7 +555,12 @@ def render_markdown(
     out += _table(["workload", "size", "steps", "T (s)", "steps/s at cores"], prof_rows)
     if "speed" in images:
         out += ["", f"![speed curves]({images['speed']})"]
-    out += ["", "## Reporter overhead", ""]
+    return out
+
+
+def _overhead_section(results: dict[str, Any]) -> list[str]:
+    """What one progress report costs (µs) against a step (ms), per workload."""
+    out: list[str] = ["", "## Reporter overhead", ""]
     overhead = results.get("overhead") or {}
     if overhead.get("tool"):
         tool = overhead["tool"]
@@ -506,6 +583,12 @@ def render_markdown(
         )
     else:
         out.append("Not measured" + (f": {overhead['error']}" if overhead.get("error") else "."))
+    return out
+
+
+def _records_section(results: dict[str, Any]) -> list[str]:
+    """Every run's record, folded away."""
+    out: list[str] = []
     records = results.get("records", [])
     if records:
         out += ["", "## Every run", "", "<details><summary>all records</summary>", ""]
@@ -524,7 +607,12 @@ def render_markdown(
             ],
         )  # fmt: skip
         out += ["", "</details>"]
-    out += [
+    return out
+
+
+def _reproduce_section() -> list[str]:
+    """How to run the benchmark again."""
+    return [
         "",
         "## Reproduce",
         "",
@@ -540,7 +628,6 @@ def render_markdown(
         "repeats runs that other processes disturbed; `--resume` continues an interrupted grid.",
         "",
     ]
-    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------

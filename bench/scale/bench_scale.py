@@ -663,15 +663,7 @@ def build_size_record(
         for j in jobs
         if ((j.get("status") or {}).get("outcome") or {}).get("deviationPercent") is not None
     }
-    all_requests = {
-        (labels.get("verb", ""), labels.get("resource", "")): value
-        - measure.metric_sum(window.api_before, "apiserver_request_total", **labels)
-        for labels, value in window.api_after.get("apiserver_request_total", [])
-    }
-    query = {"handler": "/api/v1/query"}
-    queries = measure.metric_sum(
-        window.prom_after, "prometheus_http_requests_total", **query
-    ) - measure.metric_sum(window.prom_before, "prometheus_http_requests_total", **query)
+    all_requests, queries = _api_and_prometheus_counts(window)
     operator_before = measure.merge_metrics(window.replicas_before)
     operator_after = measure.merge_metrics(window.replicas_after)
     record = measure.build_record(
@@ -710,6 +702,21 @@ def build_size_record(
         record["profile"] = json.loads(profiled[0].profile_out.read_text())
         record["note"] = "profiled run: a stack sampler ran inside the operator (CPU inflated)"
     return record
+
+
+def _api_and_prometheus_counts(window: Window) -> tuple[dict[tuple[str, str], float], float]:
+    """Over the window: the API server's requests by (verb, resource), every client's, and
+    Prometheus's instant queries."""
+    all_requests = {
+        (labels.get("verb", ""), labels.get("resource", "")): value
+        - measure.metric_sum(window.api_before, "apiserver_request_total", **labels)
+        for labels, value in window.api_after.get("apiserver_request_total", [])
+    }
+    query = {"handler": "/api/v1/query"}
+    queries = measure.metric_sum(
+        window.prom_after, "prometheus_http_requests_total", **query
+    ) - measure.metric_sum(window.prom_before, "prometheus_http_requests_total", **query)
+    return all_requests, queries
 
 
 def schedule_patches(

@@ -28,7 +28,7 @@ RESULT_FIELDS = (
     "patch_to_resize_p99_s",
     "mean_abs_deviation_pct",
 )
-"""The fields every record of docs/benchmarks/scale/results.json has (issue 11)."""
+"""The fields every record of docs/benchmarks/scale/results.json has ."""
 
 KWOK_NODE_SELECTOR = {"type": "kwok"}
 KWOK_TOLERATION = {
@@ -460,12 +460,7 @@ def build_record(
     allocation has no resize of its own, and the first later resize (another period's
     decision) is recorded apart, as ``first_resize_any_cause_*``, within ``resize_timeout_s``."""
     total = sum(operator_requests.values())
-    to_resize = [float(p["to_resize_s"]) for p in patches if answered_with_resize(p)]
-    any_cause = [
-        float(p["to_resize_s"])
-        for p in patches
-        if p.get("to_resize_s") is not None and p["to_resize_s"] <= resize_timeout_s
-    ]
+    to_resize, any_cause = _patch_to_resize_s(patches, resize_timeout_s)
     by_kind = per_second_by_kind(operator_requests, window_s)
     mean_abs = sum(abs(d) for d in deviations_pct) / len(deviations_pct) if deviations_pct else None
     record: dict[str, Any] = {
@@ -496,6 +491,20 @@ def build_record(
     }
     record.update(extra or {})
     return record
+
+
+def _patch_to_resize_s(
+    patches: Sequence[Mapping[str, Any]], resize_timeout_s: float
+) -> tuple[list[float], list[float]]:
+    """Seconds from each deadline patch to its resize: over the patches answered with a
+    resize, and to the first resize of any cause within ``resize_timeout_s``."""
+    to_resize = [float(p["to_resize_s"]) for p in patches if answered_with_resize(p)]
+    any_cause = [
+        float(p["to_resize_s"])
+        for p in patches
+        if p.get("to_resize_s") is not None and p["to_resize_s"] <= resize_timeout_s
+    ]
+    return to_resize, any_cause
 
 
 def deviation_by_group(

@@ -219,6 +219,8 @@ def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | No
 
 
 def render(records: Sequence[Mapping[str, Any]]) -> str:
+    """The page (Markdown): results table, how each number is measured, one section per
+    record, the growth of the cost per job, how to run it."""
     records = sorted(records, key=lambda r: (r["period_s"], r["jobs"]))
     out = [
         "# Scale: the operator's replicas, many jobs",
@@ -244,68 +246,88 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
     ]
     for r in records:
         out.append("| " + " | ".join(cell(r, key) for key, _ in COLUMNS) + " |")
-    out += [
-        "",
-        "![costs against jobs](costs.png)",
-        "",
-        "How each number is measured: which replica led from the leader Lease",
-        "(`decor-system/decor-operator`: its holder and transitions) and each replica's",
-        "`decor_operator_leader` gauge at the window's start and end; operator CPU and RSS from",
-        "`/proc` of the leader's process over the measurement window, the standby's from its own",
-        '("standby" columns); API requests from the API server\'s audit log, every request of',
-        "the replicas' own client certificates (user `decor-operator-N` for replica N; the",
-        "one-process records: `decor-operator`), all replicas together for the API column,",
-        "each on its own below (kwok, the scheduler, the simulator and the driver each have",
-        "their own); the loop's figures from the replicas' `/metrics` added up; Prometheus",
-        'queries from Prometheus\'s `prometheus_http_requests_total{handler="/api/v1/query"}`;',
-        "drift from the operator's `decor_operator_period_lateness_seconds` histogram (p99 as",
-        "`histogram_quantile`); the operator's answer to a `spec.duration` patch from the",
-        "driver's job watch (its status write of the new deadline, in the period that planned",
-        "with it), the first resize after the patch from the driver's pod watch (the first",
-        "change of the trainer's CPU in the pod spec, or the GPU pod's deletion for its",
-        "restart): an answer came with a resize when the resize was seen within 1 s of it, else",
-        "it kept the allocation that ran (the law found it still right, or the planner had no",
-        "room). Patch to resize is measured over the answers that came with a resize; the first",
-        "resize of any cause after each patch (for an answer that kept the allocation, another",
-        "period's decision) is given beside it; the two 50-job records (2026-11-23) predate",
-        "that and give the first resize of any cause as patch to resize. Deviation from each",
-        "job's `status.outcome.deviationPercent`.",
-        "",
-    ]
+    out += HOW_MEASURED
     for r in records:
-        out.append(f"### {r['jobs']} jobs, {fmt(r['period_s'])} s period")
-        out.append("")
+        out += _record_section(r)
+    out += _growth_section(records)
+    out += RUNNING
+    return "\n".join(out) + "\n"
+
+
+HOW_MEASURED = [
+    "",
+    "![costs against jobs](costs.png)",
+    "",
+    "How each number is measured: which replica led from the leader Lease",
+    "(`decor-system/decor-operator`: its holder and transitions) and each replica's",
+    "`decor_operator_leader` gauge at the window's start and end; operator CPU and RSS from",
+    "`/proc` of the leader's process over the measurement window, the standby's from its own",
+    '("standby" columns); API requests from the API server\'s audit log, every request of',
+    "the replicas' own client certificates (user `decor-operator-N` for replica N; the",
+    "one-process records: `decor-operator`), all replicas together for the API column,",
+    "each on its own below (kwok, the scheduler, the simulator and the driver each have",
+    "their own); the loop's figures from the replicas' `/metrics` added up; Prometheus",
+    'queries from Prometheus\'s `prometheus_http_requests_total{handler="/api/v1/query"}`;',
+    "drift from the operator's `decor_operator_period_lateness_seconds` histogram (p99 as",
+    "`histogram_quantile`); the operator's answer to a `spec.duration` patch from the",
+    "driver's job watch (its status write of the new deadline, in the period that planned",
+    "with it), the first resize after the patch from the driver's pod watch (the first",
+    "change of the trainer's CPU in the pod spec, or the GPU pod's deletion for its",
+    "restart): an answer came with a resize when the resize was seen within 1 s of it, else",
+    "it kept the allocation that ran (the law found it still right, or the planner had no",
+    "room). Patch to resize is measured over the answers that came with a resize; the first",
+    "resize of any cause after each patch (for an answer that kept the allocation, another",
+    "period's decision) is given beside it; the two 50-job records (2026-11-23) predate",
+    "that and give the first resize of any cause as patch to resize. Deviation from each",
+    "job's `status.outcome.deviationPercent`.",
+    "",
+]
+"""The paragraph after the results table: where each number comes from."""
+
+
+def _record_section(r: Mapping[str, Any]) -> list[str]:
+    """One record's section: its setting, the targets' verdicts, the loop, breakdown and
+    profile, the operator's requests by kind."""
+    out: list[str] = []
+    out.append(f"### {r['jobs']} jobs, {fmt(r['period_s'])} s period")
+    out.append("")
+    out.append(
+        f"{r.get('gpu_jobs', 0)} GPU jobs; kwok nodes {r.get('kwok_nodes')}; window "
+        f"{fmt(r.get('window_s'))} s with {r.get('running_at_window_start')} jobs Running at "
+        f"its start; {r.get('periods_in_window')} job periods in it; deadline patches "
+        f"{r.get('deadline_patches')} ({r.get('deadline_patches_without_resize')} not "
+        f"followed by a resize within the timeout); outcomes {r.get('outcomes')}; "
+        f"measured {r.get('date')} on {r.get('machine_cores')} cores."
+    )
+    if r.get("note"):
+        out += ["", f"*{r['note']}.*"]
+    out += ["", "Against the targets (set for 1,000 jobs at a 10 s period):", ""]
+    out += verdict(r)
+    out += replica_lines(r)
+    loop = r.get("loop") or {}
+    if loop.get("commit_s_mean") is not None:
+        busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
         out.append(
-            f"{r.get('gpu_jobs', 0)} GPU jobs; kwok nodes {r.get('kwok_nodes')}; window "
-            f"{fmt(r.get('window_s'))} s with {r.get('running_at_window_start')} jobs Running at "
-            f"its start; {r.get('periods_in_window')} job periods in it; deadline patches "
-            f"{r.get('deadline_patches')} ({r.get('deadline_patches_without_resize')} not "
-            f"followed by a resize within the timeout); outcomes {r.get('outcomes')}; "
-            f"measured {r.get('date')} on {r.get('machine_cores')} cores."
+            f"- loop: {loop.get('commits_in_window')} job commits at "
+            f"{1000 * loop['commit_s_mean']:.1f} ms each (a job's API calls one after "
+            f"another; the operator's commit workers run several jobs at once), "
+            f"{loop.get('plans_in_window')} plans at "
+            f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
+            f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
         )
-        if r.get("note"):
-            out += ["", f"*{r['note']}.*"]
-        out += ["", "Against issue 11's targets (set for 1,000 jobs at a 10 s period):", ""]
-        out += verdict(r)
-        out += replica_lines(r)
-        loop = r.get("loop") or {}
-        if loop.get("commit_s_mean") is not None:
-            busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
-            out.append(
-                f"- loop: {loop.get('commits_in_window')} job commits at "
-                f"{1000 * loop['commit_s_mean']:.1f} ms each (a job's API calls one after "
-                f"another; the operator's commit workers run several jobs at once), "
-                f"{loop.get('plans_in_window')} plans at "
-                f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
-                f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
-            )
-        out += breakdown_lines(r)
-        out += profile_lines(r.get("profile_run") or r)
-        kinds = r.get("operator_requests_per_s_by_kind") or {}
-        if kinds:
-            out += ["", "Operator requests per second by verb and resource:", ""]
-            out += [f"- `{k}`: {fmt(v)}" for k, v in sorted(kinds.items(), key=lambda x: -x[1])]
-        out.append("")
+    out += breakdown_lines(r)
+    out += profile_lines(r.get("profile_run") or r)
+    kinds = r.get("operator_requests_per_s_by_kind") or {}
+    if kinds:
+        out += ["", "Operator requests per second by verb and resource:", ""]
+        out += [f"- `{k}`: {fmt(v)}" for k, v in sorted(kinds.items(), key=lambda x: -x[1])]
+    out.append("")
+    return out
+
+
+def _growth_section(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How the operator's cores and API requests per job grow to the largest size."""
+    out: list[str] = []
     growth = [
         (key, per_job_growth(records, key))
         for key in ("operator_cores_mean", "api_requests_per_s_per_job")
@@ -317,8 +339,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
                 per = "(already per job)" if key.endswith("_per_job") else "per job"
                 out.append(f"- {key} {per}: x{g:.2f} (1.00 = flat)")
         out.append("")
-    out += RUNNING
-    return "\n".join(out) + "\n"
+    return out
 
 
 RUNNING = [

@@ -293,27 +293,7 @@ def serve_metrics(sim: Fleet, port: int) -> ThreadingHTTPServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.scale.simulator", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--kubeconfig", required=True)
-    parser.add_argument("--port", type=int, required=True, help="port of /metrics on 127.0.0.1")
-    parser.add_argument(
-        "--profiles",
-        default=str(Path(__file__).resolve().parents[2] / "docs/benchmarks/results.json"),
-        help="the benchmark's results.json whose measured profiles give the speed curves",
-    )
-    parser.add_argument("--tick-s", type=float, default=DEFAULT_TICK_S)
-    parser.add_argument("--startup-s", type=float, default=DEFAULT_STARTUP_S)
-    parser.add_argument("--noise", type=float, default=fleet.DEFAULT_NOISE)
-    parser.add_argument(
-        "--linger-s",
-        type=float,
-        default=0.0,
-        help="seconds a trainer keeps serving metrics after its last step before it exits "
-        "(decor_trainer's --metrics-linger-s; default 0 like it)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    parser = _parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -355,6 +335,32 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stopped.set()
         server.shutdown()
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench.scale.simulator``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.scale.simulator", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--port", type=int, required=True, help="port of /metrics on 127.0.0.1")
+    parser.add_argument(
+        "--profiles",
+        default=str(Path(__file__).resolve().parents[2] / "docs/benchmarks/results.json"),
+        help="the benchmark's results.json whose measured profiles give the speed curves",
+    )
+    parser.add_argument("--tick-s", type=float, default=DEFAULT_TICK_S)
+    parser.add_argument("--startup-s", type=float, default=DEFAULT_STARTUP_S)
+    parser.add_argument("--noise", type=float, default=fleet.DEFAULT_NOISE)
+    parser.add_argument(
+        "--linger-s",
+        type=float,
+        default=0.0,
+        help="seconds a trainer keeps serving metrics after its last step before it exits "
+        "(decor_trainer's --metrics-linger-s; default 0 like it)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    return parser
 
 
 if __name__ == "__main__":

@@ -465,14 +465,7 @@ def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
         for local_rank in range(pod.workers)
     ]
 
-    def forward(signum: int, frame: FrameType | None) -> None:
-        for process in processes:
-            if process.pid is not None and process.exitcode is None:
-                try:
-                    os.kill(process.pid, signum)
-                except ProcessLookupError:
-                    pass
-
+    forward = _forwarder(processes)
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
     try:
         for process in processes:
@@ -487,23 +480,45 @@ def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
         pod.world_size,
         [p.pid for p in processes],
     )
-    status = 0
     try:
-        pending = list(processes)
-        while pending:
-            ready = multiprocessing.connection.wait([p.sentinel for p in pending])
-            for process in [p for p in pending if p.sentinel in ready]:
-                process.join()
-                pending.remove(process)
-                code = process.exitcode or 0
-                if code != 0 and status == 0:
-                    status = code if code > 0 else 1
-                    log.error("%s exited with %s: stopping the others", process.name, code)
-                    _stop_all(pending)
+        return _wait_for_workers(processes)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _stop_all([p for p in processes if p.exitcode is None])
+
+
+def _forwarder(
+    processes: Sequence[multiprocessing.process.BaseProcess],
+) -> Callable[[int, FrameType | None], None]:
+    """A signal handler that sends the signal it gets on to every worker still running."""
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        for process in processes:
+            if process.pid is not None and process.exitcode is None:
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    return forward
+
+
+def _wait_for_workers(processes: Sequence[multiprocessing.process.BaseProcess]) -> int:
+    """Wait until every worker has exited: 0 if all exited 0, else the first non-zero exit
+    status (1 for a worker killed by a signal), and the others are then stopped."""
+    status = 0
+    pending = list(processes)
+    while pending:
+        ready = multiprocessing.connection.wait([p.sentinel for p in pending])
+        for process in [p for p in pending if p.sentinel in ready]:
+            process.join()
+            pending.remove(process)
+            code = process.exitcode or 0
+            if code != 0 and status == 0:
+                status = code if code > 0 else 1
+                log.error("%s exited with %s: stopping the others", process.name, code)
+                _stop_all(pending)
     return status
 
 

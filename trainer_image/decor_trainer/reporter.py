@@ -245,35 +245,50 @@ class ProgressReporter:
         self._server: MetricsServer | None = None
         self._file: Path | None = None
         self.registry: CollectorRegistry | None = None
+        self._register(registry, quiet=progress_file is not None)
+        if progress_file is not None:
+            self._start_file(Path(progress_file))
+        elif port is not None and self.registry is not None:
+            self._start_server(self.registry, port, address)
+
+    def _register(self, registry: CollectorRegistry | None, *, quiet: bool) -> None:
+        """Register the metrics in ``registry`` (a fresh one if None); without
+        ``prometheus_client`` there is none, an error unless ``quiet`` (a file sink)."""
         try:
             from . import exposition
 
             self.registry = registry if registry is not None else exposition.CollectorRegistry()
             self.registry.register(exposition.SnapshotCollector(self.snapshot))
         except Exception as exc:  # noqa: BLE001 - e.g. no prometheus_client in this image
-            level = logging.ERROR if progress_file is None else logging.DEBUG
+            level = logging.DEBUG if quiet else logging.ERROR
             self._errors.report("registry", f"no Prometheus registry: {exc!r}", level=level)
-        if progress_file is not None:
-            self._file = Path(progress_file)
-            try:
-                self._file.parent.mkdir(parents=True, exist_ok=True)
-            except Exception as exc:  # noqa: BLE001
-                self._errors.report(
-                    f"file-dir:{type(exc).__name__}",
-                    f"cannot create the directory of progress file {self._file}: {exc!r}",
-                )
-            self._write_file()
-        elif port is not None and self.registry is not None:
-            try:
-                self._server = exposition.MetricsServer(self.registry, port, address)
-                log.info("serving progress metrics on http://%s:%d/metrics", address, self.port)
-            except Exception as exc:  # noqa: BLE001
-                self._errors.report(
-                    "http",
-                    f"cannot serve metrics on {address}:{port}: {exc!r}; training goes on "
-                    "without them",
-                    level=logging.ERROR,
-                )
+
+    def _start_file(self, path: Path) -> None:
+        """The progress file sink: create its directory, write the first snapshot."""
+        self._file = path
+        try:
+            self._file.parent.mkdir(parents=True, exist_ok=True)
+        except Exception as exc:  # noqa: BLE001
+            self._errors.report(
+                f"file-dir:{type(exc).__name__}",
+                f"cannot create the directory of progress file {self._file}: {exc!r}",
+            )
+        self._write_file()
+
+    def _start_server(self, registry: CollectorRegistry, port: int, address: str) -> None:
+        """The in-process /metrics endpoint of ``registry`` on ``address:port`` (0 = a free
+        port)."""
+        from . import exposition
+
+        try:
+            self._server = exposition.MetricsServer(registry, port, address)
+            log.info("serving progress metrics on http://%s:%d/metrics", address, self.port)
+        except Exception as exc:  # noqa: BLE001
+            self._errors.report(
+                "http",
+                f"cannot serve metrics on {address}:{port}: {exc!r}; training goes on without them",
+                level=logging.ERROR,
+            )
 
     @classmethod
     def from_env(

@@ -25,7 +25,9 @@ import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -73,7 +75,7 @@ from .distributed import (
 )
 from .reporter import DEFAULT_BIND_ADDRESS, ProgressReporter
 from .threads import CpuLimitReader, ThreadFollower, usable_cpus
-from .workloads import WORKLOADS, WorkloadConfig, build_workload
+from .workloads import WORKLOADS, Workload, WorkloadConfig, build_workload
 
 log = logging.getLogger("decor_trainer.train")
 
@@ -139,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a DECOR reference workload with progress reporting and "
         "checkpoint/resume.",
     )
+    _add_workload_flags(p)
+    _add_device_flags(p)
+    _add_checkpoint_flags(p)
+    _add_progress_flags(p)
+    _add_failure_hooks(p)
+    _add_data_parallel_flags(p)
+    _add_test_logs(p)
+    return p
+
+
+def _add_workload_flags(p: argparse.ArgumentParser) -> None:
+    """The workload, its size and length, and its seed."""
     p.add_argument("--workload", choices=WORKLOADS, default="resnet", help="model and data")
     p.add_argument(
         "--epochs",
@@ -179,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=int, default=0, help="seed of weights and data (default: %(default)s)"
     )
+
+
+def _add_device_flags(p: argparse.ArgumentParser) -> None:
+    """Where the steps run: the device and its CPU threads."""
     p.add_argument(
         "--device",
         choices=("auto", "cpu", "cuda"),
@@ -192,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
         "cores, at least 1, at most the CPUs in the affinity mask, re-read about once a "
         "second while training, since DECOR resizes the limit; see decor_trainer.threads)",
     )
+
+
+def _add_checkpoint_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how often to checkpoint."""
     p.add_argument(
         "--checkpoint-dir",
         help=f"save and resume <dir>/checkpoint.pt (default: ${ENV_CHECKPOINT_DIR}; "
@@ -204,6 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between periodic checkpoints, 0 = only on SIGTERM and at the end "
         "(default: %(default)s)",
     )
+
+
+def _add_progress_flags(p: argparse.ArgumentParser) -> None:
+    """How progress is reported: the /metrics endpoint or the progress file."""
     p.add_argument(
         "--metrics-port",
         type=_port,
@@ -226,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"write this progress file for the sidecar instead of serving /metrics "
         f"(default: ${ENV_PROGRESS_FILE})",
     )
+
+
+def _add_failure_hooks(p: argparse.ArgumentParser) -> None:
+    """TEST HOOKS that make the trainer fail, end early or hang at a step."""
     p.add_argument(
         "--fail-at-step",
         type=_int_at_least(0),
@@ -242,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=_int_at_least(1),
         help="TEST HOOK: stop completing steps at this global step (until SIGTERM)",
     )
+
+
+def _add_data_parallel_flags(p: argparse.ArgumentParser) -> None:
+    """Determinism, workers, and how the batch and the data follow them."""
     p.add_argument(
         "--deterministic",
         action="store_true",
@@ -281,6 +315,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="samples in the synthetic dataset, visited in a seeded order, one permutation "
         "per pass (default: steps per epoch x batch size; a checkpoint's value wins)",
     )
+
+
+def _add_test_logs(p: argparse.ArgumentParser) -> None:
+    """TEST HOOKS that log each step's samples, loss and index."""
     p.add_argument(
         "--sample-log",
         help="TEST HOOK: every worker appends the sample indices of each pass, one JSON "
@@ -295,7 +333,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--step-log",
         help="TEST HOOK: append each completed global step's index to this file, one a line",
     )
-    return p
 
 
 def _from_env(
@@ -452,27 +489,54 @@ def train(
 
 
 def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int:
-    # A fixed --threads, or threads that follow the CPU limit (re-read between steps); the
-    # workers of a pod share its limit and its CPUs.
-    follower = None
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    else:
-        shares, read_limit = world.local_world_size, CpuLimitReader()
-        follower = ThreadFollower(
-            torch.set_num_threads,
-            read_limit=lambda: _per_worker(read_limit(), shares),
-            read_cpus=lambda: max(1, usable_cpus() // shares),
-        )
-        follower.poll()
+    """Set up, resume, run the steps, finish: the steps below, in this order."""
+    follower = _thread_follower(args.threads, world)
     device = _resolve_device(args.device, world)
     if args.deterministic:
-        # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises.
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.backends.cudnn.benchmark = False
-        torch.use_deterministic_algorithms(True)
+        _use_deterministic_kernels()
+    run = _build_run(args, stop, world, device, _batch_policy(args, world), follower)
+    init_process_group(world, device)
+    _check_same_position(run.position, args.checkpoint_dir, world, device)
+    if run.position.step >= run.steps_planned:
+        log.info(
+            "checkpoint already holds %d/%d steps: nothing to do",
+            run.position.step,
+            run.steps_planned,
+        )
+        _tell_termination(run)
+        return EXIT_OK
+    _wrap_data_parallel(run)
+    return _run_steps(run, _TestLogs.open(args, world.is_main), _reporter(run))
+
+
+def _thread_follower(threads: int | None, world: WorldInfo) -> ThreadFollower | None:
+    """A fixed ``--threads`` (None returned), or threads that follow the CPU limit, re-read
+    between steps; the workers of a pod share its limit and its CPUs."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+        return None
+    shares, read_limit = world.local_world_size, CpuLimitReader()
+    follower = ThreadFollower(
+        torch.set_num_threads,
+        read_limit=lambda: _per_worker(read_limit(), shares),
+        read_cpus=lambda: max(1, usable_cpus() // shares),
+    )
+    follower.poll()
+    return follower
+
+
+def _use_deterministic_kernels() -> None:
+    """``--deterministic``: only deterministic kernels, cuDNN autotuning off."""
+    # cuBLAS needs a fixed workspace to be deterministic; read when CUDA initialises.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True)
+
+
+def _batch_policy(args: argparse.Namespace, world: WorldInfo) -> BatchPolicy:
+    """How the batch follows the world size; a policy that cannot work is a usage error."""
     try:
-        policy = BatchPolicy(
+        return BatchPolicy(
             args.batch_policy,
             args.batch_size,
             world.world_size,
@@ -481,6 +545,55 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+@dataclass
+class _Run:
+    """One worker's training run: what set-up built (first block) and where it stands
+    (second block, updated step by step; ``position`` is what a checkpoint saves)."""
+
+    args: argparse.Namespace
+    stop: StopRequest
+    world: WorldInfo
+    device: torch.device
+    policy: BatchPolicy
+    follower: ThreadFollower | None
+    config: WorkloadConfig
+    workload: Workload
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    base_lrs: list[float]
+    """Each parameter group's learning rate as the workload made it (scale 1)."""
+    ckpt: Path | None
+    """``<checkpoint-dir>/checkpoint.pt``, or None without checkpoints."""
+    order: DataOrder
+    position: TrainingPosition = field(default_factory=TrainingPosition)
+    start_lr_scale: float = 1.0
+    """Learning-rate scale the resumed checkpoint was written with (1 on a fresh start)."""
+    resumed_from: dict[str, float | None] | None = None
+    """``{"saved_at_s": ...}`` until the first step after a resume is done, else None."""
+    ddp: DistributedDataParallel | None = None
+    """The model wrapped for data-parallel training (several workers), else None."""
+    start_step: int = 0
+    lr_scale: float = 1.0
+    stopping: bool = False
+    """Some worker was asked to stop: the run ends after the step in hand, with a checkpoint."""
+
+    @property
+    def steps_planned(self) -> int:
+        return int(self.args.epochs * self.args.steps_per_epoch)
+
+
+def _build_run(
+    args: argparse.Namespace,
+    stop: StopRequest,
+    world: WorldInfo,
+    device: torch.device,
+    policy: BatchPolicy,
+    follower: ThreadFollower | None,
+) -> _Run:
+    """Seed, build the workload's model and optimizer on ``device``, resume if a checkpoint
+    is there."""
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     config = WorkloadConfig(
@@ -495,259 +608,340 @@ def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int
     model = workload.model.to(device)
     model.train()
     optimizer = workload.optimizer()
-    base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
-    steps_per_epoch = args.steps_per_epoch
-    steps_planned = args.epochs * steps_per_epoch
-    order = DataOrder(args.seed, args.dataset_size or steps_per_epoch * args.batch_size)
+    run = _Run(
+        args=args,
+        stop=stop,
+        world=world,
+        device=device,
+        policy=policy,
+        follower=follower,
+        config=config,
+        workload=workload,
+        model=model,
+        optimizer=optimizer,
+        base_lrs=[float(group["lr"]) for group in optimizer.param_groups],
+        ckpt=checkpoint_path(args.checkpoint_dir) if args.checkpoint_dir else None,
+        order=DataOrder(args.seed, args.dataset_size or args.steps_per_epoch * args.batch_size),
+    )
+    existing = read_checkpoint(run.ckpt) if run.ckpt is not None else None
+    if existing is not None:
+        _resume(run, existing)
+    return run
 
-    ckpt = checkpoint_path(args.checkpoint_dir) if args.checkpoint_dir else None
-    position = TrainingPosition()
-    resumed_from: dict[str, float | None] | None = None
-    start_lr_scale = 1.0
-    if ckpt is not None:
-        existing = read_checkpoint(ckpt)
-        if existing is not None:
-            saved = existing.get("meta", {}).get("workload", {})
-            mismatched = [k for k in RESUME_KEYS if saved.get(k) != getattr(config, k)]
-            if mismatched:
-                raise UsageError(
-                    f"checkpoint {ckpt} was written for a different workload "
-                    f"({', '.join(f'{k}={saved.get(k)!r}' for k in mismatched)}; now "
-                    f"{', '.join(f'{k}={getattr(config, k)!r}' for k in mismatched)}); "
-                    "use another --checkpoint-dir or delete it"
-                )
-            saved_order = existing.get("data_order") or {}
-            if saved_order:
-                order = DataOrder(int(saved_order["seed"]), int(saved_order["dataset_size"]))
-            saved_batch = existing.get("meta", {}).get("batch", {})
-            start_lr_scale = float(saved_batch.get("lr_scale", 1.0))
-            resumed_from = {"saved_at_s": saved_at_s(existing)}
-            position = apply_checkpoint(existing, model=model, optimizer=optimizer)
-            del existing
-            log.info(
-                "resumed from %s at step %d/%d (epoch %d, sample %d) with %d workers "
-                "(checkpoint written with %s)",
-                ckpt,
-                position.step,
-                steps_planned,
-                position.epoch,
-                position.samples,
-                world.world_size,
-                saved_batch.get("world_size", 1),
-            )
-    init_process_group(world, device)
-    _check_same_position(position, args.checkpoint_dir, world, device)
-    if position.step >= steps_planned:
-        log.info(
-            "checkpoint already holds %d/%d steps: nothing to do", position.step, steps_planned
-        )
-        if world.local_rank == 0:
-            write_termination_message(position.step, steps_planned)
-        return EXIT_OK
-    net: torch.nn.Module = model
-    ddp: DistributedDataParallel | None = None
-    if world.world_size > 1:
-        # Broadcasts rank 0's parameters and buffers; averages gradients in backward.
-        ddp = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
-        net = ddp
-    start_step = position.step
-    lr_scale = start_lr_scale
 
-    def save(reason: str) -> bool:
-        if ckpt is None or not world.is_main:
-            return True
-        started = time.monotonic()
-        meta = {
-            "workload": config.as_dict(),
-            "batch": {
-                "policy": policy.policy,
-                "world_size": world.world_size,
-                "global_batch": policy.global_batch,
-                "lr_scale": lr_scale,
-            },
-        }
-        try:
-            save_checkpoint(
-                ckpt,
-                model=model,
-                optimizer=optimizer,
-                position=position,
-                meta=meta,
-                data_order={"seed": order.seed, "dataset_size": order.dataset_size},
-            )
-        except Exception as exc:  # noqa: BLE001 - a failed save must not kill the run
-            log.error("checkpoint (%s) at step %d failed: %r", reason, position.step, exc)
-            return False
-        log.log(
-            logging.DEBUG if reason == "periodic" else logging.INFO,
-            "checkpoint (%s) at step %d saved in %.3f s",
-            reason,
-            position.step,
-            time.monotonic() - started,
+def _resume(run: _Run, existing: dict[str, Any]) -> None:
+    """Take position, data order, learning-rate scale, weights and optimizer state from a
+    checkpoint written for the same workload (else a usage error)."""
+    saved = existing.get("meta", {}).get("workload", {})
+    mismatched = [k for k in RESUME_KEYS if saved.get(k) != getattr(run.config, k)]
+    if mismatched:
+        raise UsageError(
+            f"checkpoint {run.ckpt} was written for a different workload "
+            f"({', '.join(f'{k}={saved.get(k)!r}' for k in mismatched)}; now "
+            f"{', '.join(f'{k}={getattr(run.config, k)!r}' for k in mismatched)}); "
+            "use another --checkpoint-dir or delete it"
         )
+    saved_order = existing.get("data_order") or {}
+    if saved_order:
+        run.order = DataOrder(int(saved_order["seed"]), int(saved_order["dataset_size"]))
+    saved_batch = existing.get("meta", {}).get("batch", {})
+    run.start_lr_scale = float(saved_batch.get("lr_scale", 1.0))
+    run.resumed_from = {"saved_at_s": saved_at_s(existing)}
+    run.position = apply_checkpoint(existing, model=run.model, optimizer=run.optimizer)
+    log.info(
+        "resumed from %s at step %d/%d (epoch %d, sample %d) with %d workers "
+        "(checkpoint written with %s)",
+        run.ckpt,
+        run.position.step,
+        run.steps_planned,
+        run.position.epoch,
+        run.position.samples,
+        run.world.world_size,
+        saved_batch.get("world_size", 1),
+    )
+
+
+def _wrap_data_parallel(run: _Run) -> None:
+    """With several workers, wrap the model in DDP: it broadcasts rank 0's parameters and
+    buffers and averages gradients in backward."""
+    if run.world.world_size > 1:
+        run.ddp = DistributedDataParallel(
+            run.model, device_ids=[run.device.index] if run.device.type == "cuda" else None
+        )
+
+
+def _save(run: _Run, reason: str) -> bool:
+    """Rank 0 checkpoints the run's position (``reason``: periodic, stop or final); True when
+    saved or nothing to save, False when the save failed (logged; the run goes on)."""
+    if run.ckpt is None or not run.world.is_main:
         return True
-
-    main_rank = world.is_main
-    # Every rank holds the global position: each pod's first worker leaves it in the pod's
-    # termination message, so that every pod of a world that spans pods tells it.
-    pod_lead = world.local_rank == 0
-    step_log: IO[str] | None = (
-        open(args.step_log, "a") if args.step_log and main_rank else None  # noqa: SIM115
-    )
-    loss_log: IO[str] | None = (
-        open(args.loss_log, "a") if args.loss_log and main_rank else None  # noqa: SIM115
-    )
-    sample_log = _SampleLog(args.sample_log) if args.sample_log else None
-    reporter: ProgressReporter | None = None
-    if main_rank:
-        reporter = ProgressReporter(
-            steps_planned=steps_planned,
-            epochs_planned=args.epochs,
-            start_step=position.step,
-            start_samples=position.samples,
-            start_epoch=position.epoch,
-            port=None if args.progress_file else args.metrics_port,
-            address=args.metrics_address,
-            progress_file=args.progress_file,
+    started = time.monotonic()
+    meta = {
+        "workload": run.config.as_dict(),
+        "batch": {
+            "policy": run.policy.policy,
+            "world_size": run.world.world_size,
+            "global_batch": run.policy.global_batch,
+            "lr_scale": run.lr_scale,
+        },
+    }
+    try:
+        save_checkpoint(
+            run.ckpt,
+            model=run.model,
+            optimizer=run.optimizer,
+            position=run.position,
+            meta=meta,
+            data_order={"seed": run.order.seed, "dataset_size": run.order.dataset_size},
         )
+    except Exception as exc:  # noqa: BLE001 - a failed save must not kill the run
+        log.error("checkpoint (%s) at step %d failed: %r", reason, run.position.step, exc)
+        return False
+    log.log(
+        logging.DEBUG if reason == "periodic" else logging.INFO,
+        "checkpoint (%s) at step %d saved in %.3f s",
+        reason,
+        run.position.step,
+        time.monotonic() - started,
+    )
+    return True
+
+
+@dataclass
+class _TestLogs:
+    """TEST HOOK files: ``--step-log`` and ``--loss-log`` (rank 0 only), ``--sample-log``."""
+
+    step_log: IO[str] | None
+    loss_log: IO[str] | None
+    sample_log: _SampleLog | None
+
+    @classmethod
+    def open(cls, args: argparse.Namespace, main_rank: bool) -> _TestLogs:
+        return cls(
+            step_log=open(args.step_log, "a") if args.step_log and main_rank else None,  # noqa: SIM115
+            loss_log=open(args.loss_log, "a") if args.loss_log and main_rank else None,  # noqa: SIM115
+            sample_log=_SampleLog(args.sample_log) if args.sample_log else None,
+        )
+
+    def step_done(self, step: int, step_loss: float) -> None:
+        """Global step ``step`` done with mean loss ``step_loss``."""
+        if self.step_log is not None:
+            self.step_log.write(f"{step}\n")
+            self.step_log.flush()
+        if self.loss_log is not None:
+            self.loss_log.write(f"{step} {step_loss!r}\n")
+            self.loss_log.flush()
+
+    def close(self) -> None:
+        for handle in (self.step_log, self.loss_log, self.sample_log):
+            if handle is not None:
+                handle.close()
+
+
+def _reporter(run: _Run) -> ProgressReporter | None:
+    """Rank 0's progress reporter: the progress file, else the in-process /metrics."""
+    if not run.world.is_main:
+        return None
+    args = run.args
+    return ProgressReporter(
+        steps_planned=run.steps_planned,
+        epochs_planned=args.epochs,
+        start_step=run.position.step,
+        start_samples=run.position.samples,
+        start_epoch=run.position.epoch,
+        port=None if args.progress_file else args.metrics_port,
+        address=args.metrics_address,
+        progress_file=args.progress_file,
+    )
+
+
+def _log_start(run: _Run) -> None:
+    policy, follower = run.policy, run.follower
     log.info(
         "training %s (width %d, %s batch: %d global, %d accumulation round(s)) for %d epochs "
         "x %d steps on %s (rank %d/%d) with %s threads",
-        config.name,
-        config.width,
+        run.config.name,
+        run.config.width,
         policy.policy,
         policy.global_batch,
         policy.accumulation_rounds,
-        args.epochs,
-        steps_per_epoch,
-        device,
-        world.rank,
-        world.world_size,
-        args.threads if follower is None else f"{follower.threads} (following the CPU limit)",
+        run.args.epochs,
+        run.args.steps_per_epoch,
+        run.device,
+        run.world.rank,
+        run.world.world_size,
+        run.args.threads if follower is None else f"{follower.threads} (following the CPU limit)",
     )
-    saver = PeriodicSaver(args.checkpoint_every_s)
-    epoch_started = time.monotonic()
-    epoch_loss, epoch_steps = 0.0, 0
-    stopping = reduce_step(0.0, stop.requested, device)[1]
+
+
+@dataclass
+class _EpochTally:
+    """The epoch in progress: its start (monotonic seconds) and the sum of its step losses."""
+
+    started: float
+    loss: float = 0.0
+    steps: int = 0
+
+
+def _run_steps(run: _Run, logs: _TestLogs, reporter: ProgressReporter | None) -> int:
+    """The steps from the run's position to the plan, then the final checkpoint; returns the
+    exit status (a test hook or a stop may end the run early)."""
+    _log_start(run)
+    run.start_step, run.lr_scale = run.position.step, run.start_lr_scale
+    saver = PeriodicSaver(run.args.checkpoint_every_s)
+    epoch = _EpochTally(started=time.monotonic())
+    run.stopping = reduce_step(0.0, run.stop.requested, run.device)[1]
     try:
         with reporter if reporter is not None else contextlib.nullcontext():
-            for step in range(position.step, steps_planned):
-                if stopping:
+            for step in range(run.position.step, run.steps_planned):
+                if run.stopping:
                     break
-                if follower is not None:
-                    before = follower.threads
-                    if follower.poll() != before:
-                        log.info(
-                            "CPU limit changed: %d threads from step %d", follower.threads, step
-                        )
-                if args.fail_at_step is not None and step == args.fail_at_step:
-                    raise RuntimeError(f"--fail-at-step {step}: failing on purpose (test hook)")
-                if args.exit_at_step == step and step > start_step:
-                    log.info("--exit-at-step %d: exiting 0 early on purpose (test hook)", step)
-                    ok = save("stop")
-                    if pod_lead:
-                        write_termination_message(position.step, steps_planned)
-                    return EXIT_OK if ok else EXIT_ERROR
-                if args.hang_at_step == step:
-                    log.info("--hang-at-step %d: completing no more steps (test hook)", step)
-                    while not stop.requested:
-                        time.sleep(0.1)
-                    stopping = True
+                status = _before_step(run, step)
+                if status is not None:
+                    return status
+                if run.stopping:  # --hang-at-step, then a stop
                     break
-                lr_scale = policy.lr_scale_at(step, start_step, start_lr_scale)
-                for group, base_lr in zip(optimizer.param_groups, base_lrs, strict=True):
-                    group["lr"] = base_lr * lr_scale
-                shards = shard_indices(
-                    order.indices(position.samples, policy.global_batch), policy, world.rank
-                )
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum = 0.0
-                for number, shard in enumerate(shards):
-                    inputs, targets = workload.samples(shard.indices)
-                    inputs, targets = inputs.to(device), targets.to(device)
-                    # Gradients are averaged across workers only on the last round.
-                    last = number == len(shards) - 1
-                    with _no_sync(ddp) if not last else contextlib.nullcontext():
-                        loss = workload.loss(net(inputs), targets)
-                        (loss * shard.loss_weight).backward()
-                    # .item() waits for the device, so the step's wall time is honest on CUDA.
-                    loss_sum += loss.item() * len(shard.indices)
-                    if sample_log is not None:
-                        sample_log.write(step, world.rank, world.world_size, shard.indices)
-                workload.clip_gradients()
-                optimizer.step()
-                loss_sum, stopping = reduce_step(loss_sum, stop.requested, device)
-                step_loss = loss_sum / policy.global_batch
-                epoch_loss += step_loss
-                epoch_steps += 1
-                position = TrainingPosition(
-                    step=step + 1,
-                    epoch=(step + 1) // steps_per_epoch,
-                    samples=position.samples + policy.global_batch,
-                )
-                if reporter is not None:
-                    reporter.step_done(policy.global_batch)
-                if resumed_from is not None and main_rank:
-                    restart_s = restart_seconds(resumed_from, time.time())
-                    if restart_s is not None:
-                        log.info(
-                            "restart cost %.3f s (checkpoint saved -> first step done)",
-                            restart_s,
-                        )
-                        if reporter is not None:
-                            reporter.restart_done(restart_s)
-                    resumed_from = None
-                if step_log is not None:
-                    step_log.write(f"{step}\n")
-                    step_log.flush()
-                if loss_log is not None:
-                    loss_log.write(f"{step} {step_loss!r}\n")
-                    loss_log.flush()
-                if position.step % steps_per_epoch == 0:
-                    if reporter is not None:
-                        reporter.epoch_done()
-                    now = time.monotonic()
-                    if main_rank:
-                        log.info(
-                            "epoch %d/%d done: step %d/%d, %.2f s, mean loss %.4f",
-                            position.epoch,
-                            args.epochs,
-                            position.step,
-                            steps_planned,
-                            now - epoch_started,
-                            epoch_loss / max(1, epoch_steps),
-                        )
-                    epoch_started, epoch_loss, epoch_steps = now, 0.0, 0
-                if main_rank and saver.due() and save("periodic"):
+                step_loss = _one_step(run, step, logs.sample_log)
+                _after_step(run, step, step_loss, reporter, logs, epoch)
+                if run.world.is_main and saver.due() and _save(run, "periodic"):
                     saver.saved()
-            if not stopping and reporter is not None:
+            if not run.stopping and reporter is not None:
                 # Keep /metrics up a moment (or until SIGTERM) so that a controller sees the
                 # final step and its time stamp before the process is gone.
-                reporter.linger(args.metrics_linger_s, lambda: stop.requested)
-            if stopping:
-                log.info(
-                    "signal %s: stopping at step %d/%d",
-                    stop.signal_number,
-                    position.step,
-                    steps_planned,
-                )
-                if ckpt is None and main_rank:
-                    log.warning("no --checkpoint-dir: the progress of this run is lost")
-                if pod_lead:
-                    write_termination_message(position.step, steps_planned)
-                return EXIT_OK if save("stop") else EXIT_ERROR
+                reporter.linger(run.args.metrics_linger_s, lambda: run.stop.requested)
+            if run.stopping:
+                return _stop(run)
     finally:
-        for handle in (step_log, loss_log, sample_log):
-            if handle is not None:
-                handle.close()
-    ok = save("final")
-    if main_rank:
-        log.info("done: %d/%d steps", position.step, steps_planned)
-    if pod_lead:
-        write_termination_message(position.step, steps_planned)
+        logs.close()
+    ok = _save(run, "final")
+    if run.world.is_main:
+        log.info("done: %d/%d steps", run.position.step, run.steps_planned)
+    _tell_termination(run)
     return EXIT_OK if ok else EXIT_ERROR
+
+
+def _tell_termination(run: _Run) -> None:
+    """Every rank holds the global position: each pod's first worker leaves it in the pod's
+    termination message, so that every pod of a world that spans pods tells it."""
+    if run.world.local_rank == 0:
+        write_termination_message(run.position.step, run.steps_planned)
+
+
+def _before_step(run: _Run, step: int) -> int | None:
+    """Follow the CPU limit, then the test hooks: an exit status to return now, or None to
+    go on (``run.stopping`` set: stop without running ``step``)."""
+    follower, args = run.follower, run.args
+    if follower is not None:
+        before = follower.threads
+        if follower.poll() != before:
+            log.info("CPU limit changed: %d threads from step %d", follower.threads, step)
+    if args.fail_at_step is not None and step == args.fail_at_step:
+        raise RuntimeError(f"--fail-at-step {step}: failing on purpose (test hook)")
+    if args.exit_at_step == step and step > run.start_step:
+        log.info("--exit-at-step %d: exiting 0 early on purpose (test hook)", step)
+        ok = _save(run, "stop")
+        _tell_termination(run)
+        return EXIT_OK if ok else EXIT_ERROR
+    if args.hang_at_step == step:
+        log.info("--hang-at-step %d: completing no more steps (test hook)", step)
+        while not run.stop.requested:
+            time.sleep(0.1)
+        run.stopping = True
+    return None
+
+
+def _one_step(run: _Run, step: int, sample_log: _SampleLog | None) -> float:
+    """Global step ``step``: set the learning rate, put this rank's shards through the model
+    (accumulating gradients), step the optimizer, agree on loss and stop with every worker.
+    Advances ``run.position``; returns the step's mean loss over the global batch."""
+    policy, world = run.policy, run.world
+    net = run.model if run.ddp is None else run.ddp
+    run.lr_scale = policy.lr_scale_at(step, run.start_step, run.start_lr_scale)
+    for group, base_lr in zip(run.optimizer.param_groups, run.base_lrs, strict=True):
+        group["lr"] = base_lr * run.lr_scale
+    shards = shard_indices(
+        run.order.indices(run.position.samples, policy.global_batch), policy, world.rank
+    )
+    run.optimizer.zero_grad(set_to_none=True)
+    loss_sum = 0.0
+    for number, shard in enumerate(shards):
+        inputs, targets = run.workload.samples(shard.indices)
+        inputs, targets = inputs.to(run.device), targets.to(run.device)
+        # Gradients are averaged across workers only on the last round.
+        last = number == len(shards) - 1
+        with _no_sync(run.ddp) if not last else contextlib.nullcontext():
+            loss = run.workload.loss(net(inputs), targets)
+            (loss * shard.loss_weight).backward()
+        # .item() waits for the device, so the step's wall time is honest on CUDA.
+        loss_sum += loss.item() * len(shard.indices)
+        if sample_log is not None:
+            sample_log.write(step, world.rank, world.world_size, shard.indices)
+    run.workload.clip_gradients()
+    run.optimizer.step()
+    loss_sum, run.stopping = reduce_step(loss_sum, run.stop.requested, run.device)
+    run.position = TrainingPosition(
+        step=step + 1,
+        epoch=(step + 1) // run.args.steps_per_epoch,
+        samples=run.position.samples + policy.global_batch,
+    )
+    return loss_sum / policy.global_batch
+
+
+def _after_step(
+    run: _Run,
+    step: int,
+    step_loss: float,
+    reporter: ProgressReporter | None,
+    logs: _TestLogs,
+    epoch: _EpochTally,
+) -> None:
+    """Report the done step (and the restart cost after a resume), log it, close an epoch."""
+    epoch.loss += step_loss
+    epoch.steps += 1
+    if reporter is not None:
+        reporter.step_done(run.policy.global_batch)
+    if run.resumed_from is not None and run.world.is_main:
+        restart_s = restart_seconds(run.resumed_from, time.time())
+        if restart_s is not None:
+            log.info("restart cost %.3f s (checkpoint saved -> first step done)", restart_s)
+            if reporter is not None:
+                reporter.restart_done(restart_s)
+        run.resumed_from = None
+    logs.step_done(step, step_loss)
+    if run.position.step % run.args.steps_per_epoch == 0:
+        if reporter is not None:
+            reporter.epoch_done()
+        _epoch_done(run, epoch)
+
+
+def _epoch_done(run: _Run, epoch: _EpochTally) -> None:
+    """Log the epoch just completed (rank 0) and start the next one's tally."""
+    now = time.monotonic()
+    if run.world.is_main:
+        log.info(
+            "epoch %d/%d done: step %d/%d, %.2f s, mean loss %.4f",
+            run.position.epoch,
+            run.args.epochs,
+            run.position.step,
+            run.steps_planned,
+            now - epoch.started,
+            epoch.loss / max(1, epoch.steps),
+        )
+    epoch.started, epoch.loss, epoch.steps = now, 0.0, 0
+
+
+def _stop(run: _Run) -> int:
+    """A stop was requested: log it, tell the position, checkpoint; returns the exit status."""
+    log.info(
+        "signal %s: stopping at step %d/%d",
+        run.stop.signal_number,
+        run.position.step,
+        run.steps_planned,
+    )
+    if run.ckpt is None and run.world.is_main:
+        log.warning("no --checkpoint-dir: the progress of this run is lost")
+    _tell_termination(run)
+    return EXIT_OK if _save(run, "stop") else EXIT_ERROR
 
 
 def _check_same_position(
