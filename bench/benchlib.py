@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from statistics import fmean, stdev
 from typing import Any
 
-from decor.control import thread_cores
+from decor.core.control import thread_cores
 
 POLICIES = ("decor", "decor-nn", "static-max", "static-oracle")
 CONTROLLED = ("decor", "decor-nn")

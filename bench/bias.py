@@ -27,7 +27,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from decor.control import Settings
+from decor.core.control import Settings
 
 # The law's default (what the runs used unless a spec overrides it).
 ENDGAME_RATIO = Settings.endgame_ratio

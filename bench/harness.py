@@ -3,10 +3,10 @@
 For each reference workload: profile it (a short all-cores probe sizes the job so that an
 all-cores run takes the grid's T; one full all-cores run measures T; short runs at fractions
 of MAX give the speed curve), then run every (scenario, policy, repetition) of the grid
-through the local runtime (``decor.local.run_local``, the same controller and cgroup
+through the local runtime (``decor.local.runtime.run_local``, the same controller and cgroup
 actuator as ``decor run --local``). Policies of one setting run back to back, their order
 balanced over the repetitions (``benchlib.plan_runs``). Deadline moves are sent with
-``decor.local.request_deadline`` from a thread; the disturbance is CPU-bound Python
+``decor.local.runtime.request_deadline`` from a thread; the disturbance is CPU-bound Python
 processes in the harness's own cgroup (not the job's).
 
 Every finished run is appended to ``OUT/results.json`` at once (``--resume`` skips runs
@@ -41,10 +41,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from decor import vocabulary
-from decor.local import LocalOptions, RunSummary, request_deadline, run_local
-from decor.model import parse_job
-from decor.trace import read_trace
+from decor.api import vocabulary
+from decor.api.model import parse_job
+from decor.local.runtime import LocalOptions, RunSummary, request_deadline, run_local
+from decor.local.trace import read_trace
 
 from bench import benchlib as bl
 
@@ -1178,7 +1178,7 @@ def _parser() -> argparse.ArgumentParser:
         "--runtime",
         choices=("local", "k8s"),
         default="local",
-        help="local: the grid through decor.local; k8s: the cluster subset (resnet, vgg, "
+        help="local: the grid through decor.local.runtime; k8s: the cluster subset (resnet, vgg, "
         "lstm; d1.5, d1.8, d2.5, move-0.8, disturb; decor and decor-nn; 2 repetitions) on "
         "$KUBECONFIG through the checkout's operator, appended to OUT/results.json (--grid "
         "is ignored)",

@@ -5,7 +5,7 @@ bed: ``make cluster-up images``, ``. cluster/env.sh``; see docs/cluster.md) it
 
 * applies the CRD and starts the checkout's operator **out of cluster** from this venv
   (``python -m decor.cli operator``, all namespaces) once per grid, so an edit of
-  ``operator/decor/control.py`` is measured without an image rebuild (:class:`OperatorProcess`);
+  ``operator/decor/core/control.py`` is measured without an image rebuild (:class:`OperatorProcess`);
 * per run, creates a namespace, creates the job (the harness's manifest plus the trainer
   image, ``imagePullPolicy: Never`` and memory bounds, :func:`cluster_manifest`), moves its
   deadline with ``kubectl patch`` at the scenario's time, runs the disturbance on the host,
@@ -36,7 +36,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from decor import build, model, vocabulary
+from decor.api import model, vocabulary
+from decor.core import build
 
 from bench import benchlib as bl
 

@@ -194,7 +194,7 @@ containerd_up() { [ -S "$CONTAINERD_SOCK" ] && ctr_k8s version >/dev/null 2>&1; 
 
 # Both images run as a non-root user by default (numeric, so that Kubernetes can check
 # runAsNonRoot without a passwd entry); HOME points at a directory any user may write.
-TRAINER_USER=1000:1000   # build.TRAINER_UID/TRAINER_GID in operator/decor/build.py
+TRAINER_USER=1000:1000   # build.TRAINER_UID/TRAINER_GID in operator/decor/core/build.py
 OPERATOR_USER=65534:65534  # nobody, as the chart's podSecurityContext
 
 image_built() { # image_built NAME KEY: the image of KEY is at hand (its archive, or in containerd)

@@ -28,7 +28,7 @@ gomod_file=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/
 mapfile -t staging < <(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod_file")
 [ ${#staging[@]} -gt 10 ] || die "found only ${#staging[@]} staging modules in $gomod_file"
 {
-  echo "module decor.local/k8sbuild"
+  echo "module decor.local.runtime/k8sbuild"
   echo
   echo "go 1.25.0"
   echo

@@ -92,7 +92,7 @@ go_build_cached() {
   command -v go >/dev/null || die "go not found on PATH (needed to build $module $version)"
   work=$(dirname "$dest")/src out=$(dirname "$dest")/out
   rm -rf "$work" "$out"; mkdir -p "$work" "$out"
-  printf 'module decor.local/toolbuild\n\ngo 1.24\n\nrequire %s %s\n' "$module" "$version" > "$work/go.mod"
+  printf 'module decor.local.runtime/toolbuild\n\ngo 1.24\n\nrequire %s %s\n' "$module" "$version" > "$work/go.mod"
   log "go build $package ($module $version) -> $dest (go $(go env GOVERSION); minutes on a cold machine)"
   (cd "$work" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-buildvcs=false -mod=mod" \
     GOPROXY=${GOPROXY:-$(go env GOPROXY)} go build -trimpath -ldflags "-s -w" -o "$out/" "$package")

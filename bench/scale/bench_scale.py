@@ -53,9 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from decor import config as operator_config
-from decor import leader as lease_records
-from decor import vocabulary
+from decor.api import vocabulary
+from decor.core import leader as lease_records
+from decor.service import config as operator_config
 
 from bench.scale import fleet, measure, replicas
 

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decor import build
-from decor.control import thread_cores
+from decor.core import build
+from decor.core.control import thread_cores
 from decor_trainer import contract
 
 GPU_RESOURCE = build.GPU_RESOURCE
@@ -46,7 +46,7 @@ class SpeedCurve:
     """Steps per second of a simulated trainer at an allocation.
 
     CPU (``mode == "cpu"``): measured ``points`` (cores, steps/s) of a reference workload. The
-    reference trainer runs one thread per whole core (:func:`decor.control.thread_cores`), so
+    reference trainer runs one thread per whole core (:func:`decor.core.control.thread_cores`), so
     below one core speed is proportional to the quota, and from one core up it follows the
     measured whole-core points (interpolated), extrapolated past the last one as
     ``rate(n) * (k / n) ** exponent`` with the exponent fitted on the last two whole-core points.
@@ -238,7 +238,7 @@ def workload_of(pod: Mapping[str, Any]) -> str:
 
 def parse_cpu_cores(value: Any) -> float:
     """A Kubernetes CPU quantity (``500m``, ``2``) in cores, read as the operator reads one
-    (:func:`decor.build.parse_allocation`); 0 for none."""
+    (:func:`decor.core.build.parse_allocation`); 0 for none."""
     return build.parse_allocation("cpu", value) or 0.0
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 RESULT_FIELDS = (
     "jobs",

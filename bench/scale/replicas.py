@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from decor import vocabulary
-from decor.leader import LeaseRecord
+from decor.api import vocabulary
+from decor.core.leader import LeaseRecord
 
 from bench.scale.measure import (
     Metrics,

@@ -36,7 +36,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from decor import build, vocabulary
+from decor.api import vocabulary
+from decor.core import build
 
 from bench.scale import fleet
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from decor.model import JobSpec, ManifestError, parse_duration_s, parse_job
-from decor.planner import POLICIES, POLICY_DECOR
+from decor.api.model import JobSpec, ManifestError, parse_duration_s, parse_job
+from decor.core.planner import POLICIES, POLICY_DECOR
 
 LOG_EVERY_S = 5.0  # off a terminal, progress lines at most this often
 
@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_several(args)
     if args.stagger:
         raise ValueError("--stagger needs more than one job")
-    from decor.local import LocalOptions, run_local
+    from decor.local.runtime import LocalOptions, run_local
 
     job = load_job(args.job[0])
     out = (
@@ -168,7 +168,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_several(args: argparse.Namespace) -> int:
     """Several manifests: one run under the planner; DIR/NAME/ per job."""
-    from decor.local import LocalOptions, run_local_many
+    from decor.local.runtime import LocalOptions, run_local_many
 
     jobs = [load_job(path) for path in args.job]
     out = (
@@ -221,7 +221,7 @@ def format_summary(s: dict[str, Any]) -> str:
 
 
 def cmd_deadline(args: argparse.Namespace) -> int:
-    from decor.local import request_deadline
+    from decor.local.runtime import request_deadline
 
     record = request_deadline(args.name, deadline=args.deadline, duration=args.duration)
     print(f"asked local job {args.name} (pid {record['pid']}) to move its deadline")
@@ -252,7 +252,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
-    from decor.handlers import run_operator
+    from decor.service.handlers import run_operator
 
     run_operator(namespaces=args.namespace, prometheus_url=args.prometheus_url)
     return 0

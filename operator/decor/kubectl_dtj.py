@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 ADMISSION_CONDITIONS = (vocabulary.CONDITION_ADMITTED, vocabulary.VERDICT_QUEUED)
 """Condition types that carry the planner's admission verdict, in order of preference."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor.control import SpeedFit
+from decor.core.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
     CHART,
     CPU_MAX_CORES,

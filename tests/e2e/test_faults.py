@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor.vocabulary import API_GROUP, API_VERSION, PLURAL
+from decor.api.vocabulary import API_GROUP, API_VERSION, PLURAL
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,
     DEVIATION_BOUND_PERCENT,

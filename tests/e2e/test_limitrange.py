@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import vocabulary
+from decor.api import vocabulary
 from test_operator import (  # noqa: F401 - fixtures used by name
     CPU_MAX,
     CPU_MAX_CORES,

@@ -1,6 +1,6 @@
 """The operator's control loop, period by period, with a fake clock against the real API server.
 
-The loop (decor.loop.ControlLoop) runs in the test process with a clock the test advances;
+The loop (decor.service.loop.ControlLoop) runs in the test process with a clock the test advances;
 everything it reads and writes is real: jobs, pods and the node through the test bed's
 kube-apiserver, pods started and resized in place by the real kubelet. Only the trainers are
 simulated: the pods sleep, and a small fleet model advances each one's steps at a speed
@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from decor import build, metrics
-from decor.config import OperatorConfig
-from decor.kube import Kube
-from decor.loop import ControlLoop
-from decor.model import format_time
-from decor.operator_metrics import OperatorMetrics
-from decor.views import ClusterView, Key, Snapshot, job_label
-from decor.vocabulary import API_GROUP, API_VERSION, PLURAL
+from decor.adapter.kube import Kube
+from decor.api.model import format_time
+from decor.api.vocabulary import API_GROUP, API_VERSION, PLURAL
+from decor.core import build, progress
+from decor.core.views import ClusterView, Key, Snapshot, job_label
+from decor.service.config import OperatorConfig
+from decor.service.loop import ControlLoop
+from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 from test_operator import crd  # noqa: F401 - fixture used by name
 
@@ -66,15 +66,15 @@ class FakeFleet:
 
     def read(
         self, snapshot: Snapshot, due: list[Key]
-    ) -> Mapping[metrics.PodKey, metrics.ProgressRead]:
+    ) -> Mapping[progress.PodKey, progress.ProgressRead]:
         now = self.clock()
-        reads: dict[metrics.PodKey, metrics.ProgressRead] = {}
+        reads: dict[progress.PodKey, progress.ProgressRead] = {}
         for (ns, name), pod in snapshot.pods.items():
             if name in self.steps and build.pod_phase(pod) == "Running":
                 # Whole steps, stamped with when the last one completed (as the reporter does).
                 done = float(int(self.steps[name]))
                 rate = self.rate.get(name) or 1.0
-                reads[(ns, name)] = metrics.Progress(
+                reads[(ns, name)] = progress.Progress(
                     steps_done=done,
                     steps_planned=float(PLANNED_STEPS),
                     last_step_time_s=now - (self.steps[name] - done) / rate,

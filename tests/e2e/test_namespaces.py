@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import vocabulary
+from decor.api import vocabulary
 from test_operator import (
     CHART,
     CPU_MAX_CORES,

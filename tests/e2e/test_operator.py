@@ -29,9 +29,10 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, vocabulary
-from decor.control import SpeedFit
-from decor.model import ManifestError, parse_job, quantity_value
+from decor.api import vocabulary
+from decor.api.model import ManifestError, parse_job, quantity_value
+from decor.core import build
+from decor.core.control import SpeedFit
 from hostile_jobs import hostile_manifests
 
 pytestmark = pytest.mark.e2e

@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from decor.control import SpeedFit
+from decor.core.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
     CPU_MIN,
     DEVIATION_BOUND_PERCENT,

@@ -29,8 +29,9 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, policy, vocabulary
-from decor.model import ManifestError, parse_job
+from decor.api import vocabulary
+from decor.api.model import ManifestError, parse_job
+from decor.core import build, policy
 from test_operator import (
     CHART,
     CRD_FILE,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, vocabulary
+from decor.api import vocabulary
+from decor.core import build
 from test_operator import (  # noqa: F401 - fixtures used by name
     CPU_MAX,
     CPU_MIN,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import vocabulary
+from decor.api import vocabulary
 from test_operator import (
     CHART,
     crd,  # noqa: F401 - a fixture, used by name

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor.model import MAX_JOB_NAME_LENGTH
+from decor.api.model import MAX_JOB_NAME_LENGTH
 from test_failures import logged_steps, patch_job
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,

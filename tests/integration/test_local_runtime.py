@@ -19,11 +19,18 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import planner, vocabulary
-from decor.cpulimit import CgroupV1Limiter, CgroupV2Limiter, make_limiter
-from decor.local import LocalOptions, RunSummary, request_deadline, run_local, run_local_many
-from decor.model import parse_job
-from decor.trace import read_trace
+from decor.api import vocabulary
+from decor.api.model import parse_job
+from decor.core import planner
+from decor.local.cpulimit import CgroupV1Limiter, CgroupV2Limiter, make_limiter
+from decor.local.runtime import (
+    LocalOptions,
+    RunSummary,
+    request_deadline,
+    run_local,
+    run_local_many,
+)
+from decor.local.trace import read_trace
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from decor.trace import read_trace
+from decor.local.trace import read_trace
 from decor_trainer.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ into a fresh virtual environment of the base interpreter: Python and the system'
 (``hack/venv.sh`` takes PyTorch from there), nothing of this repository and nothing of the
 project's environment. There a plain training loop (``examples/own-loop/train.py``) writes its
 progress file, the wheel's sidecar serves it, and the operator's own reader
-(:func:`decor.metrics.scrape_progress`) reads the progress back.
+(:func:`decor.adapter.scrape.scrape_progress`) reads the progress back.
 
 The test runs offline: prometheus-client, the wheel's one dependency, is copied from this
 environment into the fresh one in place of PyPI, and ``pip install --no-index`` then makes
@@ -29,7 +29,8 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from decor import metrics
+from decor.adapter import scrape
+from decor.core import progress
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
@@ -121,13 +122,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def read_until_served(url: str, sidecar: subprocess.Popen[str]) -> metrics.Progress:
+def read_until_served(url: str, sidecar: subprocess.Popen[str]) -> progress.Progress:
     """The operator's read of ``url``, repeated until the sidecar answers (TIMEOUT_S at most)."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         try:
-            return metrics.scrape_progress(url)
-        except metrics.MetricsError as exc:
+            return scrape.scrape_progress(url)
+        except progress.MetricsError as exc:
             if sidecar.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the sidecar never served {url}: {exc}")
             time.sleep(0.05)

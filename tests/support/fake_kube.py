@@ -1,4 +1,4 @@
-"""A fake of :class:`decor.kube.Kube` that records every call.
+"""A fake of :class:`decor.adapter.kube.Kube` that records every call.
 
 :class:`RecordingKube` stands in for the API server, the scheduler and the kubelet in unit
 tests of the job lifecycle: it keeps pods, jobs, claims, Services and Events in memory, as
@@ -21,10 +21,10 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decor import build
-from decor.capacity import pod_charge
-from decor.kube import KubeError
-from decor.model import GPU_RESOURCE, format_cpu, format_time, parse_cpu_cores
+from decor.adapter.kube import KubeError
+from decor.api.model import GPU_RESOURCE, format_cpu, format_time, parse_cpu_cores
+from decor.core import build
+from decor.core.capacity import pod_charge
 
 Key = tuple[str, str]  # (namespace, name)
 SERVICE_IP = "10.96.0.10"
@@ -149,7 +149,7 @@ class RecordingKube:
             elif build.pod_phase(pod) == "Running":
                 self._apply_resize(pod)
 
-    # --- the facade: decor.kube.Kube's methods -------------------------------------------------
+    # --- the facade: decor.adapter.kube.Kube's methods -------------------------------------------------
 
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         self._call("patch_job_status", namespace=namespace, name=name, status=dict(status))

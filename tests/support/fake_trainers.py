@@ -2,7 +2,7 @@
 
 :class:`FakeTrainers` stands in for the trainers' ``/metrics`` endpoints (or Prometheus) at
 the loop's own seam, ``ControlLoop(read_progress=...)``: it answers the period's batched read
-with one :class:`decor.metrics.Progress` per running trainer pod. Between periods
+with one :class:`decor.core.progress.Progress` per running trainer pod. Between periods
 :meth:`FakeTrainers.advance` moves each job's steps at the speed its allocation in effect
 gives (the CPU the kubelet reports as applied, or the pod's GPUs): a plausible plant for the
 control law, and a deterministic one. A job's steps survive its pods (the trainer checkpoints
@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from decor import build, metrics
-from decor.views import Key, Snapshot, job_label
+from decor.core import build, progress
+from decor.core.views import Key, Snapshot, job_label
 
 from support.fake_kube import RecordingKube
 
@@ -79,9 +79,9 @@ class FakeTrainers:
 
     def read(
         self, snapshot: Snapshot, due: list[Key]
-    ) -> Mapping[metrics.PodKey, metrics.ProgressRead]:
+    ) -> Mapping[progress.PodKey, progress.ProgressRead]:
         """The period's progress read: every running trainer pod of the due jobs."""
-        reads: dict[metrics.PodKey, metrics.ProgressRead] = {}
+        reads: dict[progress.PodKey, progress.ProgressRead] = {}
         for namespace, job in due:
             trainer = self.jobs.get(job)
             if trainer is None:
@@ -91,11 +91,11 @@ class FakeTrainers:
                 if not _training(pod):
                     continue
                 if trainer.unreadable is not None:
-                    reads[(namespace, pod["metadata"]["name"])] = metrics.MetricsError(
+                    reads[(namespace, pod["metadata"]["name"])] = progress.MetricsError(
                         trainer.unreadable
                     )
                     continue
-                reads[(namespace, pod["metadata"]["name"])] = metrics.Progress(
+                reads[(namespace, pod["metadata"]["name"])] = progress.Progress(
                     steps_done=float(math.floor(trainer.steps_done)),
                     steps_planned=trainer.steps_planned,
                     last_step_time_s=trainer.last_step_s,

@@ -1,7 +1,7 @@
 """A bench that drives the operator's control loop period by period against the fakes.
 
 :class:`Bench` holds a fake cluster (:class:`RecordingKube`), simulated trainers
-(:class:`FakeTrainers`), a fake clock and the operator's own :class:`decor.loop.ControlLoop`.
+(:class:`FakeTrainers`), a fake clock and the operator's own :class:`decor.service.loop.ControlLoop`.
 Each :meth:`Bench.period` moves the clock, lets the trainers train, brings the cluster into
 the loop's view (as the operator's watches do) and runs one period of the loop
 (``run_period``, the operator's entry point: snapshot, progress read, prepare, plan,
@@ -15,13 +15,13 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decor.config import OperatorConfig
-from decor.loop import ControlLoop
-from decor.model import format_time
-from decor.operator_metrics import OperatorMetrics
-from decor.policy import CheckpointStorage
-from decor.views import ClusterView, job_label
-from decor.vocabulary import API_GROUP, API_VERSION, KIND
+from decor.api.model import format_time
+from decor.api.vocabulary import API_GROUP, API_VERSION, KIND
+from decor.core.policy import CheckpointStorage
+from decor.core.views import ClusterView, job_label
+from decor.service.config import OperatorConfig
+from decor.service.loop import ControlLoop
+from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 
 from support.fake_kube import RecordingKube, node_body

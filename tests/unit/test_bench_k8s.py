@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from decor import build
+from decor.core import build
 
 from bench import benchlib as bl
 from bench import k8s_bench as kb
@@ -164,7 +164,7 @@ def test_a_fresh_local_grid_keeps_the_cluster_runs(tmp_path: Path) -> None:
 
 
 def test_a_run_manifest_carries_the_estimate_it_is_given() -> None:
-    from decor.model import parse_job
+    from decor.api.model import parse_job
 
     from bench import harness
 

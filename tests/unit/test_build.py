@@ -10,9 +10,10 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, control, policy, vocabulary
-from decor.model import parse_job
-from decor.policy import CheckpointStorage
+from decor.api import vocabulary
+from decor.api.model import parse_job
+from decor.core import build, control, policy
+from decor.core.policy import CheckpointStorage
 
 JOB_UID = "0b7a4c1e-5e0f-4d8e-9d43-3c1f4b8b9a01"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build
-from decor.model import parse_job
+from decor.api.model import parse_job
+from decor.core import build
 from decor_trainer import contract
 
 
@@ -81,7 +81,7 @@ def test_without_a_batch_policy_the_trainer_keeps_its_default() -> None:
 def test_a_bad_batch_policy_is_refused_naming_the_field(
     resources: dict[str, Any], why: str
 ) -> None:
-    from decor.model import ManifestError
+    from decor.api.model import ManifestError
 
     with pytest.raises(ManifestError, match=why) as caught:
         parse_job(job_body(resources))

@@ -1,4 +1,4 @@
-"""The one capacity model (``decor.capacity``): what the planner is given and what the period's
+"""The one capacity model (``decor.core.capacity``): what the planner is given and what the period's
 commits reserve come from the same pod and node bodies, so a GPU job the planner admits is
 a job whose pods the operator can reserve and create, in the order the loop commits them."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, capacity
-from decor import planner as pl
-from decor.capacity import NodeCapacity, Room
-from decor.job import JobController
-from decor.model import GPU_RESOURCE, parse_job
-from decor.vocabulary import VERDICT_ADMITTED
+from decor.api.model import GPU_RESOURCE, parse_job
+from decor.api.vocabulary import VERDICT_ADMITTED
+from decor.core import build, capacity
+from decor.core import planner as pl
+from decor.core.capacity import NodeCapacity, Room
+from decor.service.job import JobController
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.scenario import job_body

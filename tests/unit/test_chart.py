@@ -199,7 +199,7 @@ def granted(role: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
     }
 
 
-# The calls of operator/decor/kube.py and kopf's watches (rbac.yaml says which is which).
+# The calls of operator/decor/adapter/kube.py and kopf's watches (rbac.yaml says which is which).
 OPERATOR_RIGHTS = {
     ("decor.dev", "deadlinetrainingjobs"): ["list", "watch"],
     ("decor.dev", "deadlinetrainingjobs/status"): ["patch"],
@@ -328,7 +328,7 @@ def operator_env(documents: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_template_policy_and_checkpoint_storage_reach_the_operator(helm: str) -> None:
-    from decor.policy import CheckpointStorage, TemplatePolicy
+    from decor.core.policy import CheckpointStorage, TemplatePolicy
 
     default = operator_env(render(helm))
     assert TemplatePolicy.from_env(default) == TemplatePolicy()  # everything refused
@@ -459,7 +459,7 @@ def test_alerts_are_off_by_default(helm: str) -> None:
 def test_alerts_read_only_series_that_exist(helm: str) -> None:
     import re
 
-    from decor.operator_metrics import OperatorMetrics
+    from decor.service.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -487,7 +487,7 @@ def test_alerts_read_only_series_that_exist(helm: str) -> None:
     for alert in alerts.values():
         series = set(re.findall(r"\b(decor_[a-z_]+)", alert["expr"]))
         assert series and series <= exported, (alert["alert"], series - exported)
-    from decor.vocabulary import CONDITION_TYPES
+    from decor.api.vocabulary import CONDITION_TYPES
 
     for alert in ("DecorJobAtRisk", "DecorJobMetricsUnavailable"):
         (condition,) = re.findall(r'type="(\w+)"', alerts[alert]["expr"])
@@ -495,7 +495,8 @@ def test_alerts_read_only_series_that_exist(helm: str) -> None:
 
 
 def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
-    from decor import config, policy
+    from decor.core import policy
+    from decor.service import config
 
     variables = {
         value
@@ -522,7 +523,8 @@ def test_the_chart_sets_every_variable_the_operator_reads(helm: str) -> None:
 
 
 def test_two_replicas_elect_one_through_a_lease_with_least_privilege(helm: str) -> None:
-    from decor import config, leader
+    from decor.core import leader
+    from decor.service import config
 
     documents = render(helm)
     role = named(documents, "Role", "decor-leader")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from decor import planner as pl
+from decor.core import planner as pl
 
 from bench import cluster_sim as cs
 

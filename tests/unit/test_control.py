@@ -19,7 +19,16 @@ from functools import cache
 from typing import Any
 
 import pytest
-from decor.control import (
+from decor.api.vocabulary import (
+    CONDITION_AT_RISK,
+    CONDITION_COMPLETE,
+    CONDITION_DEADLINE_MISSED,
+    CONDITION_INFEASIBLE,
+    CONDITION_METRICS_UNAVAILABLE,
+    CONDITION_ON_TRACK,
+    DECISION_STARTING,
+)
+from decor.core.control import (
     Observation,
     Settings,
     SpeedFit,
@@ -33,16 +42,7 @@ from decor.control import (
     step_time_curve,
     usable_cores,
 )
-from decor.simulate import Plant, SimResult, run_closed_loop
-from decor.vocabulary import (
-    CONDITION_AT_RISK,
-    CONDITION_COMPLETE,
-    CONDITION_DEADLINE_MISSED,
-    CONDITION_INFEASIBLE,
-    CONDITION_METRICS_UNAVAILABLE,
-    CONDITION_ON_TRACK,
-    DECISION_STARTING,
-)
+from decor.core.simulate import Plant, SimResult, run_closed_loop
 
 MIN_CORES, MAX_CORES = 1.0, 4.0
 MIN_GPUS, MAX_GPUS = 1.0, 4.0
@@ -1364,7 +1364,7 @@ def test_decor_gpu_follows_a_moved_deadline(move: float) -> None:
 
 
 def test_follow_grant_remembers_what_was_granted_and_says_when_short() -> None:
-    from decor.control import follow_grant, step_time_curve
+    from decor.core.control import follow_grant, step_time_curve
 
     settings = cpu_settings(200.0, policy="decor")
     base = replace(initial_state(settings, 2.0), last_change_s=10.0)
@@ -1385,7 +1385,7 @@ def test_follow_grant_remembers_what_was_granted_and_says_when_short() -> None:
 
 
 def test_follow_grant_keeps_the_decor_nn_integral_within_the_grant() -> None:
-    from decor.control import follow_grant
+    from decor.core.control import follow_grant
 
     settings = cpu_settings(200.0)
     base = initial_state(settings)  # decor-nn: integral starts at MAX
@@ -1395,7 +1395,7 @@ def test_follow_grant_keeps_the_decor_nn_integral_within_the_grant() -> None:
 
 
 def test_follow_grant_marks_a_gpu_change_pending() -> None:
-    from decor.control import follow_grant
+    from decor.core.control import follow_grant
 
     settings = gpu_settings(400.0, policy="decor")
     base = initial_state(settings, 2.0)

@@ -1,5 +1,5 @@
 """The CRD YAML: it parses, has the names and printer columns users rely on, and its schema
-accepts exactly the fields the manifest model (operator/decor/model.py) accepts.
+accepts exactly the fields the manifest model (operator/decor/api/model.py) accepts.
 
 The model lists its allowed fields in the error for an unknown one; these tests read them
 from there, so a field added on one side only fails here. The CEL rules themselves run on a
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, control, vocabulary
-from decor.model import ManifestError, parse_job
+from decor.api import vocabulary
+from decor.api.model import ManifestError, parse_job
+from decor.core import build, control
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_PATH = REPO / "crds" / "deadlinetrainingjobs.yaml"
@@ -332,7 +333,7 @@ def test_metrics_path_rules_agree_with_the_model(schema: dict[str, Any], path: s
 
 
 def test_checkpoint_fields_mirror_the_model(schema: dict[str, Any]) -> None:
-    from decor.model import CLAIM_NAME_MAX_CHARS, CLAIM_NAME_PATTERN
+    from decor.api.model import CLAIM_NAME_MAX_CHARS, CLAIM_NAME_PATTERN
 
     claim = at(schema, "spec.checkpoint.claimName")
     assert (claim["pattern"], claim["maxLength"]) == (CLAIM_NAME_PATTERN, CLAIM_NAME_MAX_CHARS)
@@ -379,8 +380,8 @@ DNS_1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 def test_every_name_derived_from_a_job_name_at_the_limit_builds(schema: dict[str, Any]) -> None:
     """A 63-character name was valid but its Service and labels were not (422 every period)."""
-    from decor import group
-    from decor.model import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
+    from decor.api.model import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
+    from decor.core import group
 
     name_schema = at(schema, "metadata.name")
     assert name_schema["maxLength"] == MAX_JOB_NAME_LENGTH

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import vocabulary
-from decor.crd_revision import (
+from decor.adapter.kube import KubeError
+from decor.api import vocabulary
+from decor.core.crd_revision import (
     REFUSE,
     REQUIRED_CRD_REVISION,
     START,
@@ -19,7 +20,6 @@ from decor.crd_revision import (
     installed_revision,
     judge_crd,
 )
-from decor.kube import KubeError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,7 +101,7 @@ class _CrdReader:
 def test_the_operator_logs_one_line_and_refuses_only_an_older_or_missing_crd(
     result: Any, starts: bool, level: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from decor.handlers import check_crd_revision
+    from decor.service.handlers import check_crd_revision
 
     reader = _CrdReader(result)
     with caplog.at_level(logging.INFO, logger="decor.operator"):

@@ -34,7 +34,7 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-from decor import vocabulary
+from decor.api import vocabulary
 from decor_trainer import contract
 
 REPO = Path(__file__).resolve().parents[2]
@@ -346,7 +346,7 @@ def test_every_condition_type_is_documented() -> None:
 @cache
 def operator_metric_names() -> frozenset[str]:
     """Every sample name the operator exposes, from a fresh registry."""
-    from decor.operator_metrics import OperatorMetrics
+    from decor.service.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()
@@ -413,7 +413,8 @@ def test_every_operator_metric_and_actuation_kind_is_documented() -> None:
 
 def operator_variables() -> set[str]:
     """Every ``DECOR_*`` variable the operator reads (the ENV_ constants of its config)."""
-    from decor import config, policy
+    from decor.core import policy
+    from decor.service import config
 
     return {
         value

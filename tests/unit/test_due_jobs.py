@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from decor.config import OperatorConfig
-from decor.loop import IDLE_PERIOD_S, PERIOD_JOBS, ControlLoop
-from decor.operator_metrics import OperatorMetrics
-from decor.views import ClusterView, Key, Snapshot
+from decor.core.views import ClusterView, Key, Snapshot
+from decor.service.config import OperatorConfig
+from decor.service.loop import IDLE_PERIOD_S, PERIOD_JOBS, ControlLoop
+from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 
 

@@ -1,12 +1,13 @@
-"""A GPU job that spans several pods: the pure builders and readers of decor.group."""
+"""A GPU job that spans several pods: the pure builders and readers of decor.core.group."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from decor import build, group, vocabulary
-from decor.model import ManifestError, parse_job
+from decor.api import vocabulary
+from decor.api.model import ManifestError, parse_job
+from decor.core import build, group
 from decor_trainer import contract
 from test_build_workers import job_body
 
@@ -144,7 +145,7 @@ def test_gpus_per_pod_is_validated(resources: dict[str, Any], error: str) -> Non
 
 
 def test_room_takes_a_groups_pods_on_any_nodes_all_or_nothing() -> None:
-    from decor.capacity import Room
+    from decor.core.capacity import Room
 
     room = Room({"a": (4.0, 1.0), "b": (4.0, 2.0)})
     assert room.take_pods([2, 1])  # the 2 on b, the 1 on a (best fit)
@@ -156,7 +157,7 @@ def test_room_takes_a_groups_pods_on_any_nodes_all_or_nothing() -> None:
 
 
 def test_the_planner_sees_a_groups_nodes_leader_first_then_workers_by_index() -> None:
-    from decor.job import _pod_nodes
+    from decor.service.job import _pod_nodes
 
     def pod(name: str, node: str | None) -> dict[str, Any]:
         return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {}}

@@ -13,9 +13,10 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, group, model, podsecurity, policy
-from decor.model import ManifestError, parse_job
-from decor.policy import CheckpointStorage, TemplatePolicy, Violation
+from decor.api import model
+from decor.api.model import ManifestError, parse_job
+from decor.core import build, group, podsecurity, policy
+from decor.core.policy import CheckpointStorage, TemplatePolicy, Violation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -337,7 +338,7 @@ def with_env_bytes(nbytes: int) -> dict[str, Any]:
 
 
 def test_a_template_over_the_limit_is_refused_and_costs_the_view_nothing() -> None:
-    from decor import views
+    from decor.core import views
 
     fits = with_env_bytes(model.MAX_TEMPLATE_BYTES - 2000)
     assert judge(fits)[0] == []  # a big but acceptable template still builds

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor.model import format_time
+from decor.api.model import format_time
 from support.fake_trainers import FakeTrainer, linear_speed
 from support.golden import check_golden
 from support.scenario import NAMESPACE, START_S, Bench, job_body, scenario_config

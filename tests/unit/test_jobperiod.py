@@ -1,4 +1,4 @@
-"""The job period every runtime shares (``decor.jobperiod``): the law's settings and start,
+"""The job period every runtime shares (``decor.core.jobperiod``): the law's settings and start,
 the best-effort rule, and the demand the planner sees; and the local runtime's demand built
 by it (no trainer runs here)."""
 
@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import control, jobperiod, local, planner, vocabulary
-from decor.model import format_time, parse_job
+from decor.api import vocabulary
+from decor.api.model import format_time, parse_job
+from decor.core import control, jobperiod, planner
+from decor.local import runtime as local
 
 ROOT = Path(__file__).resolve().parents[2]
 START_S = 1000.0
@@ -267,10 +269,10 @@ def test_a_local_trainer_whose_steps_stand_still_is_stalled_once(
     lines: list[str] = []
     options = local.LocalOptions(out_dir=tmp_path, display=lambda line, final: lines.append(line))
     job = local._LocalJob(parse_job(job_doc()), options, tmp_path / "a", 0.0, multi=False)
-    for now_s in (START_S, START_S + 60.0, START_S + local.STALL_TIMEOUT_S):
+    for now_s in (START_S, START_S + 60.0, START_S + jobperiod.STALL_TIMEOUT_S):
         job._watch_steps(10.0, now_s)
     assert not lines and vocabulary.CONDITION_STALLED not in job.conditions
-    for now_s in (START_S + local.STALL_TIMEOUT_S + 1.0, START_S + local.STALL_TIMEOUT_S + 9.0):
+    for now_s in (START_S + jobperiod.STALL_TIMEOUT_S + 1.0, START_S + jobperiod.STALL_TIMEOUT_S + 9.0):
         job._watch_steps(10.0, now_s)
     assert lines == ["warning: the trainer runs but completed no step for 121s"]
     assert vocabulary.CONDITION_STALLED in job.conditions

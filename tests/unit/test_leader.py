@@ -1,5 +1,5 @@
-"""Leader election between operator replicas: the pure elector (``decor.leader``), its
-Lease reads and writes (``decor.election``) against an in-memory Lease API with
+"""Leader election between operator replicas: the pure elector (``decor.core.leader``), its
+Lease reads and writes (``decor.service.election``) against an in-memory Lease API with
 compare-and-swap, the facade's fence, and the control loop of a standby. One fake clock
 (seconds) for every replica; nothing sleeps."""
 
@@ -15,12 +15,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from decor import leader  # noqa: E402
-from decor.config import OperatorConfig  # noqa: E402
-from decor.election import LeaderElection  # noqa: E402
-from decor.kube import Fenced, Kube, KubeError  # noqa: E402
-from decor.loop import ControlLoop  # noqa: E402
-from decor.operator_metrics import OperatorMetrics  # noqa: E402
+from decor.adapter.kube import Fenced, Kube, KubeError  # noqa: E402
+from decor.core import leader  # noqa: E402
+from decor.service.config import OperatorConfig  # noqa: E402
+from decor.service.election import LeaderElection  # noqa: E402
+from decor.service.loop import ControlLoop  # noqa: E402
+from decor.service.operator_metrics import OperatorMetrics  # noqa: E402
 from prometheus_client import CollectorRegistry  # noqa: E402
 from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
 from support.scenario import NAMESPACE, Bench, job_body  # noqa: E402

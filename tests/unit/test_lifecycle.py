@@ -1,5 +1,5 @@
 """The trainer's lifecycle as pure steps: given the job, its pods, its status, the
-controller's memory and the clock, the actions a period takes (``decor.lifecycle``).
+controller's memory and the clock, the actions a period takes (``decor.core.lifecycle``).
 
 No cluster, no facade: each case builds the pods as the API server would show them and
 compares the actions and the status that follow.
@@ -11,8 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from decor import group, lifecycle, metrics, planner, vocabulary
-from decor.lifecycle import (
+from decor.api import vocabulary
+from decor.api.model import format_time, parse_job
+from decor.core import group, lifecycle, planner
+from decor.core.lifecycle import (
     CountActuation,
     DeletePod,
     LifecycleSettings,
@@ -23,8 +25,8 @@ from decor.lifecycle import (
     ResizeCpu,
     WriteStatus,
 )
-from decor.model import format_time, parse_job
-from decor.policy import CheckpointStorage, TemplatePolicy
+from decor.core.policy import CheckpointStorage, TemplatePolicy
+from decor.core.progress import Progress
 from support.scenario import START_S, job_body
 
 NOW_S = START_S + 100.0
@@ -89,8 +91,8 @@ def trainer_pod(
     return pod
 
 
-def progress(steps: float) -> dict[str, metrics.Progress]:
-    return {"resnet-0": metrics.Progress(steps, 1000.0, NOW_S - 1.0, epochs_done=steps / 100)}
+def progress(steps: float) -> dict[str, Progress]:
+    return {"resnet-0": Progress(steps, 1000.0, NOW_S - 1.0, epochs_done=steps / 100)}
 
 
 def pods_outcome(

@@ -1,13 +1,13 @@
-"""What a namespace's LimitRanges leave of a job's allocation bounds (decor.limitrange)."""
+"""What a namespace's LimitRanges leave of a job's allocation bounds (decor.core.limitrange)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from decor.build import job_overhead_cpu_cores, sidecar_cpu_cores
-from decor.limitrange import Clip, clip
-from decor.model import parse_job
+from decor.api.model import parse_job
+from decor.core.build import job_overhead_cpu_cores, sidecar_cpu_cores
+from decor.core.limitrange import Clip, clip
 from support.scenario import job_body
 
 SIDECAR = sidecar_cpu_cores()

@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import cli, control, local, planner, vocabulary
-from decor.model import parse_job
+from decor import cli
+from decor.api import vocabulary
+from decor.api.model import parse_job
+from decor.core import control, planner
+from decor.local import runtime as local
 
 ROOT = Path(__file__).resolve().parents[2]
 

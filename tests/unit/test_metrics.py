@@ -11,19 +11,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from decor.metrics import (
+from decor.adapter.scrape import Scraper, prometheus_progress_all, scrape_progress, url_fetcher
+from decor.core.progress import (
     RESTART_SECONDS,
     STEPS_DONE,
     STEPS_PLANNED,
     MetricsError,
     Progress,
-    Scraper,
     observation_from_progress,
     parse_exposition,
     progress_from_samples,
-    prometheus_progress_all,
-    scrape_progress,
-    url_fetcher,
 )
 
 EXPOSITION = """\

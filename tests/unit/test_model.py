@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from decor.model import (
+from decor.api.model import (
     DEFAULT_METRICS_PATH,
     ManifestError,
     parse_cpu_cores,

@@ -179,7 +179,7 @@ def published_series() -> set[str]:
         f"{n}_total" if n in (contract.STEPS_COMPLETED, contract.SAMPLES_COMPLETED) else n
         for n in trainer
     }
-    from decor.operator_metrics import OperatorMetrics
+    from decor.service.operator_metrics import OperatorMetrics
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import pytest
-from decor import planner as pl
-from decor import vocabulary
-from decor.planner import Demand, Node, PlannerSettings, pod_gpu_counts
+from decor.api import vocabulary
+from decor.core import planner as pl
+from decor.core.planner import Demand, Node, PlannerSettings, pod_gpu_counts
 
 
 def amdahl(a: float = 1.0, b: float = 0.0) -> Callable[[float], float]:
@@ -890,7 +890,7 @@ def test_a_max_off_the_quantum_grid_is_filled_at_once_and_never_exceeded() -> No
     # A max like 1.9765274... used to be approached in ever smaller steps (seconds per plan).
     import time as _time
 
-    from decor import planner as P
+    from decor.core import planner as P
 
     d = P.Demand(
         key="ns/a", mode="cpu", need=1.0, min_allocation=1.0, max_allocation=1.97652749993118,
@@ -905,7 +905,7 @@ def test_a_max_off_the_quantum_grid_is_filled_at_once_and_never_exceeded() -> No
 
 
 def test_the_operator_reads_the_lost_deadline_rule_and_refuses_an_unknown_one() -> None:
-    from decor.config import ENV_LOST_DEADLINE, OperatorConfig
+    from decor.service.config import ENV_LOST_DEADLINE, OperatorConfig
 
     assert OperatorConfig.from_env({}).lost_deadline == pl.LOST_BEST_EFFORT
     assert OperatorConfig.from_env({ENV_LOST_DEADLINE: "keep"}).lost_deadline == pl.LOST_KEEP

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, group
-from decor.model import parse_job
-from decor.policy import VOLUME_CLAIM, VOLUME_HOST_PATH, CheckpointStorage
+from decor.api.model import parse_job
+from decor.core import build, group
+from decor.core.policy import VOLUME_CLAIM, VOLUME_HOST_PATH, CheckpointStorage
 
 QUOTA_RESOURCES = ("cpu", "memory")
 STORAGES = {

@@ -1,4 +1,4 @@
-"""The Pod Security ``restricted`` judge (operator/decor/podsecurity.py).
+"""The Pod Security ``restricted`` judge (operator/decor/core/podsecurity.py).
 
 A minimal pod that restricted (v1.35) admits passes with no findings; each mutation of it in
 the tables breaks exactly the rules named (or none, for the allowed variants), at the field
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from decor import podsecurity
-from decor.podsecurity import RULES, Finding, check_restricted
+from decor.core import podsecurity
+from decor.core.podsecurity import RULES, Finding, check_restricted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""The template policy (operator/decor/policy.py): what a job's pod template may ask for, the
+"""The template policy (operator/decor/core/policy.py): what a job's pod template may ask for, the
 admin's allowances read from the environment, and the checkpoint storage settings.
 
 Each forbidden field is refused by default with a violation naming its path, and accepted
@@ -12,9 +12,10 @@ import copy
 from typing import Any
 
 import pytest
-from decor import build, policy, vocabulary
-from decor.model import parse_job
-from decor.policy import CheckpointStorage, TemplatePolicy, Violation, check_template
+from decor.api import vocabulary
+from decor.api.model import parse_job
+from decor.core import build, policy
+from decor.core.policy import CheckpointStorage, TemplatePolicy, Violation, check_template
 
 RESTRICTED = TemplatePolicy()
 BOUNDED = {"limits": {"cpu": "100m", "memory": "64Mi"}}

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor import build, quota, vocabulary
-from decor import planner as pl
-from decor.model import format_time
-from decor.planner import Demand, Node, PlannerSettings
-from decor.policy import TemplatePolicy
-from decor.views import ClusterView, quotas_left
+from decor.api import vocabulary
+from decor.api.model import format_time
+from decor.core import build, quota
+from decor.core import planner as pl
+from decor.core.planner import Demand, Node, PlannerSettings
+from decor.core.policy import TemplatePolicy
+from decor.core.views import ClusterView, quotas_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

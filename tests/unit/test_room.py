@@ -9,8 +9,8 @@ and the job waited "for room" for ever.
 from __future__ import annotations
 
 import pytest
-from decor import planner as pl
-from decor.capacity import Room
+from decor.core import planner as pl
+from decor.core.capacity import Room
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_planner import gpu_job

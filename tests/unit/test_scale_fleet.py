@@ -8,7 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
-from decor import build, metrics
+from decor.core import build
+from decor.core.progress import Progress, progress_by_pod
 
 from bench.scale import fleet
 
@@ -101,9 +102,9 @@ def test_exposition_is_what_the_operator_reads_from_prometheus() -> None:
         series.append(
             {"metric": {"__name__": name, "namespace": "ns", "pod": "job-0"}, "value": [0, value]}
         )
-    reads = metrics.progress_by_pod(series)
+    reads = progress_by_pod(series)
     progress = reads[("ns", "job-0")]
-    assert isinstance(progress, metrics.Progress)
+    assert isinstance(progress, Progress)
     assert progress.steps_done == 50 and progress.steps_planned == 100
     assert progress.last_step_time_s == pytest.approx(5.0)
     assert progress.epochs_done == 2

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from decor.model import parse_job
+from decor.api.model import parse_job
 
 from bench.scale import measure
 from bench.scale import scale_report as report

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from decor.leader import LeaseRecord
+from decor.core.leader import LeaseRecord
 
 from bench.scale import check_smoke, measure, replicas
 from bench.scale import scale_report as report

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from decor import job
-from decor.build import shown_progress, visible_status
-from decor.config import OperatorConfig
-from decor.operator_metrics import OperatorMetrics
+from decor.core.build import shown_progress, visible_status
+from decor.service import job
+from decor.service.config import OperatorConfig
+from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-from decor import build, control, vocabulary
+from decor.api import vocabulary
+from decor.core import build, control
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor import build, vocabulary
-from decor.capacity import Room, free_capacity, node_capacity, pod_charge
-from decor.views import ClusterView
+from decor.api import vocabulary
+from decor.core import build
+from decor.core.capacity import Room, free_capacity, node_capacity, pod_charge
+from decor.core.views import ClusterView
 
 
 def _node(name: str, cpu: str, gpus: str | None = None, ready: bool = True) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from decor.cli import build_parser
-from decor.config import ENV_WATCH_NAMESPACES, parse_watch_namespaces, watch_namespaces
+from decor.service.config import ENV_WATCH_NAMESPACES, parse_watch_namespaces, watch_namespaces
 
 
 @pytest.mark.parametrize(

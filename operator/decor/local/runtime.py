@@ -4,7 +4,7 @@ The trainer command of each job's first container runs as a child process inside
 cgroup (see cpulimit). Every control period the runtime scrapes each trainer's /metrics on
 127.0.0.1, calls the same ``control.decide`` the operator uses, and writes the new CPU quota.
 The job's period is the operator's: its law's settings and start, the best-effort rule and
-its demand are built by ``decor.jobperiod``, as the operator builds them.
+its demand are built by ``decor.core.jobperiod``, as the operator builds them.
 
 One job (``run_local``) is controlled by its law alone, as it always was. Several jobs
 (``run_local_many``) share the machine the way jobs share a cluster: every period each job's
@@ -41,12 +41,13 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import capacity, control, jobperiod, planner, vocabulary
-from decor.config import STALL_TIMEOUT_S
-from decor.cpulimit import CpuLimiter, make_limiter
-from decor.metrics import MetricsError, observation_from_progress, scrape_progress
-from decor.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
-from decor.trace import TraceRow, plot_trace, write_trace
+from decor.adapter.scrape import scrape_progress
+from decor.api import vocabulary
+from decor.api.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
+from decor.core import capacity, control, jobperiod, planner
+from decor.core.progress import MetricsError, observation_from_progress
+from decor.local.cpulimit import CpuLimiter, make_limiter
+from decor.local.trace import TraceRow, plot_trace, write_trace
 
 METRICS_HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0  # how long a trainer gets to checkpoint after SIGTERM
@@ -446,10 +447,10 @@ class _LocalJob:
 
     def _watch_steps(self, steps_done: float, now: float) -> None:
         """Stalled, as on Kubernetes: the trainer runs but its steps have not moved for
-        ``STALL_TIMEOUT_S`` (a warning line when it turns so, and the condition in the summary)."""
+        ``jobperiod.STALL_TIMEOUT_S`` (a warning line when it turns so, and the condition in the summary)."""
         self.steps = self.steps.seen(steps_done, now)
         still_s = self.steps.still_for_s(now)
-        stalled = still_s > STALL_TIMEOUT_S
+        stalled = still_s > jobperiod.STALL_TIMEOUT_S
         if stalled and not self.stalled:
             self.say(f"warning: {jobperiod.stalled_message(still_s)}")
             self.conditions.add(vocabulary.CONDITION_STALLED)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 STATE_VERSION = 2
 """Version of the stored controller state (1: before it carried a version)."""

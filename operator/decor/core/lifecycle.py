@@ -37,9 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from decor import build, control, group, jobperiod, metrics, planner, policy, vocabulary
-from decor.capacity import node_of
-from decor.model import JobSpec, format_time, parse_time
+from decor.api import vocabulary
+from decor.api.model import JobSpec, format_time, parse_time
+from decor.core import build, control, group, jobperiod, planner, policy, progress
+from decor.core.capacity import node_of
 
 CPU_EPSILON_CORES = 0.0005
 """CPU allocations closer than half a millicore are the same (pods store millicores)."""
@@ -605,7 +606,7 @@ def pods(
     status: Mapping[str, Any],
     memory: Memory,
     trainer_pods: Sequence[Mapping[str, Any]],
-    progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+    progress: Mapping[str, progress.Progress | progress.MetricsError],
     settings: LifecycleSettings,
 ) -> Outcome:
     """The trainer's lifecycle this period, given the job's pods and their progress read
@@ -711,7 +712,7 @@ def _trainer_found(
     period: Period,
     leader: Mapping[str, Any],
     workers: tuple[Mapping[str, Any], ...],
-    progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+    progress: Mapping[str, progress.Progress | progress.MetricsError],
     settings: LifecycleSettings,
 ) -> Outcome:
     """A trainer exists: it ended, it is broken, it is not running yet, or it runs."""
@@ -786,7 +787,7 @@ def _trainer_broken(
 def _trainer_running(
     d: _Decision,
     period: Period,
-    read: metrics.Progress | metrics.MetricsError | None,
+    read: progress.Progress | progress.MetricsError | None,
     recreated: bool,
     held: float | None,
     settings: LifecycleSettings,
@@ -1592,7 +1593,7 @@ def group_allocation(
 def _observe(
     pod: Mapping[str, Any],
     view: PodView,
-    read: metrics.Progress | metrics.MetricsError | None,
+    read: progress.Progress | progress.MetricsError | None,
     now_s: float,
 ) -> tuple[control.Observation | None, float | None, str]:
     """A progress sample and epochs done, or why there is none (``""`` when there is)."""
@@ -1600,9 +1601,9 @@ def _observe(
         return None, None, "allocation in effect is not known yet"
     if read is None:
         return None, None, f"no progress read for pod {pod['metadata']['name']}"
-    if isinstance(read, metrics.MetricsError):
+    if isinstance(read, progress.MetricsError):
         return None, None, str(read)
-    observation = metrics.observation_from_progress(read, now_s, view.applied, view.pending)
+    observation = progress.observation_from_progress(read, now_s, view.applied, view.pending)
     return observation, read.epochs_done, ""
 
 

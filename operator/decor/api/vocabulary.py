@@ -18,7 +18,7 @@ KIND = "DeadlineTrainingJob"
 PLURAL = "deadlinetrainingjobs"
 CRD_NAME = f"{PLURAL}.{API_GROUP}"
 ANNOTATION_CRD_REVISION = "decor.dev/crd-revision"
-"""Annotation on the CRD: its schema's revision, a whole number (see :mod:`decor.crd_revision`)."""
+"""Annotation on the CRD: its schema's revision, a whole number (see :mod:`decor.core.crd_revision`)."""
 
 # --- labels and annotations ------------------------------------------------------------------
 

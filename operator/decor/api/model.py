@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from decor_trainer import contract
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 Mode = Literal["cpu", "gpu"]
 Policy = Literal["decor", "decor-nn"]

@@ -1,7 +1,7 @@
 """The operator's configuration: the ``DECOR_*`` environment it reads and its defaults.
 
 :class:`OperatorConfig` is what the loop, the job controllers and the actuator run with; the
-entry point (:mod:`decor.handlers`) builds it from the environment.
+entry point (:mod:`decor.service.handlers`) builds it from the environment.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from decor import leader, metrics, planner
-from decor.policy import CheckpointStorage, TemplatePolicy
+from decor.adapter import scrape
+from decor.core import jobperiod, leader, planner
+from decor.core.policy import CheckpointStorage, TemplatePolicy
 
 ENV_PROMETHEUS_URL = "DECOR_PROMETHEUS_URL"
 """Base URL of a Prometheus server to read progress from; unset: scrape pods directly."""
@@ -92,8 +93,7 @@ UNSCHEDULABLE_WAIT_S = 120.0
 """How long a trainer pod may stay unschedulable before the job falls back to what last ran."""
 UNSCHEDULABLE_HOLD_S = 600.0
 """After such a fallback, how long the job asks for no more than what it fell back to."""
-STALL_TIMEOUT_S = 120.0
-"""A running trainer that completes no step for this long is reported Stalled."""
+STALL_TIMEOUT_S = jobperiod.STALL_TIMEOUT_S
 MAX_POD_FAILURES = 5
 """Trainer pods lost or failed that are recreated before the job is marked Failed."""
 
@@ -151,7 +151,7 @@ class OperatorConfig:
     lost_deadline: str = planner.LOST_BEST_EFFORT
     min_period_s: float = DEFAULT_MIN_PERIOD_S
     read_timeout_s: float = READ_TIMEOUT_S
-    read_wait_s: float = metrics.READ_WAIT_S
+    read_wait_s: float = scrape.READ_WAIT_S
     scrape_workers: int = SCRAPE_WORKERS
     commit_workers: int = COMMIT_WORKERS
     leader_election: bool = False

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 REQUIRED_CRD_REVISION = 1
 """The revision of ``crds/deadlinetrainingjobs.yaml`` this operator was built with (raise both

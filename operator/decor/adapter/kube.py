@@ -11,7 +11,7 @@ Errors: a missing object is None / False, never an exception; anything else rais
 effort and only logged.
 
 Fencing: with several replicas, only the leader writes. ``may_write`` (set by the leader
-election, :mod:`decor.election`) is asked before every write to the cluster; when it says no,
+election, :mod:`decor.service.election`) is asked before every write to the cluster; when it says no,
 the write is not sent and :class:`Fenced` is raised. The Lease itself is written regardless.
 """
 
@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from decor.build import build_resize_patch
-from decor.vocabulary import API_GROUP, API_VERSION, PLURAL
+from decor.api.vocabulary import API_GROUP, API_VERSION, PLURAL
+from decor.core.build import build_resize_patch
 
 log = logging.getLogger(__name__)
 

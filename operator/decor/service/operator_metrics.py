@@ -13,7 +13,7 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from decor import vocabulary
+from decor.api import vocabulary
 
 
 class OperatorMetrics:

@@ -2,7 +2,7 @@
 
 ``plan(demands, nodes, now_s, settings)`` is a pure function: no I/O, no clock, stdlib only
 (GPU counts come from an exact dynamic program, ``best_gpu_choices``). Its nodes, and the
-packing of a GPU job's pods onto them, are :mod:`decor.capacity`'s: the model the operator
+packing of a GPU job's pods onto them, are :mod:`decor.core.capacity`'s: the model the operator
 reserves a grant's pods with. The operator and the local
 runtime call it once per control period after each job's law has said what it needs
 (``control.decide``), then act on its grants.
@@ -24,8 +24,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from decor import quota, vocabulary
-from decor.capacity import Book, Node, Pods, pack_pods, per_node, pod_gpu_counts
+from decor.api import vocabulary
+from decor.core import quota
+from decor.core.capacity import Book, Node, Pods, pack_pods, per_node, pod_gpu_counts
 
 # Planner policies (spec: operator setting, not per job).
 POLICY_DECOR = "decor"  # ours: admission + minimum satisfactory share + best-effort fill

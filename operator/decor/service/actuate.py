@@ -1,5 +1,5 @@
 """Carries out what a period decided about one job (``lifecycle`` actions) through the
-:class:`~decor.kube.Kube` facade, in the order decided: pods deleted or resized, Events
+:class:`~decor.adapter.kube.Kube` facade, in the order decided: pods deleted or resized, Events
 posted, actuations counted; and creates the trainer's pods (its checkpoint claim, the
 rendezvous Service of a several-pod trainer, the pods judged once more against the admin's
 policy, a free name found). Status is written by the job controller, not here.
@@ -11,10 +11,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from decor import build, group, policy
-from decor.config import OperatorConfig
-from decor.kube import Kube, KubeError
-from decor.lifecycle import (
+from decor.adapter.kube import Kube, KubeError
+from decor.api.model import JobSpec
+from decor.core import build, group, policy
+from decor.core.lifecycle import (
     Action,
     CountActuation,
     DeletePod,
@@ -24,8 +24,8 @@ from decor.lifecycle import (
     TrainerCreated,
     WriteStatus,
 )
-from decor.model import JobSpec
-from decor.operator_metrics import OperatorMetrics
+from decor.service.config import OperatorConfig
+from decor.service.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 

@@ -21,7 +21,7 @@ period, each a read of the Lease and at most one write:
 
 All times here are seconds on one replica's monotonic clock (``now_s``); the wall-clock
 stamps written into the Lease (``acquireTime``, ``renewTime``) are for people and are
-passed in as text. Nothing here does I/O: ``decor.election`` reads and writes the Lease.
+passed in as text. Nothing here does I/O: ``decor.service.election`` reads and writes the Lease.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from decor.vocabulary import LABEL_MANAGED_BY, MANAGED_BY
+from decor.api.vocabulary import LABEL_MANAGED_BY, MANAGED_BY
 
 LEASE_DURATION_S = 15.0
 """How long a standby waits after it last saw the Lease change before it takes it over."""

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from decor.model import GPU_RESOURCE, quantity_value
+from decor.api.model import GPU_RESOURCE, quantity_value
 
 CONTAINER = "Container"
 POD = "Pod"

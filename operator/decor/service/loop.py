@@ -9,7 +9,7 @@ Each period, in named steps:
                   others their period);
 3. ``prepare``    each due job's lifecycle and law (:meth:`JobController.prepare`): its demand;
 4. ``plan``       the pure planner over every active job's latest demand and the nodes'
-                  free capacity (:func:`planner.plan`, the nodes from :mod:`decor.capacity`);
+                  free capacity (:func:`planner.plan`, the nodes from :mod:`decor.core.capacity`);
 5. ``commit``     each due job acts on its grant as far as its node has room now
                   (``capacity.Room``: the planner's placement, reserved on the same model),
                   and writes status when something a user sees changed.
@@ -20,7 +20,7 @@ job whose spec changed runs first and alone, ahead of the other due jobs. A peri
 most :data:`PERIOD_JOBS` due jobs, the longest overdue first, so that it stays short (and a
 patch's wait for the period in progress with it) however many jobs are due.
 
-With several replicas (leader election, :mod:`decor.election`), only the acting one runs
+With several replicas (leader election, :mod:`decor.service.election`), only the acting one runs
 periods; a standby keeps its views warm and runs none. Each time this replica begins to act
 (a new term) it forgets its job controllers, so that every job is reloaded from the status
 the previous leader wrote and is due at once.
@@ -38,21 +38,22 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import build, capacity, group, metrics, planner
-from decor.capacity import NodeCapacity, Room
-from decor.config import OperatorConfig
-from decor.job import JobController
-from decor.kube import Kube, KubeError
-from decor.model import DEFAULT_METRICS_PATH
-from decor.operator_metrics import OperatorMetrics
-from decor.views import ClusterView, Key, Snapshot, quotas_left
+from decor.adapter import scrape
+from decor.adapter.kube import Kube, KubeError
+from decor.api.model import DEFAULT_METRICS_PATH
+from decor.core import build, capacity, group, planner, progress
+from decor.core.capacity import NodeCapacity, Room
+from decor.core.views import ClusterView, Key, Snapshot, quotas_left
+from decor.service.config import OperatorConfig
+from decor.service.job import JobController
+from decor.service.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 
 ActingTerm = Callable[[], int | None]
 """The leader election's current term while this replica acts, else None (a standby)."""
 
-ProgressReader = Callable[[Snapshot, list[Key]], Mapping[metrics.PodKey, metrics.ProgressRead]]
+ProgressReader = Callable[[Snapshot, list[Key]], Mapping[progress.PodKey, progress.ProgressRead]]
 """Step 2: every running trainer pod's progress (or why there is none) for the due jobs."""
 
 IDLE_PERIOD_S = 1.0
@@ -96,7 +97,7 @@ class ControlLoop:
         )
         self._woken: set[Key] = set()
         self._woken_lock = threading.Lock()
-        self._scraper: metrics.Scraper | None = None
+        self._scraper: scrape.Scraper | None = None
         self.acting_term = acting_term
         self._term: int | None = None
         self._waiting_logged = False  # the wait for the pod list is logged once
@@ -220,9 +221,9 @@ class ControlLoop:
 
     def _read_progress(
         self, snapshot: Snapshot, due: list[Key]
-    ) -> dict[metrics.PodKey, metrics.ProgressRead]:
+    ) -> dict[progress.PodKey, progress.ProgressRead]:
         """Step 2: progress of every running trainer pod of the due jobs, in one read."""
-        running: dict[metrics.PodKey, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        running: dict[progress.PodKey, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for key in due:
             body = snapshot.jobs[key]
             for pod in snapshot.job_pods(key[0], str(body["metadata"].get("uid"))):
@@ -240,17 +241,17 @@ class ControlLoop:
                     k: str((pod.get("status") or {}).get("podIP") or "")
                     for k, (_body, pod) in running.items()
                 }
-                reads = metrics.prometheus_progress_all(
+                reads = scrape.prometheus_progress_all(
                     self.config.prometheus_url, self.config.read_timeout_s, pod_ips
                 )
-            except metrics.MetricsError as exc:
+            except progress.MetricsError as exc:
                 return dict.fromkeys(running, exc)
-            missing = metrics.MetricsError(
+            missing = progress.MetricsError(
                 "Prometheus has no progress series scraped from this pod yet"
             )
             return {k: reads.get(k, missing) for k in running}
         if self._scraper is None:
-            self._scraper = metrics.Scraper(self.config.scrape_workers, self.config.read_wait_s)
+            self._scraper = scrape.Scraper(self.config.scrape_workers, self.config.read_wait_s)
         return self._scraper.read(
             {k: self._fetcher(body, pod) for k, (body, pod) in running.items()}
         )
@@ -266,23 +267,23 @@ class ControlLoop:
                 try:
                     return self.kube.pod_proxy_get(namespace, name, port, path)
                 except KubeError as exc:
-                    raise metrics.MetricsError(str(exc)) from exc
+                    raise progress.MetricsError(str(exc)) from exc
 
             return via_apiserver
         url = build.metrics_url(pod, port, path)
         if url is None:
 
             def no_ip() -> str:
-                raise metrics.MetricsError(f"pod {name} has no IP yet")
+                raise progress.MetricsError(f"pod {name} has no IP yet")
 
             return no_ip
-        return metrics.url_fetcher(url, self.config.read_timeout_s)
+        return scrape.url_fetcher(url, self.config.read_timeout_s)
 
     def _prepare(
         self,
         snapshot: Snapshot,
         key: Key,
-        progress: Mapping[metrics.PodKey, metrics.ProgressRead],
+        progress: Mapping[progress.PodKey, progress.ProgressRead],
         now: float,
     ) -> None:
         """Step 3 for one job; a failure costs this job its period, never the others'."""

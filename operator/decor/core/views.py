@@ -3,7 +3,7 @@
 The kopf layer feeds every watch event into one :class:`ClusterView` (no LIST per job per
 period); the control loop takes an immutable :class:`Snapshot` of it at the start of each
 period. What the snapshot's nodes leave for DECOR's trainers is counted by
-:mod:`decor.capacity` (``free_capacity``); what a namespace's ResourceQuotas leave for the
+:mod:`decor.core.capacity` (``free_capacity``); what a namespace's ResourceQuotas leave for the
 planned trainers (:func:`quotas_left`) is a pure function of a snapshot here.
 """
 
@@ -17,14 +17,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from decor import build, quota, vocabulary
-from decor.capacity import NodeCapacity, node_capacity
-from decor.model import (
+from decor.api import vocabulary
+from decor.api.model import (
     MAX_TEMPLATE_BYTES,
     OVERSIZED_TEMPLATE_KEY,
     quantity_value,
     template_bytes,
 )
+from decor.core import build, quota
+from decor.core.capacity import NodeCapacity, node_capacity
 
 Key = tuple[str, str]  # (namespace, name)
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from decor.views import ClusterView
+from decor.core.views import ClusterView
 
 log = logging.getLogger("decor.operator")
 

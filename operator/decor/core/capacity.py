@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from decor import build
-from decor.model import GPU_RESOURCE, ManifestError, parse_cpu_cores
+from decor.api.model import GPU_RESOURCE, ManifestError, parse_cpu_cores
+from decor.core import build
 
 Key = tuple[str, str]  # (namespace, name) of a pod
 Pods = tuple[tuple[str, float], ...]

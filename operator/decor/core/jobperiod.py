@@ -17,8 +17,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from decor import control, planner, quota, vocabulary
-from decor.model import JobSpec, format_time
+from decor.api import vocabulary
+from decor.api.model import JobSpec, format_time
+from decor.core import control, planner, quota
 
 BEST_EFFORT_HORIZON_S = 30 * 86400.0
 """The horizon a best-effort job's law plans over (it has no deadline): its law only learns
@@ -138,6 +139,11 @@ def best_effort_followed(
 
 
 # --- a trainer that runs but takes no step ----------------------------------------------------
+
+
+STALL_TIMEOUT_S = 120.0
+"""A running trainer that completes no step for this long is reported Stalled (the default of
+both runtimes; the operator's ``DECOR_STALL_TIMEOUT_SECONDS`` changes it)."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from decor.control import (
+from decor.core.control import (
     Decision,
     Observation,
     Settings,

@@ -1,9 +1,9 @@
 """The kopf layer: watch DeadlineTrainingJobs (and their pods and the nodes) into one live
-view, and run one control loop for the whole operator over it (:mod:`decor.loop`).
+view, and run one control loop for the whole operator over it (:mod:`decor.service.loop`).
 
 kopf's event handlers only feed :class:`views.ClusterView` and wake the loop when a job's
-spec changes; the loop (in :mod:`decor.loop`) reads every due job's progress in one batch,
-asks each job's law, plans, and acts (:mod:`decor.job`). Everything that decides lives in
+spec changes; the loop (in :mod:`decor.service.loop`) reads every due job's progress in one batch,
+asks each job's law, plans, and acts (:mod:`decor.service.job`). Everything that decides lives in
 ``control.py`` and ``planner.py``; everything that talks to the API server lives in
 ``kube.py`` (and ``watch.py`` for the cluster-wide watches); progress comes from
 ``metrics.py``; pod bodies, patches, conditions and events are built by ``build.py``.
@@ -15,12 +15,12 @@ subresource (every field is declared in the CRD); handlers return None, so kopf 
 Several replicas: with leader election on (``DECOR_LEADER_ELECTION``), every replica runs
 kopf and its watches (kopf runs standalone: its own peering would pause the standby's
 watches), and only the replica that holds the Lease runs control periods and writes
-(:mod:`decor.election`). The handlers themselves write nothing and the operator keeps no
+(:mod:`decor.service.election`). The handlers themselves write nothing and the operator keeps no
 finalizer on jobs, so a job's deletion needs no replica at all (its pods and claims are
 owned by it: the garbage collector removes them).
 
-Configuration lives in :mod:`decor.config`, the operator's own metrics in
-:mod:`decor.operator_metrics`; this module is the only one that imports kopf, and only the
+Configuration lives in :mod:`decor.service.config`, the operator's own metrics in
+:mod:`decor.service.operator_metrics`; this module is the only one that imports kopf, and only the
 entry point (``decor operator``) imports it.
 """
 
@@ -39,8 +39,12 @@ from typing import Any
 import kopf
 from prometheus_client import CollectorRegistry
 
-from decor import vocabulary
-from decor.config import (
+from decor.adapter.kube import Kube, KubeError
+from decor.adapter.watch import ClusterWatch
+from decor.api import vocabulary
+from decor.core.crd_revision import REFUSE, WARN, crd_unreadable, judge_crd
+from decor.core.views import ClusterView
+from decor.service.config import (
     DEFAULT_OPERATOR_METRICS_PORT,
     ENV_HEALTH_ADDRESS,
     ENV_HEALTH_PORT,
@@ -52,13 +56,9 @@ from decor.config import (
     OperatorConfig,
     watch_namespaces,
 )
-from decor.crd_revision import REFUSE, WARN, crd_unreadable, judge_crd
-from decor.election import LeaderElection
-from decor.kube import Kube, KubeError
-from decor.loop import IDLE_PERIOD_S, ControlLoop
-from decor.operator_metrics import OperatorMetrics
-from decor.views import ClusterView
-from decor.watch import ClusterWatch
+from decor.service.election import LeaderElection
+from decor.service.loop import IDLE_PERIOD_S, ControlLoop
+from decor.service.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 
@@ -374,9 +374,9 @@ def run_operator(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m decor.handlers [--namespace NS]... [--prometheus-url URL]`` (debugging)."""
+    """``python -m decor.service.handlers [--namespace NS]... [--prometheus-url URL]`` (debugging)."""
     parser = argparse.ArgumentParser(
-        prog="python -m decor.handlers", description="Run the DECOR operator."
+        prog="python -m decor.service.handlers", description="Run the DECOR operator."
     )
     parser.add_argument(
         "--namespace",

@@ -23,9 +23,10 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import build, capacity, vocabulary
-from decor.model import JobSpec
-from decor.policy import CheckpointStorage
+from decor.api import vocabulary
+from decor.api.model import JobSpec
+from decor.core import build, capacity
+from decor.core.policy import CheckpointStorage
 
 ENV_GROUP_PODS = "DECOR_GROUP_PODS"
 """On every trainer pod's trainer container: how many pods its group has (itself included).

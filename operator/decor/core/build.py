@@ -19,8 +19,8 @@ from typing import Any
 
 from decor_trainer import contract
 
-from decor import control, podsecurity, quota, vocabulary
-from decor.model import (
+from decor.api import vocabulary
+from decor.api.model import (
     GPU_RESOURCE,
     JobSpec,
     ManifestError,
@@ -30,7 +30,8 @@ from decor.model import (
     parse_time,
     quantity_value,
 )
-from decor.policy import (
+from decor.core import control, podsecurity, quota
+from decor.core.policy import (
     VOLUME_CLAIM,
     VOLUME_HOST_PATH,
     CheckpointStorage,

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from decor import podsecurity
-from decor.model import GPU_RESOURCE, JobSpec, quantity_value
+from decor.api.model import GPU_RESOURCE, JobSpec, quantity_value
+from decor.core import podsecurity
 
 # --- the admin's allowances: environment variables (the chart's templatePolicy values) ------
 
@@ -682,7 +682,7 @@ def check_pod(
     decor_own: Callable[[podsecurity.Finding], bool] = lambda _: False,
 ) -> list[Violation]:
     """Everything in ``pod`` (a pod as DECOR built it, every container it adds included)
-    outside Pod Security ``restricted`` (:mod:`decor.podsecurity`, an allowlist) that the
+    outside Pod Security ``restricted`` (:mod:`decor.core.podsecurity`, an allowlist) that the
     admin's allowances do not admit. ``decor_own``: the findings that are DECOR's own doing
     on the admin's explicit choice (the hostPath checkpoint volume and its owner container,
     when the admin chose hostPath storage). Each violation names the pod's field."""

@@ -1,5 +1,5 @@
 """Leader election between operator replicas: the Lease's reads and writes around the pure
-steps of :mod:`decor.leader`, in a thread of their own.
+steps of :mod:`decor.core.leader`, in a thread of their own.
 
 Every replica watches and keeps its views warm; :meth:`LeaderElection.acting` says whether
 this one may write now. The control loop asks it before each period (a standby runs no
@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from decor import leader
-from decor.kube import Kube, KubeError
-from decor.operator_metrics import OperatorMetrics
+from decor.adapter.kube import Kube, KubeError
+from decor.core import leader
+from decor.service.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
 

@@ -23,25 +23,32 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from decor import (
+from decor.adapter.kube import Kube, KubeError
+from decor.api import vocabulary
+from decor.api.model import JobSpec, ManifestError, parse_job, parse_time
+from decor.core import (
     build,
     group,
     jobperiod,
     lifecycle,
     limitrange,
-    metrics,
     planner,
     policy,
+    progress,
     quota,
-    vocabulary,
 )
-from decor.actuate import REFUSALS, Actuator, ResizeRefused
-from decor.capacity import Room, node_of
-from decor.config import OperatorConfig
-from decor.kube import Kube, KubeError
-from decor.lifecycle import LifecycleSettings, Memory, Outcome, Period, PlanRequest, WriteStatus
-from decor.model import JobSpec, ManifestError, parse_job, parse_time
-from decor.operator_metrics import OperatorMetrics
+from decor.core.capacity import Room, node_of
+from decor.core.lifecycle import (
+    LifecycleSettings,
+    Memory,
+    Outcome,
+    Period,
+    PlanRequest,
+    WriteStatus,
+)
+from decor.service.actuate import REFUSALS, Actuator, ResizeRefused
+from decor.service.config import OperatorConfig
+from decor.service.operator_metrics import OperatorMetrics
 
 MIN_PERIOD_S = 0.2
 """Shortest control period a job runs (protects the API server from a tiny spec value)."""
@@ -119,14 +126,14 @@ class JobController:
         self,
         body: Mapping[str, Any],
         pods: Sequence[Mapping[str, Any]],
-        progress: Mapping[str, metrics.Progress | metrics.MetricsError],
+        progress: Mapping[str, progress.Progress | progress.MetricsError],
         now: float,
         limit_ranges: Sequence[Mapping[str, Any]] = (),
     ) -> planner.Demand | None:
         """This period up to the law's decision. ``pods``: the job's trainer pods from the
         snapshot; ``progress``: the period's batched progress read, by pod name;
         ``limit_ranges``: the LimitRanges of the job's namespace (they clip the bounds the law
-        and the planner use, or refuse the job: :mod:`decor.limitrange`). Returns the
+        and the planner use, or refuse the job: :mod:`decor.core.limitrange`). Returns the
         job's demand, or None when it takes no part in this period's plan (finished, failed,
         suspended, invalid; ``self.done`` says whether it needs periods any more)."""
         self._period = None

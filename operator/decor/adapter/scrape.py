@@ -1,4 +1,4 @@
-"""Reading training progress: the only module that talks to Prometheus or a /metrics endpoint.
+"""Reading training progress over HTTP: the only module that talks to Prometheus or a /metrics endpoint.
 
 Two sources, one result per trainer pod (:class:`Progress`, or the :class:`MetricsError`
 saying why there is none), read once per control period for every job at once:
@@ -17,26 +17,23 @@ docs/contract.md.
 from __future__ import annotations
 
 import json
-import math
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 
-from decor_trainer import contract
-
-from decor.control import Observation
-
-# The samples read, by their exposition names (a counter's carries ``_total``).
-STEPS_DONE = f"{contract.STEPS_COMPLETED}_total"
-STEPS_PLANNED = contract.STEPS_PLANNED
-LAST_STEP_TIME = contract.LAST_STEP_TIMESTAMP
-EPOCHS_DONE = contract.EPOCHS_COMPLETED
-RESTART_SECONDS = contract.RESTART_DURATION
-SAMPLES_DONE = f"{contract.SAMPLES_COMPLETED}_total"
+from decor.core.progress import (
+    PROGRESS_NAMES,
+    MetricsError,
+    PodKey,
+    Progress,
+    ProgressRead,
+    parse_exposition,
+    progress_by_pod,
+    progress_from_samples,
+)
 
 DEFAULT_TIMEOUT_S = 2.0
 """Total time one read may take (connect, headers and the whole body)."""
@@ -47,82 +44,6 @@ PROMETHEUS_MAX_BYTES = 256 << 20
 READ_CHUNK_BYTES = 65536
 DEFAULT_SCRAPE_WORKERS = 16
 """Scrapes in flight at once when reading progress without Prometheus."""
-PROGRESS_NAMES = (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE, RESTART_SECONDS)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the trainer last reported."""
-
-    steps_done: float
-    steps_planned: float
-    last_step_time_s: float | None  # Unix s of the last completed step (None before any)
-    epochs_done: float | None = None
-    restart_s: float | None = None  # the trainer's last restart, save to first step (None: 0)
-
-
-class MetricsError(Exception):
-    """Progress could not be read; the message says why."""
-
-
-def parse_exposition(text: str) -> dict[str, float]:
-    """Unlabelled samples of the Prometheus text format: name -> value.
-
-    Labelled series are ignored (the reporter publishes none); so are comments.
-    """
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) < 2 or "{" in parts[0]:
-            continue
-        try:
-            samples[parts[0]] = float(parts[1])
-        except ValueError:
-            continue
-    return samples
-
-
-def progress_from_samples(samples: dict[str, float]) -> Progress:
-    """Validate the reporter's samples into Progress, or raise MetricsError."""
-    missing = [name for name in (STEPS_DONE, STEPS_PLANNED) if name not in samples]
-    if missing:
-        raise MetricsError(f"metrics missing: {', '.join(missing)}")
-    steps, planned = samples[STEPS_DONE], samples[STEPS_PLANNED]
-    if not (math.isfinite(steps) and math.isfinite(planned)) or steps < 0 or planned <= 0:
-        raise MetricsError(f"implausible progress: {steps:g} of {planned:g} steps")
-    last = samples.get(LAST_STEP_TIME)
-    restart = samples.get(RESTART_SECONDS)
-    return Progress(
-        steps_done=steps,
-        steps_planned=planned,
-        last_step_time_s=last if last and last > 0 else None,
-        epochs_done=samples.get(EPOCHS_DONE),
-        restart_s=restart
-        if restart is not None and math.isfinite(restart) and restart > 0
-        else None,
-    )
-
-
-def observation_from_progress(
-    progress: Progress, now_s: float, allocation: float, pending: bool = False
-) -> Observation:
-    """An Observation stamped with the last step's completion time when known.
-
-    Using the step's own time stamp instead of the scrape time removes the quantisation of
-    counting whole steps between scrapes.
-    """
-    stamp = progress.last_step_time_s if progress.last_step_time_s is not None else now_s
-    return Observation(
-        time_s=min(stamp, now_s),
-        steps_done=progress.steps_done,
-        steps_total=progress.steps_planned,
-        allocation=allocation,
-        pending=pending,
-        restart_s=progress.restart_s,
-    )
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -179,13 +100,6 @@ def scrape_progress(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Progress:
     return progress_from_samples(parse_exposition(_http_get(url, timeout_s)))
 
 
-# ---------------------------------------------------------------------------------------
-# One read per period for every job
-
-PodKey = tuple[str, str]  # (namespace, pod)
-ProgressRead = Progress | MetricsError
-
-
 def prometheus_progress_all(
     base_url: str,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -204,53 +118,6 @@ def prometheus_progress_all(
     if body.get("status") != "success":
         raise MetricsError(f"Prometheus query failed: {body.get('error', body)}")
     return progress_by_pod(body.get("data", {}).get("result", []), pod_ips)
-
-
-def instance_host(instance: str) -> str:
-    """The host of a Prometheus ``instance`` label: ``10.88.0.5:9100`` -> ``10.88.0.5``,
-    ``[fd00::5]:9100`` -> ``fd00::5``, a bare host as it is."""
-    if instance.startswith("["):
-        return instance[1:].partition("]")[0]
-    host, colon, port = instance.rpartition(":")
-    return host if colon and port.isdigit() and ":" not in host else instance
-
-
-def progress_by_pod(
-    result: list[dict[str, object]], pod_ips: Mapping[PodKey, str] | None = None
-) -> dict[PodKey, ProgressRead]:
-    """Group an instant vector of the progress metrics by (namespace, pod); the largest value
-    of a name wins (a pod scraped twice, e.g. by two jobs of a scrape configuration).
-
-    ``pod_ips``: each pod's IP. A series then counts for a pod only when Prometheus scraped
-    it from that pod (its ``instance`` is the pod's address): the ``namespace``/``pod``
-    labels a target exposes are the target's to write (with ``honor_labels``, or a scrape
-    configuration that does not set them), so a trainer could otherwise report a finished
-    step count for another namespace's pod (docs/security.md)."""
-    samples: dict[PodKey, dict[str, float]] = {}
-    for series in result:
-        labels = series.get("metric")
-        value = series.get("value")
-        if not isinstance(labels, dict) or not isinstance(value, list) or len(value) != 2:
-            continue
-        key = (str(labels.get("namespace", "")), str(labels.get("pod", "")))
-        if pod_ips is not None and (
-            not pod_ips.get(key) or instance_host(str(labels.get("instance", ""))) != pod_ips[key]
-        ):
-            continue
-        name = str(labels.get("__name__", ""))
-        try:
-            number = float(value[1])
-        except (TypeError, ValueError):
-            continue
-        pod = samples.setdefault(key, {})
-        pod[name] = max(number, pod.get(name, -math.inf))
-    reads: dict[PodKey, ProgressRead] = {}
-    for key, pod_samples in samples.items():
-        try:
-            reads[key] = progress_from_samples(pod_samples)
-        except MetricsError as exc:
-            reads[key] = exc
-    return reads
 
 
 READ_WAIT_S = 0.5

@@ -1,0 +1,1 @@
+"""The Kubernetes adapter: the only code that imports the Kubernetes client."""
