@@ -272,7 +272,10 @@ def test_a_local_trainer_whose_steps_stand_still_is_stalled_once(
     for now_s in (START_S, START_S + 60.0, START_S + jobperiod.STALL_TIMEOUT_S):
         job._watch_steps(10.0, now_s)
     assert not lines and vocabulary.CONDITION_STALLED not in job.conditions
-    for now_s in (START_S + jobperiod.STALL_TIMEOUT_S + 1.0, START_S + jobperiod.STALL_TIMEOUT_S + 9.0):
+    for now_s in (
+        START_S + jobperiod.STALL_TIMEOUT_S + 1.0,
+        START_S + jobperiod.STALL_TIMEOUT_S + 9.0,
+    ):
         job._watch_steps(10.0, now_s)
     assert lines == ["warning: the trainer runs but completed no step for 121s"]
     assert vocabulary.CONDITION_STALLED in job.conditions
