@@ -95,7 +95,9 @@ class LoopBench:
         self.changes: list[Any] = []
         patch = self.api.patch_job_status
 
-        def counting_patch(ns: str, name: str, status: Mapping[str, Any]) -> bool:
+        def counting_patch(
+            ns: str, name: str, status: Mapping[str, Any], uid: str | None = None
+        ) -> bool:
             self.writes.append(name)
             visible = build.visible_status(status)
             before = self.visible.get(name)
@@ -104,7 +106,7 @@ class LoopBench:
                     (name, [(a, b) for a, b in zip(before, visible, strict=True) if a != b])
                 )
             self.visible[name] = visible
-            return patch(ns, name, status)
+            return patch(ns, name, status, uid)
 
         self.api.patch_job_status = counting_patch  # type: ignore[method-assign]
         self.view = ClusterView()

@@ -151,11 +151,13 @@ class RecordingKube:
 
     # --- the facade: decor.adapter.kube.Kube's methods -------------------------------------------------
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
-        self._call("patch_job_status", namespace=namespace, name=name, status=dict(status))
+    def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], uid: str | None = None
+    ) -> bool:
+        self._call("patch_job_status", namespace=namespace, name=name, status=dict(status), uid=uid)
         job = self.jobs.get((namespace, name))
-        if job is None:
-            return False
+        if job is None or (uid is not None and job["metadata"].get("uid") != uid):
+            return False  # gone, or another job of the name now (the API server's 409)
         job["status"] = _merge(job.get("status") or {}, status)
         return True
 

@@ -700,3 +700,28 @@ def test_without_the_capacity_view_limit_ranges_are_listed_every_30_s() -> None:
     assert calls(bench, "create_pod") == []
     assert condition(bench.status("resnet"), "Admitted") == ("False", "LimitRangeRefused")
     assert bench.events("resnet") == ["LimitRangeRefused"]
+
+
+def test_a_job_made_again_under_its_name_never_gets_the_old_ones_status() -> None:
+    """A job deleted and created again at once under its name (another uid), while the
+    operator's view still shows the old one: the old job's controller acts once more (its
+    pod was garbage-collected: PodLost) and writes its status, with the old uid as the
+    patch's precondition, so nothing lands on the new job (the API server answers 409)."""
+    bench = Bench({"node-a": (8.0, 0)})
+    bench.apply(job_body("kept"), cpu_trainer())
+    bench.period()
+    bench.period()
+    assert bench.status("kept").get("podsCreated") == 1
+    successor = job_body("kept")
+    successor["metadata"]["uid"] = "uid-successor"
+    bench.kube.jobs[(NAMESPACE, "kept")] = successor  # no status yet
+    bench.kube.pods = {k: p for k, p in bench.kube.pods.items() if k[0] != NAMESPACE}
+    bench.view.replace_pods([dict(p) for p in bench.kube.pods.values()])
+    bench.now += 10.0
+    bench.loop.run_period()  # the view still holds the old job
+    assert not bench.kube.jobs[(NAMESPACE, "kept")].get("status")
+    last = calls(bench, "patch_job_status")[-1]
+    assert last["uid"] == "uid-kept" and last["status"].get("phase") == "Restarting"
+    bench.period()  # the view catches up: the new job starts afresh, its own status
+    status = bench.status("kept")
+    assert status.get("podsCreated") == 1 and status.get("podFailures", 0) == 0

@@ -66,7 +66,9 @@ class _Kube:
     def __init__(self) -> None:
         self.writes: list[dict[str, Any]] = []
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+    def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], uid: str | None = None
+    ) -> bool:
         self.writes.append(dict(status))
         return True
 

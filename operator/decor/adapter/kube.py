@@ -146,21 +146,35 @@ class Kube:
 
     # --- the job ------------------------------------------------------------------------------
 
-    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
-        """Merge-patch ``status`` (None values delete fields). False when the job is gone."""
-        result = self._call(
-            f"patch dtj {namespace}/{name} status",
-            self.custom.patch_namespaced_custom_object_status,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            PLURAL,
-            name,
-            {"status": dict(status)},
-            _content_type=MERGE_PATCH,
-            missing_ok=True,
-            write=True,
-        )
+    def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], uid: str | None = None
+    ) -> bool:
+        """Merge-patch ``status`` (None values delete fields). False when the job is gone.
+
+        ``uid``: the job this status is for. The patch carries it as a precondition, so a job
+        deleted and created again under the same name (another uid) is not written with the
+        old one's status; the API server answers 409 and this returns False (gone)."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if uid is not None:
+            body["metadata"] = {"uid": uid}
+        try:
+            result = self._call(
+                f"patch dtj {namespace}/{name} status",
+                self.custom.patch_namespaced_custom_object_status,
+                API_GROUP,
+                API_VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+                missing_ok=True,
+                write=True,
+            )
+        except KubeError as exc:
+            if uid is not None and exc.status == 409:  # the uid precondition: another job now
+                return False
+            raise
         return result is not None
 
     # --- pods ---------------------------------------------------------------------------------

@@ -349,7 +349,7 @@ class JobController:
                 if since_s < due_s:
                     return True
         snapshot = copy.deepcopy(self.status)
-        if not self.kube.patch_job_status(self.namespace, self.name, snapshot):
+        if not self.kube.patch_job_status(self.namespace, self.name, snapshot, uid=self.uid):
             self.metrics.job_phase(self.key, None)
             return False
         self.written = snapshot
