@@ -33,6 +33,7 @@ Units: batches and indices are sample counts; learning-rate scales are plain fac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -496,10 +497,8 @@ def _forwarder(
     def forward(signum: int, frame: FrameType | None) -> None:
         for process in processes:
             if process.pid is not None and process.exitcode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                     os.kill(process.pid, signum)
-                except ProcessLookupError:
-                    pass
 
     return forward
 
