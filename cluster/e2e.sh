@@ -6,13 +6,16 @@
 # Extra arguments go to pytest (both phases), e.g. -k NAME, -x, -q.
 #
 # Two phases (docs/cluster.md, "Concurrent e2e tests"):
-#   1. the tests not marked `alone`, DECOR_E2E_LANES at once (default 2; pytest-xdist), each
-#      in its own namespace with its own operator; each test sizes its jobs to a lane's share
-#      of the node (tests/e2e/test_operator.py: CPU_MAX);
-#   2. the tests marked `alone` (they need the whole node, restart the API server or change
-#      the node), one at a time.
-# DECOR_E2E_LANES=1 runs phase 1 one test at a time too. The 25 slowest tests of each phase
-# are printed at its end. The exit status is non-zero when either phase failed.
+#   1. `lanes`: the tests not marked `alone`, DECOR_E2E_LANES at once (default 3;
+#      pytest-xdist), each in its own namespace with its own operator; each test sizes its jobs
+#      to a lane's share of the node (tests/e2e/test_operator.py: CPU_MAX, LANE_SCALE);
+#   2. `alone`: the tests marked `alone` (they need the whole node, restart the API server or
+#      change the node), one at a time.
+# DECOR_E2E_LANES=1 runs phase 1 one test at a time too. DECOR_E2E_PHASES picks the phases
+# (default "lanes alone"; .ci/run runs them one by one, with the scale smoke run beside the
+# lanes). The 25 slowest tests of each phase are printed at its end. The exit status is
+# non-zero when a phase failed. `e2e.sh --measure-width` prints the test ResNet's width for
+# this machine (DECOR_E2E_RESNET_WIDTH) and exits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -26,7 +29,11 @@ elif [ -z "${KUBECONFIG:-}" ]; then
 fi
 V=$(bash "$root/hack/venv.sh")
 cd "$root"
-lanes=${DECOR_E2E_LANES:-2}
+lanes=${DECOR_E2E_LANES:-3}
+phases=${DECOR_E2E_PHASES:-lanes alone}
+for p in $phases; do
+  case $p in lanes | alone) ;; *) echo "e2e: DECOR_E2E_PHASES: no phase '$p' (lanes, alone)" >&2; exit 2 ;; esac
+done
 case $lanes in '' | *[!0-9]* | 0) echo "e2e: DECOR_E2E_LANES must be a positive integer, not '$lanes'" >&2; exit 2 ;; esac
 
 # The test jobs' ResNet width is measured once, on a quiet machine, before any test runs:
@@ -36,10 +43,11 @@ if [ -z "${DECOR_E2E_RESNET_WIDTH:-}" ]; then
 from test_operator import resnet_width; print(resnet_width())' | tail -n 1)
   export DECOR_E2E_RESNET_WIDTH
 fi
+if [ "${1:-}" = --measure-width ]; then echo "$DECOR_E2E_RESNET_WIDTH"; exit 0; fi
 
 empty=0
 # phase NAME PYTEST-ARGS...: one pytest run. A phase that selects no test (exit status 5) is
-# not a failure by itself; both phases selecting none is (below).
+# not a failure by itself; every phase run selecting none is (below).
 phase() {
   local name=$1 rc=0 t0=$SECONDS
   shift
@@ -49,16 +57,22 @@ phase() {
   if [ "$rc" = 5 ]; then empty=$((empty + 1)); rc=0; fi
   return "$rc"
 }
-rc1=0 rc2=0
-if [ "$lanes" -gt 1 ]; then
-  DECOR_E2E_LANES=$lanes phase "concurrent ($lanes lanes)" -m "e2e and not alone" \
-    -n "$lanes" --dist loadgroup --durations=25 "$@" || rc1=$?
-else
-  DECOR_E2E_LANES=1 phase "concurrent (1 lane)" -m "e2e and not alone" --durations=25 "$@" || rc1=$?
+rc1=0 rc2=0 ran=0
+if [[ " $phases " == *" lanes "* ]]; then
+  ran=$((ran + 1))
+  if [ "$lanes" -gt 1 ]; then
+    DECOR_E2E_LANES=$lanes phase "concurrent ($lanes lanes)" -m "e2e and not alone" \
+      -n "$lanes" --dist loadgroup --durations=25 "$@" || rc1=$?
+  else
+    DECOR_E2E_LANES=1 phase "concurrent (1 lane)" -m "e2e and not alone" --durations=25 "$@" || rc1=$?
+  fi
 fi
-DECOR_E2E_LANES=1 phase alone -m "e2e and alone" --durations=25 "$@" || rc2=$?
-if [ "$empty" = 2 ]; then
-  echo "[e2e] FAILED: no test selected in either phase" >&2
+if [[ " $phases " == *" alone "* ]]; then
+  ran=$((ran + 1))
+  DECOR_E2E_LANES=1 phase alone -m "e2e and alone" --durations=25 "$@" || rc2=$?
+fi
+if [ "$empty" = "$ran" ]; then
+  echo "[e2e] FAILED: no test selected in the phases run ($phases)" >&2
   exit 5
 fi
 if [ "$rc1" != 0 ] || [ "$rc2" != 0 ]; then

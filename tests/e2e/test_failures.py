@@ -34,9 +34,11 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     job_events,
     job_manifest,
     job_status,
+    lane_steps,
     operator,
     read_node_file,
     report,
+    steps_total,
     trainer_pods,
     wait_progress,
     wait_succeeded,
@@ -251,12 +253,12 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
     trainer_image: str,
 ) -> None:
     name = "suspended"
-    # 600 steps in 180 s need about 0.4 core; 15 s suspended and a restart still leave the
-    # job well inside CPU_MAX.
+    # 600 steps in 180 s need about 0.4 core in an 800m lane (LANE_SCALE); 15 s suspended and
+    # a restart still leave the job well inside CPU_MAX.
     manifest = job_manifest(
         name,
         trainer_image,
-        steps_per_epoch=150,
+        steps_per_epoch=lane_steps(150),
         duration="180s",
         extra_args=["--step-log", "/ckpt/steps.log"],
     )
@@ -283,6 +285,6 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
     assert "Suspended" in seen and "Resumed" in seen, seen
     assert final["podsCreated"] == 2 and final.get("podFailures", 0) == 0, final
     steps = logged_steps(namespace, job)
-    assert sorted(steps) == list(range(600)), "steps repeated or lost across the suspension"
+    assert sorted(steps) == list(range(steps_total(manifest))), "steps repeated or lost"
     # The time without a trainer is not learned as slowness: the job still lands on time.
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]

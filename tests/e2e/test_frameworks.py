@@ -23,6 +23,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     crd,
     create_job,
     job_manifest,
+    lane_steps,
     operator,
     report,
     trainer_pods,
@@ -69,12 +70,13 @@ def test_hugging_face_trainer_job_meets_its_deadline(
     operator: OperatorProcess,  # noqa: F811
     torch2_trainer_image: str,
 ) -> None:
-    # 3200 samples, batch 4, accumulation 2: 400 optimizer steps an epoch. In a pod on the
-    # test bed 2000 steps of the tiny BERT were 74 % done at 150 s at CPU_MAX; 800 steps met
-    # the deadline at -0.5 %, throttled by 59 resizes.
-    args = ["--samples", "3200", "--batch-size", "4", "--accumulation", "2",
+    # 3200 samples, batch 4, accumulation 2: 400 optimizer steps an epoch in an 800m lane
+    # (LANE_SCALE). In a pod on the test bed 2000 steps of the tiny BERT were 74 % done at 150 s
+    # at 800m; 800 steps met the deadline at -0.5 %, throttled by 59 resizes.
+    steps = lane_steps(400)
+    args = ["--samples", str(steps * 4 * 2), "--batch-size", "4", "--accumulation", "2",
             "--save-every", "100", "--log-every", "100"]  # fmt: skip
-    manifest = framework_job("hf-trainer", torch2_trainer_image, "hf_train.py", args, 2, 400)
+    manifest = framework_job("hf-trainer", torch2_trainer_image, "hf_train.py", args, 2, steps)
     run_to_deadline(kube, namespace, manifest)
 
 
@@ -85,7 +87,8 @@ def test_lightning_job_meets_its_deadline(
     torch2_trainer_image: str,
 ) -> None:
     # 19200 samples, batch 16, accumulation 2: 600 optimizer steps an epoch. 300 steps (a
-    # quarter of this) finished at half the span even at the 100m floor.
+    # quarter of this) finished at half the span even at the 100m floor, so the job is not
+    # scaled to the lane (LANE_SCALE): at 500m its 1200 steps still take about half the span.
     args = ["--samples", "19200", "--batch-size", "16", "--accumulation", "2", "--width", "512"]
     manifest = framework_job("lightning", torch2_trainer_image, "lightning_train.py", args, 2, 600)
     run_to_deadline(kube, namespace, manifest)

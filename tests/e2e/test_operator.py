@@ -53,12 +53,30 @@ CPU_MIN = "100m"
 # cluster/e2e.sh runs the tests not marked `alone` in DECOR_E2E_LANES lanes at once, each with
 # its own operator, which sees only its own namespace: the lanes' jobs fit the node together
 # only if each stays within its share. A lane holds its trainer (at most CPU_MAX), the
-# trainer's metrics sidecar (50m) and, in the Helm tests, the chart's operator (50m): 0.8
-# core each for two lanes on 2 cores. Alone, a test's job may take 1.5 cores (the trainer's
+# trainer's metrics sidecar (50m) and, in the Helm tests, the chart's operator (50m): 0.5
+# core each for three lanes on 2 cores (0.8 for two). Alone, a test's job may take 1.5 cores (the trainer's
 # one thread runs no faster above one core; the rest is room for the control plane).
 LANES = max(1, int(os.environ.get("DECOR_E2E_LANES", "1")))
 CPU_MAX_CORES = 1.5 if LANES == 1 else round(min(1.5, 2.0 / LANES - 0.2), 1)
 CPU_MAX = f"{round(CPU_MAX_CORES * 1000)}m"
+# The jobs' sizes (steps, samples, the cores a moved deadline needs) were chosen for a lane of
+# 800m, two lanes' share. With more lanes a lane's trainer gets less (500m for three), and the
+# sizes shrink by the same factor, so that a job needs the same fraction of its lane: a job
+# still has to be throttled, and still has room to make up lost time. Never above 1: alone, a
+# trainer's one thread runs no faster than at one core, and the sizes stay as chosen.
+LANE_SCALE = min(1.0, CPU_MAX_CORES / 0.8)
+
+
+def lane_steps(steps: int) -> int:
+    """``steps`` (sized for an 800m lane) for this run's lanes (``LANE_SCALE``)."""
+    return max(1, round(steps * LANE_SCALE))
+
+
+def steps_total(manifest: dict[str, Any]) -> int:
+    """The number of steps a job manifest asks for."""
+    return int(manifest["spec"]["epochs"]) * int(manifest["spec"]["stepsPerEpoch"])
+
+
 # The acceptance bound of issue 4: |finish - deadline| <= 5% of the deadline's span.
 DEVIATION_BOUND_PERCENT = 5.0
 
@@ -137,7 +155,7 @@ def job_manifest(
     image: str,
     *,
     epochs: int = 4,
-    steps_per_epoch: int = 100,
+    steps_per_epoch: int | None = None,
     duration: str | None = None,
     deadline: str | None = None,
     resources: dict[str, Any] | None = None,
@@ -147,7 +165,7 @@ def job_manifest(
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "epochs": epochs,
-        "stepsPerEpoch": steps_per_epoch,
+        "stepsPerEpoch": lane_steps(100) if steps_per_epoch is None else steps_per_epoch,
         "resources": resources
         or {"mode": "cpu", "min": CPU_MIN, "max": CPU_MAX, "initial": CPU_MAX},
         "control": control or {"policy": "decor", "periodSeconds": 1},
@@ -619,25 +637,29 @@ def test_moving_the_deadline_earlier_raises_the_allocation_within_10s(
         job_manifest(name, trainer_image, deadline=rfc3339(now_utc() + timedelta(minutes=15))),
     )
 
+    # In an 800m lane (LANE_SCALE): throttled to <= 300m, then a deadline that needs 600m,
+    # and the allocation must rise by 250m.
+    low_cores, needed_cores, rise_cores = 0.3 * LANE_SCALE, 0.6 * LANE_SCALE, 0.25 * LANE_SCALE
+
     def throttled_down() -> str | None:
         status = job_status(kube, namespace, name)
         allocation = status.get("allocation")
         return (
             allocation
-            if allocation and cores(allocation) <= 0.3 and status.get("stepsDone", 0) > 10
+            if allocation and cores(allocation) <= low_cores and status.get("stepsDone", 0) > 10
             else None
         )
 
-    low = kube.wait_for(throttled_down, 180, "the job to be throttled down to <= 300m")
+    low = kube.wait_for(throttled_down, 180, f"the job to be throttled down to <= {low_cores:g}")
     stepped = job_status(kube, namespace, name)
     remaining = stepped["stepsTotal"] - stepped["stepsDone"]
-    # A deadline that needs about 0.6 core by the speed seen so far (the sub-core fit): twice
-    # the throttled allocation, and feasible with a 1.6x margin (the trainer runs one thread
-    # per whole core of its limit, so 1500m runs as fast as one core).
+    # A deadline that needs about needed_cores by the speed seen so far (the sub-core fit):
+    # twice the throttled allocation, and feasible with a 1.3x margin in a lane (alone, the
+    # trainer runs one thread per whole core of its limit, so 1500m runs as fast as one core).
     coefficients = SpeedFit(**stepped["controller"]["fit"]).coefficients()
     assert coefficients is not None, stepped["controller"]
     a, b = coefficients
-    needed_s = remaining * (a / 0.6 + b)
+    needed_s = remaining * (a / needed_cores + b)
     new_deadline = rfc3339(now_utc() + timedelta(seconds=max(30.0, needed_s)))
     started = time.monotonic()
     kube.kubectl(
@@ -657,7 +679,7 @@ def test_moving_the_deadline_earlier_raises_the_allocation_within_10s(
             p for p in trainer_pods(kube, namespace, name) if not p.metadata.deletion_timestamp
         ]
         cpu = trainer_spec_cpu(pod)
-        return cpu if cores(cpu) >= cores(low) + 0.25 else None
+        return cpu if cores(cpu) >= cores(low) + rise_cores else None
 
     new_cpu = kube.wait_for(
         raised, 30, "the allocation to rise after the deadline moved", interval=0.2
@@ -788,7 +810,7 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
     manifest = job_manifest(
         name,
         trainer_image,
-        steps_per_epoch=200,
+        steps_per_epoch=lane_steps(200),
         duration="180s",
         extra_args=["--step-log", "/ckpt/steps.log"],
     )
@@ -811,7 +833,7 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
     assert "resumed from" in logs, logs[-2000:]
     step_log = Path(CHECKPOINT_HOST_ROOT, namespace, name, job["metadata"]["uid"], "steps.log")
     steps = [int(line) for line in read_node_file(step_log).split()]
-    assert sorted(steps) == list(range(800)), "steps repeated or lost across the recreation"
+    assert sorted(steps) == list(range(steps_total(manifest))), "steps repeated or lost"
     # One lost pod costs the trainer's restart, which the controller makes up for.
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
 
@@ -975,7 +997,9 @@ def test_prometheus_outage_holds_the_allocation_and_recovers(
     # thread) until Prometheus first scrapes it (with 400 steps, 65% of the job was done by then and
     # even MIN finished 31% early).
     create_job(
-        kube, namespace, job_manifest(name, trainer_image, steps_per_epoch=200, duration="180s")
+        kube,
+        namespace,
+        job_manifest(name, trainer_image, steps_per_epoch=lane_steps(200), duration="180s"),
     )
 
     def pod_with_ip() -> Any:

@@ -46,7 +46,9 @@ from test_operator import (
     job_events,
     job_manifest,
     job_status,
+    lane_steps,
     report,
+    steps_total,
     trainer_pods,
     wait_succeeded,
 )
@@ -219,7 +221,7 @@ def test_restricted_namespace_job_meets_its_deadline_through_a_checkpoint_restar
     manifest = job_manifest(
         name,
         trainer_image,
-        steps_per_epoch=200,
+        steps_per_epoch=lane_steps(200),
         duration="180s",
         extra_args=["--step-log", "/ckpt/steps.log"],
     )
@@ -259,7 +261,7 @@ def test_restricted_namespace_job_meets_its_deadline_through_a_checkpoint_restar
     if bound.spec.volume_name and bound.spec.volume_name.startswith("decor-e2e-"):
         # our admin-made volume (a cluster with a default StorageClass provisions its own)
         steps = [int(line) for line in node_sh(f"cat '{directory}/steps.log'").split()]
-        assert sorted(steps) == list(range(800)), "steps repeated or lost across the restart"
+        assert sorted(steps) == list(range(steps_total(manifest))), "steps repeated or lost"
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
 
     # Deleting the job deletes its checkpoint claim (the garbage collector, via the owner).

@@ -82,8 +82,9 @@ def test_kubectl_dtj_moves_the_deadline_and_the_allocation_follows(
 ) -> None:
     name = "dtj-deadline"
     deadline = rfc3339(now_utc() + timedelta(minutes=10))
-    # 1,200 steps: 2 to 3 min at one core, so that the deadline 3 min away after -8m needs
-    # more than the 250m floor (400 steps at 0.09 s a step still fit at the floor).
+    # 1,200 steps in an 800m lane (LANE_SCALE: job_manifest's default): 2 to 3 min at one
+    # core, so that the deadline 3 min away after -8m needs more than the floor (400 steps at
+    # 0.09 s a step still fit at a 250m floor).
     create_job(kube, namespace, job_manifest(name, trainer_image, epochs=12, deadline=deadline))
     before = kube.wait_for(
         lambda: running_with_progress(kube, namespace, name), RUNNING_TIMEOUT_S, "progress"
