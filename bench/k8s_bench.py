@@ -43,7 +43,7 @@ from bench import benchlib as bl
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "deadlinetrainingjobs.yaml"
-TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/torch2-trainer:0.1.0")
+TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
 # The cluster subset of the benchmark: the three reference workloads, the feasible
 # settings, both controllers, two repetitions (60 runs, about 45 min on a 2-core machine).
 K8S_WORKLOADS = ("resnet", "vgg", "lstm")

@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # Build DECOR's container images without Docker and import them into the test bed's
 # containerd (namespace k8s.io):
-#   localhost/decor/trainer:0.1.0   Debian bookworm minbase + python3, python3-torch (CPU),
-#                                   python3-prometheus-client, python3-yaml + the decor-trainer
-#                                   wheel (hack/trainer-wheel.sh), installed with pip
-#   localhost/decor/torch2-trainer:0.1.0
-#                                   Debian trixie minbase + python3 (3.13), python3-torch (2.x,
+#   localhost/decor/trainer:0.1.0   Debian trixie minbase + python3 (3.13), python3-torch (2.x,
 #                                   CPU), python3-prometheus-client, python3-yaml, python3-pip;
 #                                   then the pinned Lightning and transformers
 #                                   (trainer_image/frameworks-torch2.txt) and the decor-trainer
-#                                   wheel, each installed with pip inside the root filesystem
-#                                   as a user's image takes them (--break-system-packages)
+#                                   wheel (hack/trainer-wheel.sh), each installed with pip
+#                                   inside the root filesystem as a user's image takes them
+#                                   (--break-system-packages)
 #   localhost/decor/operator:0.1.0  Debian bookworm minbase + python3, python3-yaml
 #                                   + kopf/kubernetes/requests/prometheus-client (PyPI, pinned)
 #                                   + the decor package and decor_trainer.contract
@@ -20,7 +17,7 @@
 # trainer_image/Dockerfile and operator/Dockerfile (what `make kind-up` builds with Docker).
 # Options: --no-import (only build the archives; their paths are printed on stdout as
 # `archive NAME PATH` lines, which cluster/push-images.sh reads to push them to a registry).
-# DECOR_IMAGES (default "trainer torch2-trainer operator") picks the images to build.
+# DECOR_IMAGES (default "trainer operator") picks the images to build.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -29,14 +26,15 @@ export LOG_TAG=images
 need_root
 do_import=1; [ "${1:-}" = --no-import ] && do_import=0
 
-SUITE=bookworm         # the operator's and the PyTorch 1.13 trainer's Debian release
-TORCH2_SUITE=trixie    # the PyTorch 2.x trainer's (python3-torch 2.6, Python 3.13)
+SUITE=bookworm         # the operator's Debian release
+TORCH2_SUITE=trixie    # the trainer's (python3-torch 2.6, Python 3.13)
 TRAINER_IMAGE=localhost/decor/trainer:0.1.0
-TORCH2_TRAINER_IMAGE=localhost/decor/torch2-trainer:0.1.0
 TORCH2_APT="python3 python3-torch python3-prometheus-client python3-yaml python3-pip"
-IMAGES=" ${DECOR_IMAGES:-trainer torch2-trainer operator} "
+IMAGES=" ${DECOR_IMAGES:-trainer operator} "
+for i in $IMAGES; do
+  case $i in trainer | operator) ;; *) die "DECOR_IMAGES: no image '$i' (trainer, operator)" ;; esac
+done
 OPERATOR_IMAGE=localhost/decor/operator:0.1.0
-TRAINER_APT="python3 python3-torch python3-prometheus-client python3-yaml"
 OPERATOR_APT="python3 python3-yaml"
 IMG=$DECOR_CACHE/images
 SITE=usr/local/lib/python3.11/dist-packages
@@ -159,9 +157,8 @@ stage1() { # stage1 NAME "PACKAGES" [SUITE] -> prints the rootfs directory
   fi
   echo "$dir"
 }
-trainer_base=$(stage1 trainer-base "$TRAINER_APT")
-torch2_apt=""
-case "$IMAGES" in *" torch2-trainer "*) torch2_apt=$(stage1 torch2-trainer-apt "$TORCH2_APT" "$TORCH2_SUITE") ;; esac
+torch2_apt=""  # the trainer's layers keep the cache prefix torch2-trainer- (PyTorch 2.x)
+case "$IMAGES" in *" trainer "*) torch2_apt=$(stage1 torch2-trainer-apt "$TORCH2_APT" "$TORCH2_SUITE") ;; esac
 
 operator_base_key=$(hash_of "operator-base $k0 $OPERATOR_APT v1" "$here/operator-image-requirements.txt")
 operator_base=$IMG/operator-base-$operator_base_key
@@ -243,32 +240,10 @@ build_image() { # build_image NAME KEY CMD_JSON USER LAYER_DIR...: one layer per
 
 ARCHIVES=()  # "NAME PATH" of each archive --no-import built or found
 
-# trainer: decor_trainer from its wheel, installed with pip as a user's image takes it
-# (docs/contract.md#install). --no-deps: its one dependency, prometheus-client, is Debian's
-# python3-prometheus-client of the apt layer. The key is the wheel's sources: a cached image
-# needs no wheel build (nor the index, when the build has to fetch setuptools).
 tdir=$(mktemp -d); odir=$(mktemp -d); trap 'cleanup_mounts; rm -rf "$tdir" "$tdir.dist" "$odir"' EXIT
 [ -d "$root/trainer_image/decor_trainer" ] || die "trainer_image/decor_trainer not found in $root"
-case "$IMAGES" in *" trainer "*)
-tkey=$(hash_of "trainer $trainer_base v3 $TRAINER_USER" "$root/trainer_image/pyproject.toml" \
-  "$root/trainer_image/README.md" "$root/trainer_image/decor_trainer" "$root/hack/trainer-wheel.sh" "$here/oci-pack.py")
-if ! image_built "$TRAINER_IMAGE" "$tkey"; then
-  t=$SECONDS
-  wheel=$(PYTHON=$pip_py bash "$root/hack/trainer-wheel.sh" "$tdir.dist") || die "building the decor-trainer wheel failed"
-  mkdir -p "$tdir/$SITE"
-  "$pip_py" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-compile \
-    --no-deps --target "$tdir/$SITE" "$wheel" >&2
-  rm -rf "$tdir.dist" "$tdir/$SITE/bin"
-  # The default checkpoint directory, writable by the trainer's user (pods mount a volume there).
-  mkdir -p "$tdir/var/lib/decor/checkpoints"
-  chmod -R u=rwX,go=rX "$tdir"
-  chown "$TRAINER_USER" "$tdir/var/lib/decor/checkpoints"
-  log "trainer: ${wheel##*/} built and installed with pip in $((SECONDS - t))s"
-fi
-build_image "$TRAINER_IMAGE" "$tkey" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$trainer_base" "$tdir"
-;; esac
 
-# torch2-trainer: Debian trixie's PyTorch 2.x. Two layers on the apt rootfs, each the upper
+# trainer: Debian trixie's PyTorch 2.x. Two layers on the apt rootfs, each the upper
 # directory of an overlay mount whose root filesystem pip runs in: the pinned frameworks, then
 # the decor-trainer wheel. pip installs with --break-system-packages, as a user's Dockerfile
 # on a Debian base would: an image runs one program, root's pip writes only /usr/local (never
@@ -280,13 +255,13 @@ if [ -n "$torch2_apt" ]; then
   fw_key=$(hash_of "torch2-frameworks $torch2_apt v1" "$fw_req" "$here/rootfs.sh")
   frameworks=$IMG/torch2-trainer-frameworks-$fw_key
   if [ ! -f "$frameworks/.complete" ]; then
-    log "torch2-trainer: pip install -r ${fw_req#$root/} in the $TORCH2_SUITE root filesystem"
+    log "trainer: pip install -r ${fw_req#$root/} in the $TORCH2_SUITE root filesystem"
     t=$SECONDS
     pip_layer "$frameworks.tmp" "$torch2_apt" "$fw_req" -r /tmp/decor-pip/frameworks-torch2.txt
     echo "pip_s $((SECONDS - t))" > "$frameworks.tmp/.complete"
     find "$IMG" -maxdepth 1 -name "torch2-trainer-frameworks-*" -not -name "torch2-trainer-frameworks-$fw_key" -not -name "torch2-trainer-frameworks-$fw_key.*" -exec rm -rf {} + 2>/dev/null || true
     mv "$frameworks.tmp" "$frameworks"
-    log "torch2-trainer: frameworks installed in $((SECONDS - t))s ($(du -sh --exclude=.complete "$frameworks" | cut -f1))"
+    log "trainer: frameworks installed in $((SECONDS - t))s ($(du -sh --exclude=.complete "$frameworks" | cut -f1))"
   else
     log "cached: $frameworks"
   fi
@@ -303,9 +278,9 @@ if [ -n "$torch2_apt" ]; then
     echo "pip_s $((SECONDS - t))" > "$t2dir.tmp/.complete"
     find "$IMG" -maxdepth 1 -name "torch2-trainer-wheel-*" -not -name "torch2-trainer-wheel-$t2key*" -exec rm -rf {} + 2>/dev/null || true
     mv "$t2dir.tmp" "$t2dir"
-    log "torch2-trainer: ${wheel##*/} installed with pip in $((SECONDS - t))s"
+    log "trainer: ${wheel##*/} installed with pip in $((SECONDS - t))s"
   fi
-  build_image "$TORCH2_TRAINER_IMAGE" "$t2key" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$torch2_apt" "$frameworks" "$t2dir"
+  build_image "$TRAINER_IMAGE" "$t2key" '["python3", "-m", "decor_trainer.train"]' "$TRAINER_USER" "$torch2_apt" "$frameworks" "$t2dir"
   TORCH2_ROOTFS="$t2dir $frameworks $torch2_apt"  # top first; cluster/trainer-rootfs.sh mounts them
   echo "$TORCH2_ROOTFS" > "$IMG/torch2-trainer.rootfs"
 fi

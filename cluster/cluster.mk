@@ -22,7 +22,7 @@ images: ## build the trainer/operator images without Docker and import them (nee
 	@if [ -n "$(REGISTRY)" ]; then bash cluster/push-images.sh "$(REGISTRY)"; else bash cluster/build-images.sh; fi
 
 # (root) The image's layers come from `make images` or `cluster/build-images.sh --no-import`.
-torch2-test: ## run decor_trainer's tests on PyTorch 2.x: in the torch2-trainer image's root filesystem (chroot; root)
+torch2-test: ## run decor_trainer's tests on PyTorch 2.x: in the trainer image's root filesystem (chroot; root)
 	@bash cluster/trainer-rootfs-tests.sh -q
 
 kind-up: ## (machines with Docker) the same e2e environment on kind

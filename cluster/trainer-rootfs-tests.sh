@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Run decor_trainer's tests with the Python and PyTorch of the PyTorch 2.x trainer image
-# (localhost/decor/torch2-trainer, built by cluster/build-images.sh): the image's layers are
+# Run decor_trainer's tests with the Python and PyTorch (2.x) of the trainer image
+# (localhost/decor/trainer, built by cluster/build-images.sh): the image's layers are
 # mounted as one root filesystem (overlay, with a scratch upper directory) with pytest added
 # in a cached layer of its own, this checkout bound at /src, and the tests run there in a
 # chroot. Prints the PyTorch, Python, Lightning and transformers versions it tests.
@@ -26,7 +26,7 @@ TESTS=(tests/unit/test_reporter.py tests/unit/test_checkpoint.py tests/unit/test
   tests/integration/test_trainer.py tests/integration/test_data_parallel.py)
 
 IMG=$DECOR_CACHE/images
-[ -f "$IMG/torch2-trainer.rootfs" ] || die "no torch2-trainer layers in $IMG: run DECOR_IMAGES=torch2-trainer cluster/build-images.sh --no-import first"
+[ -f "$IMG/torch2-trainer.rootfs" ] || die "no trainer image layers in $IMG: run DECOR_IMAGES=trainer cluster/build-images.sh --no-import first"
 layers=$(cat "$IMG/torch2-trainer.rootfs")
 for d in $layers; do [ -f "$d/.complete" ] || die "layer $d is missing: build the image again"; done
 

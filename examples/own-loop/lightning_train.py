@@ -10,7 +10,7 @@
 
 The model is a small multilayer perceptron on random data (nothing to download). It needs
 Lightning (PyTorch >= 2.1): the PyTorch 2.x trainer image has it
-(localhost/decor/torch2-trainer:0.1.0, trainer_image/frameworks-torch2.txt).
+(localhost/decor/trainer:0.1.0, trainer_image/frameworks-torch2.txt).
 """
 
 import argparse

@@ -35,15 +35,11 @@ import pytest
 T = TypeVar("T")
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# The trainer images cluster/build-images.sh builds: Debian bookworm's PyTorch 1.13, and
-# trixie's PyTorch 2.x with Lightning and transformers (docs/pytorch.md). TRAINER_IMAGE runs
-# every test's job unless DECOR_TRAINER_IMAGE names another; the framework tests
-# (test_frameworks.py) always run TORCH2_TRAINER_IMAGE.
-TORCH113_TRAINER_IMAGE = "localhost/decor/trainer:0.1.0"
-TORCH2_TRAINER_IMAGE = os.environ.get(
-    "DECOR_TORCH2_TRAINER_IMAGE", "localhost/decor/torch2-trainer:0.1.0"
-)
-TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", TORCH2_TRAINER_IMAGE)
+# The trainer image cluster/build-images.sh builds: Debian trixie's PyTorch 2.x with the
+# pinned Lightning and transformers (docs/pytorch.md). It runs every test's job unless
+# DECOR_TRAINER_IMAGE names another (one with Lightning and transformers: the framework tests,
+# test_frameworks.py, run their jobs on it too).
+TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
 OPERATOR_IMAGE = os.environ.get("DECOR_OPERATOR_IMAGE", "localhost/decor/operator:0.1.0")
 # Multiplies every timeout (slow machines, cold image caches).
 TIMEOUT_SCALE = float(os.environ.get("DECOR_E2E_TIMEOUT_SCALE", "1"))
@@ -189,12 +185,6 @@ def kube() -> Iterator[Kube]:
 def trainer_image() -> str:
     """The trainer image (imagePullPolicy: Never): cluster/build-images.sh or kind-up load it."""
     return TRAINER_IMAGE
-
-
-@pytest.fixture(scope="session")
-def torch2_trainer_image() -> str:
-    """The PyTorch 2.x trainer image, with the pinned Lightning and transformers."""
-    return TORCH2_TRAINER_IMAGE
 
 
 @pytest.fixture(scope="session")

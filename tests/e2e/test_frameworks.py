@@ -1,6 +1,6 @@
 """End to end: training loops written with Hugging Face's Trainer and with Lightning, each
 reporting through its one-line callback (decor_trainer.callbacks), run as DeadlineTrainingJobs
-on the PyTorch 2.x trainer image (localhost/decor/torch2-trainer: Debian trixie's PyTorch,
+on the trainer image (localhost/decor/trainer: Debian trixie's PyTorch 2.x,
 the pinned transformers and Lightning of trainer_image/frameworks-torch2.txt, and the
 decor-trainer wheel installed with pip as a user's image takes it).
 
@@ -68,7 +68,7 @@ def test_hugging_face_trainer_job_meets_its_deadline(
     kube: Any,
     namespace: str,
     operator: OperatorProcess,  # noqa: F811
-    torch2_trainer_image: str,
+    trainer_image: str,
 ) -> None:
     # 3200 samples, batch 4, accumulation 2: 400 optimizer steps an epoch in an 800m lane
     # (LANE_SCALE). In a pod on the test bed 2000 steps of the tiny BERT were 74 % done at 150 s
@@ -76,7 +76,7 @@ def test_hugging_face_trainer_job_meets_its_deadline(
     steps = lane_steps(400)
     args = ["--samples", str(steps * 4 * 2), "--batch-size", "4", "--accumulation", "2",
             "--save-every", "100", "--log-every", "100"]  # fmt: skip
-    manifest = framework_job("hf-trainer", torch2_trainer_image, "hf_train.py", args, 2, steps)
+    manifest = framework_job("hf-trainer", trainer_image, "hf_train.py", args, 2, steps)
     run_to_deadline(kube, namespace, manifest)
 
 
@@ -84,11 +84,11 @@ def test_lightning_job_meets_its_deadline(
     kube: Any,
     namespace: str,
     operator: OperatorProcess,  # noqa: F811
-    torch2_trainer_image: str,
+    trainer_image: str,
 ) -> None:
     # 19200 samples, batch 16, accumulation 2: 600 optimizer steps an epoch. 300 steps (a
     # quarter of this) finished at half the span even at the 100m floor, so the job is not
     # scaled to the lane (LANE_SCALE): at 500m its 1200 steps still take about half the span.
     args = ["--samples", "19200", "--batch-size", "16", "--accumulation", "2", "--width", "512"]
-    manifest = framework_job("lightning", torch2_trainer_image, "lightning_train.py", args, 2, 600)
+    manifest = framework_job("lightning", trainer_image, "lightning_train.py", args, 2, 600)
     run_to_deadline(kube, namespace, manifest)
