@@ -268,12 +268,14 @@ class Period:
 @dataclass(frozen=True)
 class PlanRequest:
     """The job takes part in the plan: ``current`` it holds (None while unknown) on
-    ``node``; ``need``: what the law asks (None: by its state or its estimate)."""
+    ``node``; ``need``: what the law asks (None: by its state or its estimate);
+    ``planned_peak``: the GPUs of a switch up the law planned for later (0: none)."""
 
     period: Period
     current: float | None
     node: str | None
     need: float | None = None
+    planned_peak: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -346,9 +348,15 @@ class _Decision:
             controller[FALLBACK_HOLD] = None
 
     def plan(
-        self, period: Period, *, current: float | None, node: str | None, need: float | None = None
+        self,
+        period: Period,
+        *,
+        current: float | None,
+        node: str | None,
+        need: float | None = None,
+        planned_peak: float = 0.0,
     ) -> Outcome:
-        return self.finish(plan=PlanRequest(period, current, node, need))
+        return self.finish(plan=PlanRequest(period, current, node, need, planned_peak))
 
 
 # --- a spec that cannot run -------------------------------------------------------------------
@@ -846,6 +854,7 @@ def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
         current=view.applied if view.applied is not None else held,
         node=node_of(pod),
         need=decision.allocation,
+        planned_peak=decision.planned_peak,
     )
 
 
@@ -1190,7 +1199,11 @@ def run(
     target = run_target(period, memory, grant)
     _settle_refusal(d, period, target)
     target, desired, phase = _move(d, period, target, grown_by, settings)
-    followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
+    refused = _refused_by_plan(period, memory, grant, target)
+    followed = control.follow_grant(
+        decision, target, period.state, period.settings, period.now_s,
+        period.observation if refused else None,
+    )  # fmt: skip
     if spec.best_effort:  # less than max is what best effort means, not a risk
         followed = jobperiod.best_effort_followed(
             followed, decision, target, period.settings.max_allocation
@@ -1219,6 +1232,22 @@ def run(
         )
     )
     return d.finish(write=WriteStatus())
+
+
+def _refused_by_plan(
+    period: Period, memory: Memory, grant: planner.Grant | None, target: float
+) -> bool:
+    """Whether the trainer moves to a planner's grant below the law's decision within the
+    job's own caps (a GPU switch up refused for capacity: the law re-plans within it). A
+    grant at a cap of the job's own (a fallback's hold, a memory cap) follows the grant as
+    before."""
+    decision = period.decision
+    return (
+        grant is not None
+        and decision is not None
+        and grant.allocation < capped(decision.allocation, memory, period.now_s) - 1e-9
+        and abs(target - grant.allocation) < 1e-9
+    )
 
 
 def resize_refused(
