@@ -8,11 +8,17 @@ Speed curves are exact: ``step_time = a / g``; times are seconds from 0.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
+import pytest
 from decor.api import vocabulary
+from decor.core import control, jobperiod
 from decor.core import planner as pl
+from decor.core.control import Decision, Observation, Settings, SpeedFit, State, decide
 from decor.core.planner import Demand, Node, PlannerSettings
+from decor.core.simulate import Plant
 
 
 def per_gpu(a: float = 2.4) -> Callable[[float], float]:
@@ -51,11 +57,175 @@ def test_the_planned_switch_up_is_not_given_to_another_job() -> None:
     assert "planned switch to 4" in first["a"].reason
     assert first["b"].verdict == vocabulary.VERDICT_QUEUED, first["b"].reason
     # the next period A's law switches up: the planner grants it
-    switch = plan(replace_demand(RUNNING_3_THEN_4, need=4.0, planned_peak=0.0), NEW_NEEDS_1)
+    switch = plan(replace(RUNNING_3_THEN_4, need=4.0, planned_peak=0.0), NEW_NEEDS_1)
     assert switch["a"].allocation == 4.0 and switch["a"].verdict == vocabulary.VERDICT_ADMITTED
 
 
-def replace_demand(d: Demand, **kw: object) -> Demand:
-    from dataclasses import replace
+def test_without_a_planned_peak_the_new_job_takes_the_gpu_and_the_switch_is_shorted() -> None:
+    # what the planner did before it knew the plan: the same demands, no planned peak
+    first = plan(replace(RUNNING_3_THEN_4, planned_peak=0.0), NEW_NEEDS_1)
+    assert first["b"].verdict == vocabulary.VERDICT_ADMITTED
+    b_runs = replace(NEW_NEEDS_1, admitted=True, current=1.0, node="n1")
+    switch = plan(replace(RUNNING_3_THEN_4, need=4.0, planned_peak=0.0), b_runs)
+    assert (switch["a"].allocation, switch["a"].verdict) == (3.0, vocabulary.VERDICT_SHORTED)
 
-    return replace(d, **kw)  # type: ignore[arg-type]
+
+@pytest.mark.parametrize(
+    ("gpus", "peak", "per_pod", "room", "why"),
+    [
+        (4.0, 4.0, 0, "1 more held on n1", "one-pod job: the GPU of the switch on its node"),
+        (3.0, 4.0, 0, "no room for its planned switch to 4", "the node has no GPU more"),
+        (8.0, 6.0, 0, "", "a peak above max: capped at max 4"),
+        (8.0, 2.0, 0, "", "a peak at or below the need: nothing more held"),
+    ],
+)
+def test_the_room_held_for_a_planned_switch(
+    gpus: float, peak: float, per_pod: int, room: str, why: str
+) -> None:
+    a = replace(RUNNING_3_THEN_4, planned_peak=peak, gpus_per_pod=per_pod)
+    other = gpu_demand("c", need=4.0, max_allocation=8.0, arrival_s=20.0, deadline_s=800.0)
+    g = plan(a, other, gpus=gpus)
+    assert (g["a"].allocation, g["a"].pods) == (3.0, (("n1", 3.0),)), why
+    assert room in g["a"].reason, why
+    held_for_a = 4.0 if "1 more held" in room or peak > 4.0 else 3.0
+    # the other job gets only what a's grant and its room leave
+    assert g["c"].allocation <= gpus - held_for_a, why
+
+
+def test_a_job_that_spans_pods_holds_its_switch_as_pods_on_any_node() -> None:
+    a = replace(RUNNING_3_THEN_4, gpus_per_pod=2, nodes=("n1", "n1"), node="n1",
+                max_allocation=4.0)  # fmt: skip
+    nodes = [Node("n1", 32.0, 3.0), Node("n2", 32.0, 1.0)]
+    g = dict(pl.plan([a, NEW_NEEDS_1], nodes, 0.0, PlannerSettings()).grants)
+    assert g["a"].allocation == 3.0 and sum(x for _, x in g["a"].pods) == 3.0
+    assert "1 more held on n2 for its planned switch to 4" in g["a"].reason
+    assert g["b"].verdict == vocabulary.VERDICT_QUEUED
+
+
+def test_a_higher_priority_job_may_still_displace_the_room() -> None:
+    urgent = replace(NEW_NEEDS_1, priority=5, need=2.0)
+    g = plan(RUNNING_3_THEN_4, urgent)
+    # priority decides as before: a's grant and room give way together
+    assert g["b"].verdict == vocabulary.VERDICT_ADMITTED
+    assert g["a"].verdict == vocabulary.VERDICT_PREEMPTED
+
+
+@pytest.mark.parametrize("policy", [pl.POLICY_ELASTICFLOW, pl.POLICY_EDF, pl.POLICY_NONE])
+def test_the_baselines_hold_no_room_for_a_planned_switch(policy: str) -> None:
+    def grants_with(peak: float) -> dict[str, pl.Grant]:
+        a = replace(RUNNING_3_THEN_4, planned_peak=peak)
+        return dict(pl.plan([a, NEW_NEEDS_1], [Node("n1", 32.0, 4.0)], 0.0,
+                            PlannerSettings(policy=policy)).grants)  # fmt: skip
+
+    assert grants_with(4.0) == grants_with(0.0)
+
+
+def test_a_cpu_demand_is_planned_as_before_whatever_its_planned_peak() -> None:
+    cpu = gpu_demand("a", mode="cpu", need=3.0, current=3.0, admitted=True, node="n1")
+    other = gpu_demand("b", mode="cpu", need=1.0, arrival_s=10.0, deadline_s=900.0)
+    before = dict(pl.plan([cpu, other], [Node("n1", 4.0)], 0.0, PlannerSettings()).grants)
+    with_peak = dict(pl.plan([replace(cpu, planned_peak=4.0), other], [Node("n1", 4.0)], 0.0,
+                             PlannerSettings()).grants)  # fmt: skip
+    assert with_peak == before
+
+
+# ---------------------------------------------------------------------------------------
+# The law: which plan carries a switch up, and a refused one re-planned within the grant
+
+# At 2 GPUs, t = 100 s, 600 of 1000 steps left (2.4/g s per step): 2 GPUs finish at 820 s;
+# 3 GPUs, a 30 s restart included, at 610 s; 4 at 490 s.
+
+
+def gpu_law(deadline_s: float, **kw: object) -> Settings:
+    base = Settings(mode="gpu", min_allocation=1.0, max_allocation=4.0, start_s=0.0,
+                    deadline_s=deadline_s, policy="decor", period_s=5.0)  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def fitted(gpus: float, a: float = 2.4) -> State:
+    """A decor state whose fit knows step time = a / g at ``gpus``."""
+    fit = SpeedFit().add(1.0 / gpus, a / gpus, 100, 10.0, 20.0)
+    return State(policy="decor", allocation=gpus, fit=fit, decisions=5)
+
+
+def at_100_s(gpus: float = 2.0) -> Observation:
+    return Observation(time_s=100.0, steps_done=400, steps_total=1000, allocation=gpus)
+
+
+@pytest.mark.parametrize(
+    ("deadline_s", "allocation", "peak", "why"),
+    [
+        (810.0, 2.0, 3.0, "behind at 2, 3 a period later still make it: hold 2, plan 3"),
+        (630.0, 3.0, 0.0, "3 only just make it: the switch is now, nothing planned"),
+        (600.0, 4.0, 0.0, "3 no longer make it: 4 now"),
+        (900.0, 2.0, 0.0, "on track at 2: nothing planned"),
+    ],
+)
+def test_the_law_carries_the_switch_up_it_plans(
+    deadline_s: float, allocation: float, peak: float, why: str
+) -> None:
+    decision = decide(fitted(2.0), at_100_s(), gpu_law(deadline_s), 100.0)
+    assert (decision.allocation, decision.planned_peak) == (allocation, peak), why
+
+
+def test_the_planned_peak_reaches_the_demand_within_max() -> None:
+    built = jobperiod.demand(key="ml/a", mode="gpu", need=2.0, min_allocation=1.0,
+                             max_allocation=4.0, current=2.0, steps_remaining=600.0,
+                             deadline_s=810.0, arrival_s=0.0, admitted=True, planned_peak=6.0)
+    assert built.planned_peak == 4.0
+    default = jobperiod.demand(key="ml/a", mode="gpu", need=2.0, min_allocation=1.0,
+                               max_allocation=4.0, current=2.0, steps_remaining=600.0,
+                               deadline_s=810.0, arrival_s=0.0, admitted=True)  # fmt: skip
+    assert default.planned_peak == 0.0
+
+
+def test_a_refused_switch_is_re_planned_within_the_grant_and_is_at_risk() -> None:
+    settings, base = gpu_law(600.0), fitted(2.0)
+    asked = decide(base, at_100_s(), settings, 100.0)
+    assert asked.allocation == 4.0 and asked.condition == vocabulary.CONDITION_ON_TRACK
+    within = control.follow_grant(asked, 3.0, base, settings, 100.0, at_100_s())
+    # the best within 3: 3 (610 s) rather than 2 (820 s); neither makes 600 s
+    assert within.allocation == 3.0 and within.state.allocation == 3.0
+    assert within.condition == vocabulary.CONDITION_AT_RISK
+    assert within.message.startswith("granted 3 of the 4 GPU(s) asked, re-planned within 3: ")
+    assert within.eta_s == pytest.approx(610.0)  # the finish at what runs, not at 4
+    assert within.state.gpu_restarts == 1 and within.state.change_pending_since_s == 100.0
+    # without the period's sample the grant is followed as before (the local runtime)
+    followed = control.follow_grant(asked, 3.0, base, settings, 100.0)
+    assert followed.condition == vocabulary.CONDITION_AT_RISK
+    assert followed.message.startswith("granted 3 of the 4 needed")
+    assert followed.eta_s == asked.eta_s
+
+
+def test_a_refused_switch_held_where_it_runs_is_no_restart() -> None:
+    # at 3 GPUs: 580 s; at 4, a restart included, 490 s: too near 520 s to wait a period
+    settings, base = gpu_law(520.0), fitted(3.0)
+    asked = decide(base, at_100_s(3.0), settings, 100.0)
+    assert asked.allocation == 4.0
+    within = control.follow_grant(asked, 3.0, base, settings, 100.0, at_100_s(3.0))
+    assert within.allocation == 3.0 and within.condition == vocabulary.CONDITION_AT_RISK
+    assert within.state.gpu_restarts is None and within.state.change_pending_since_s is None
+
+
+def test_a_grant_where_even_max_cannot_make_it_stays_infeasible() -> None:
+    settings, base = gpu_law(400.0), fitted(2.0)
+    asked = decide(base, at_100_s(), settings, 100.0)
+    assert asked.condition == vocabulary.CONDITION_INFEASIBLE
+    within = control.follow_grant(asked, 3.0, base, settings, 100.0, at_100_s())
+    assert within.condition == vocabulary.CONDITION_INFEASIBLE
+
+
+def test_cpu_and_decor_nn_follow_a_grant_as_before() -> None:
+    cpu = replace(gpu_law(600.0), mode="cpu", period_s=1.0)
+    cpu_base = State(policy="decor", allocation=2.0, level_fit=fitted(2.0, 0.4).fit, decisions=5)
+    obs = replace(at_100_s(), allocation=2.0)
+    asked = decide(cpu_base, obs, cpu, 100.0)
+    assert control.follow_grant(asked, 1.0, cpu_base, cpu, 100.0, obs) == (
+        control.follow_grant(asked, 1.0, cpu_base, cpu, 100.0)
+    )
+    nn = gpu_law(600.0, policy="decor-nn")
+    nn_base = State(policy="decor-nn", allocation=2.0, integral=2.0, decisions=3)
+    asked = decide(nn_base, at_100_s(), nn, 100.0)
+    assert control.follow_grant(asked, 1.0, nn_base, nn, 100.0, at_100_s()) == (
+        control.follow_grant(asked, 1.0, nn_base, nn, 100.0)
+    )
