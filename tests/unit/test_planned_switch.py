@@ -169,9 +169,19 @@ def test_the_law_carries_the_switch_up_it_plans(
 
 
 def test_the_planned_peak_reaches_the_demand_within_max() -> None:
-    built = jobperiod.demand(key="ml/a", mode="gpu", need=2.0, min_allocation=1.0,
-                             max_allocation=4.0, current=2.0, steps_remaining=600.0,
-                             deadline_s=810.0, arrival_s=0.0, admitted=True, planned_peak=6.0)
+    built = jobperiod.demand(
+        key="ml/a",
+        mode="gpu",
+        need=2.0,
+        min_allocation=1.0,
+        max_allocation=4.0,
+        current=2.0,
+        steps_remaining=600.0,
+        deadline_s=810.0,
+        arrival_s=0.0,
+        admitted=True,
+        planned_peak=6.0,
+    )
     assert built.planned_peak == 4.0
     default = jobperiod.demand(key="ml/a", mode="gpu", need=2.0, min_allocation=1.0,
                                max_allocation=4.0, current=2.0, steps_remaining=600.0,
@@ -229,3 +239,181 @@ def test_cpu_and_decor_nn_follow_a_grant_as_before() -> None:
     assert control.follow_grant(asked, 1.0, nn_base, nn, 100.0, at_100_s()) == (
         control.follow_grant(asked, 1.0, nn_base, nn, 100.0)
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Closed loops: each period every job's law decides (``control.decide``), its demand is built
+# as the runtimes build it (``jobperiod.demand``), one plan grants, and the law follows the
+# grant (``control.follow_grant`` with the period's sample); the plant (``simulate.Plant``)
+# runs the steps, a change of count losing ``restart_s``.
+
+PERIOD_S = 5.0
+RESTART_S = 10.0
+
+
+@dataclass
+class LoopJob:
+    """One job of a closed loop; ``allocation`` is the GPUs it runs on (0: not started)."""
+
+    key: str
+    settings: Settings
+    plant: Plant
+    total_steps: float
+    arrival_s: float
+    allocation: float = 0.0
+    state: State | None = None
+    steps: float = 0.0
+    restart_until_s: float = 0.0
+    finished_s: float | None = None
+    grants: list[tuple[float, pl.Grant]] = field(default_factory=list)
+    refusals: list[tuple[float, Decision, Decision]] = field(default_factory=list)
+    peaks: list[float] = field(default_factory=list)  # the law's planned peak, each period
+
+    def curve(self, g: float) -> float:
+        return self.plant.mean_step_time_s(g, 0.0)
+
+    def observation(self, now_s: float) -> Observation:
+        return Observation(time_s=now_s, steps_done=math.floor(self.steps),
+                           steps_total=self.total_steps, allocation=self.allocation,
+                           pending=now_s < self.restart_until_s)  # fmt: skip
+
+
+def loop_job(key: str, gpus_needed: float, deadline_s: float, **kw: object) -> LoopJob:
+    """A job of 1000 steps (2.4 / g s per step) whose deadline needs ``gpus_needed`` GPUs."""
+    settings = gpu_law(deadline_s, restart_cost_s=RESTART_S, max_allocation=4.0)
+    steps = (deadline_s - float(kw.get("arrival_s", 0.0))) * gpus_needed / 2.4  # type: ignore[arg-type]
+    base: dict[str, object] = dict(arrival_s=0.0, total_steps=round(steps))
+    base.update(kw)
+    return LoopJob(key, settings, Plant(a=2.4, restart_s=RESTART_S), **base)  # type: ignore[arg-type]
+
+
+def _decide(job: LoopJob, now_s: float, planned: bool) -> tuple[Demand, Decision | None]:
+    """The job's decision this period (None before it runs) and its demand."""
+    settings, remaining = job.settings, job.total_steps - job.steps
+    decision = None
+    if job.state is None:
+        need = jobperiod.need_from_curve(
+            job.curve,
+            remaining,
+            settings.deadline_s - now_s,
+            settings.min_allocation,
+            settings.max_allocation,
+        )
+    else:
+        decision = decide(job.state, job.observation(now_s), settings, now_s)
+        need = decision.allocation
+        job.peaks.append(decision.planned_peak)
+    peak = decision.planned_peak if decision is not None and planned else 0.0
+    demand = jobperiod.demand(
+        key=job.key, mode="gpu", need=need, min_allocation=settings.min_allocation,
+        max_allocation=settings.max_allocation, current=job.allocation,
+        steps_remaining=remaining, deadline_s=settings.deadline_s, arrival_s=job.arrival_s,
+        admitted=job.state is not None, node="n1" if job.allocation else None,
+        step_time_s=job.curve, restart_cost_s=RESTART_S, planned_peak=peak,
+    )  # fmt: skip
+    return demand, decision
+
+
+def _follow(job: LoopJob, grant: pl.Grant, decision: Decision | None, now_s: float) -> None:
+    """The job acts on its grant: starts, or its law follows the grant (a change restarts)."""
+    job.grants.append((now_s, grant))
+    if decision is None or job.state is None:
+        if grant.verdict == vocabulary.VERDICT_ADMITTED and grant.allocation > 0:
+            job.state = replace(fitted(grant.allocation), last_time_s=None, last_steps=None)
+            job.allocation, job.restart_until_s = grant.allocation, now_s + RESTART_S
+        return
+    followed = control.follow_grant(decision, grant.allocation, job.state, job.settings, now_s,
+                                    job.observation(now_s))  # fmt: skip
+    if grant.allocation < decision.allocation:
+        job.refusals.append((now_s, decision, followed))
+    job.state = followed.state
+    if followed.state.allocation != job.allocation:
+        job.allocation, job.restart_until_s = followed.state.allocation, now_s + RESTART_S
+
+
+def _advance(job: LoopJob, now_s: float) -> None:
+    """One period of steps at the job's count (none while it restarts)."""
+    if job.allocation <= 0 or job.finished_s is not None:
+        return
+    start_s = max(now_s, job.restart_until_s)
+    if start_s >= now_s + PERIOD_S:
+        return
+    step_s = job.curve(job.allocation)
+    left_s = (job.total_steps - job.steps) * step_s
+    if start_s + left_s <= now_s + PERIOD_S:
+        job.steps, job.finished_s = job.total_steps, start_s + left_s
+    else:
+        job.steps += (now_s + PERIOD_S - start_s) / step_s
+
+
+def run_loop(jobs: list[LoopJob], gpus: float, planned: bool, horizon_s: float = 1500.0) -> None:
+    """Run ``jobs`` on one node of ``gpus`` GPUs until all finish (``planned``: demands carry
+    the law's planned peak; False: as before it)."""
+    now_s = 0.0
+    while now_s < horizon_s and any(j.finished_s is None for j in jobs):
+        live = [j for j in jobs if j.arrival_s <= now_s and j.finished_s is None]
+        decided = {j.key: _decide(j, now_s, planned) for j in live}
+        granted = pl.plan([d for d, _ in decided.values()], [Node("n1", 64.0, gpus)], now_s)
+        for j in live:
+            _follow(j, granted.grants[j.key], decided[j.key][1], now_s)
+            _advance(j, now_s)
+        now_s += PERIOD_S
+
+
+def contended() -> tuple[LoopJob, LoopJob]:
+    """A needs 3.4 GPUs of a 4-GPU node and starts at 3, planning 4 later; B arrives at 20 s
+    needing 1 GPU by an earlier deadline."""
+    a = loop_job("a", 3.4, 700.0)
+    a.state, a.allocation = fitted(3.0), 3.0
+    return a, loop_job("b", 0.8, 650.0, arrival_s=20.0)
+
+
+def test_closed_loop_the_planned_switch_up_is_never_refused() -> None:
+    a, b = contended()
+    run_loop([a, b], gpus=4.0, planned=True)
+    assert a.refusals == []
+    counts = [g.allocation for _, g in a.grants]
+    assert counts[0] == 3.0 and counts[-1] == 4.0 and sorted(counts) == counts  # 3, then 4
+    # on time, early by at most a restart and two periods (the law's hysteresis)
+    assert a.finished_s is not None
+    assert 0.0 <= a.settings.deadline_s - a.finished_s <= RESTART_S + 2 * PERIOD_S
+    # B was not admitted into the GPU of A's switch: it waits (told so) while A runs
+    while_a_runs = [g for t, g in b.grants if t < a.finished_s]
+    assert while_a_runs and all(g.verdict == vocabulary.VERDICT_QUEUED for g in while_a_runs)
+
+
+def test_closed_loop_a_refused_switch_re_plans_in_the_same_period() -> None:
+    # the planner not told of A's plan: B takes the GPU, A's switch up is refused
+    a, b = contended()
+    run_loop([a, b], gpus=4.0, planned=False)
+    assert a.refusals, [g.allocation for _, g in a.grants]
+    for now_s, asked, followed in a.refusals:
+        assert asked.allocation == 4.0 and followed.allocation == 3.0, now_s
+        # AtRisk: the grant, not the job's max, falls short (Infeasible once even 4 would)
+        infeasible = asked.condition == vocabulary.CONDITION_INFEASIBLE
+        assert followed.condition == (
+            vocabulary.CONDITION_INFEASIBLE if infeasible else vocabulary.CONDITION_AT_RISK
+        ), now_s
+        assert "re-planned within 3" in followed.message, now_s
+        assert followed.eta_s is not None and followed.eta_s > a.settings.deadline_s, now_s
+    # A stays at 3 (no restart for nothing) until B is done; it finishes late
+    assert b.finished_s is not None
+    assert all(g.allocation == 3.0 for t, g in a.grants if t < b.finished_s)
+    assert a.finished_s is not None and a.finished_s > a.settings.deadline_s
+
+
+@pytest.mark.parametrize(
+    ("needed", "start"),
+    [(1.9, 2.0), (2.9, 4.0), (2.8, 4.0), (3.9, 4.0)],
+    ids=["down", "down-twice", "up-at-once", "whole"],
+)
+def test_closed_loop_without_a_planned_switch_nothing_changes(needed: float, start: float) -> None:
+    def run(planned: bool) -> list[tuple[float, pl.Grant]]:
+        a = loop_job("a", needed, 700.0)
+        a.state, a.allocation = fitted(start), start
+        b = loop_job("b", 0.8, 650.0, arrival_s=20.0)
+        run_loop([a, b], gpus=4.0, planned=planned)
+        assert set(a.peaks + b.peaks) == {0.0}  # no switch up planned in these runs
+        return a.grants + b.grants
+
+    assert run(True) == run(False)
