@@ -1199,7 +1199,7 @@ def run(
     target = run_target(period, memory, grant)
     _settle_refusal(d, period, target)
     target, desired, phase = _move(d, period, target, grown_by, settings)
-    refused = _refused_by_plan(period, memory, grant, target)
+    refused = _switch_refused(period, memory, target)
     followed = control.follow_grant(
         decision, target, period.state, period.settings, period.now_s,
         period.observation if refused else None,
@@ -1234,19 +1234,17 @@ def run(
     return d.finish(write=WriteStatus())
 
 
-def _refused_by_plan(
-    period: Period, memory: Memory, grant: planner.Grant | None, target: float
-) -> bool:
-    """Whether the trainer moves to a planner's grant below the law's decision within the
-    job's own caps (a GPU switch up refused for capacity: the law re-plans within it). A
-    grant at a cap of the job's own (a fallback's hold, a memory cap) follows the grant as
-    before."""
+def _switch_refused(period: Period, memory: Memory, target: float) -> bool:
+    """Whether a deadline job's trainer moves to fewer GPUs than its law decided within the
+    job's own caps: the planner, or the node's room at commit, refused the count (the law
+    re-plans within what runs). A count held at a cap of the job's own (a fallback's hold, a
+    refused resize's backoff) follows as before; so does a CPU job and a best-effort one."""
     decision = period.decision
     return (
-        grant is not None
-        and decision is not None
-        and grant.allocation < capped(decision.allocation, memory, period.now_s) - 1e-9
-        and abs(target - grant.allocation) < 1e-9
+        decision is not None
+        and period.spec.resources.mode == "gpu"
+        and not period.spec.best_effort
+        and target < capped(decision.allocation, memory, period.now_s) - 1e-9
     )
 
 
