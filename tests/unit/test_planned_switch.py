@@ -9,6 +9,7 @@ Speed curves are exact: ``step_time = a / g``; times are seconds from 0.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -127,6 +128,62 @@ def test_a_cpu_demand_is_planned_as_before_whatever_its_planned_peak() -> None:
     with_peak = dict(pl.plan([replace(cpu, planned_peak=4.0), other], [Node("n1", 4.0)], 0.0,
                              PlannerSettings()).grants)  # fmt: skip
     assert with_peak == before
+
+
+def random_gpu_jobs(rng: random.Random) -> list[Demand]:
+    """Up to 7 one-pod GPU jobs on nodes n1, n2: some running and admitted (a few planning a
+    switch one or two GPUs up), some new."""
+    jobs = []
+    for i in range(rng.randint(2, 7)):
+        need = float(rng.randint(1, 3))
+        running = rng.random() < 0.5
+        peak = need + rng.randint(1, 2) if running and rng.random() < 0.6 else 0.0
+        jobs.append(
+            gpu_demand(
+                f"j{i}", need=need, max_allocation=6.0, planned_peak=peak,
+                deadline_s=rng.uniform(500.0, 2000.0), arrival_s=float(i),
+                admitted=running, current=need if running else 0.0,
+                node=rng.choice(("n1", "n2")) if running else None,
+            )
+        )  # fmt: skip
+    return jobs
+
+
+def next_period(jobs: list[Demand], first: dict[str, pl.Grant]) -> list[Demand]:
+    """The demands a period later: every job admitted now runs at its grant there, and each
+    that was held room for its switch up asks for the switch."""
+    later = []
+    for d in jobs:
+        g = first[d.key]
+        if g.verdict != vocabulary.VERDICT_ADMITTED or g.allocation <= 0:
+            later.append(d)
+            continue
+        held = "more held" in g.reason
+        need = min(d.planned_peak, d.max_allocation) if held else g.allocation
+        later.append(replace(d, need=need, planned_peak=0.0, admitted=True,
+                             current=g.allocation, node=g.node))  # fmt: skip
+    return later
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_held_switch_up_is_granted_the_next_period(seed: int) -> None:
+    rng = random.Random(seed)
+    jobs = random_gpu_jobs(rng)
+    nodes = [Node("n1", 32.0, float(rng.randint(2, 8))), Node("n2", 32.0, float(rng.randint(2, 8)))]
+    first = dict(pl.plan(jobs, nodes, 0.0, PlannerSettings()).grants)
+    for node in nodes:  # grants alone (the rooms are not granted) fit every node
+        on = sum(a for g in first.values() for n, a in g.pods if n == node.name)
+        assert on <= node.gpus + 1e-9, (seed, node)
+    for d in jobs:
+        g = first[d.key]
+        assert sum(a for _, a in g.pods) == g.allocation, (seed, g)
+    later = dict(pl.plan(next_period(jobs, first), nodes, 5.0, PlannerSettings()).grants)
+    for d in jobs:
+        g = first[d.key]
+        if g.verdict == vocabulary.VERDICT_ADMITTED and "more held" in g.reason:
+            want = min(d.planned_peak, d.max_allocation)
+            assert later[d.key].allocation == want, (seed, d.key, later[d.key].reason)
+            assert later[d.key].verdict == vocabulary.VERDICT_ADMITTED, (seed, d.key)
 
 
 # ---------------------------------------------------------------------------------------
