@@ -172,6 +172,47 @@ def test_gpu_count_changes_by_checkpoint_and_restart() -> None:
     assert bench.events("llm").count("Restarting") == 2
 
 
+def gpu_planned_switch_held() -> Bench:
+    """A GPU job runs at 3 of the node's 4 GPUs, its law planning a switch to 4 later; a job
+    with an earlier deadline arrives needing 1 GPU. The planner holds the fourth GPU for the
+    planned switch: the new job waits, and the switch up is granted when it comes."""
+    bench = Bench(GPU_NODE)
+    llm = FakeTrainer(1000, 100, linear_speed(0.5), mode="gpu")
+    bench.apply(
+        job_body("llm", mode="gpu", minimum="1", maximum="4", initial="3", duration="600s"), llm
+    )
+    for _ in range(6):
+        bench.period()
+    bert = FakeTrainer(200, 100, linear_speed(0.5), mode="gpu")
+    bench.apply(
+        job_body("bert", mode="gpu", minimum="1", maximum="1", epochs=2, duration="500s"), bert
+    )
+    bench.run_until(lambda: bench.phase("llm") == "Succeeded", most=60)
+    return bench
+
+
+def test_a_planned_gpu_switch_up_is_not_given_to_a_new_job() -> None:
+    bench = recorded(gpu_planned_switch_held)
+    gpu = "nvidia.com/gpu"
+    assert created(bench) == [("llm-0", {gpu: "3"}), ("llm-1", {gpu: "4"})]
+    assert bench.status("llm")["phase"] == "Succeeded"
+    # the new job waits while llm runs, and is admitted in the period llm is done
+    admissions = [
+        entry["status"]["admission"]
+        for entry in calls(bench, "patch_job_status", name="bert")
+        if "admission" in entry["status"]
+    ]
+    assert len(admissions) >= 2 and set(admissions[:-1]) == {"Queued"}
+    assert admissions[-1] == "Admitted"
+    reasons = [
+        c["message"]
+        for entry in calls(bench, "patch_job_status", name="llm")
+        for c in entry["status"].get("conditions", [])
+        if c["type"] == "Admitted"
+    ]
+    assert any("1 more held on gpu-node for its planned switch to 4" in r for r in reasons)
+
+
 def gpu_pod_unschedulable() -> Bench:
     """A GPU job running on 1 GPU asks for 3; the new pod cannot be scheduled, and after the
     wait the job falls back to the 1 GPU that last ran and asks no more for the hold."""

@@ -292,6 +292,10 @@ class Decision:
     condition: str
     message: str
     eta_s: float | None = None  # predicted completion time (Unix s) at this allocation
+    # GPU: the count a switch up planned for a coming period goes to, where it is more than
+    # ``allocation`` (behind at 3 GPUs, 4 a period later still make it: 4); 0: none planned.
+    # The planner holds those GPUs for the job (``planner.Demand.planned_peak``).
+    planned_peak: float = 0.0
 
 
 def initial_state(settings: Settings, initial_allocation: float | None = None) -> State:
@@ -1036,7 +1040,7 @@ def _decide_gpu(
     )
     spare_restart = (base.gpu_restarts or 0) + 2 <= settings.gpu_max_restarts
     may_shrink = dwell_ok and spare_restart
-    choice, note = _gpu_count(
+    choice, note, peak = _gpu_count(
         current, settings, obs.time_s, remaining, step_time, restart_cost, finish, may_shrink,
         replan,
     )  # fmt: skip
@@ -1047,7 +1051,8 @@ def _decide_gpu(
     )
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
-    return _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+    decision = _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
+    return replace(decision, planned_peak=peak) if peak > decision.allocation else decision
 
 
 def _gpu_count(
@@ -1060,11 +1065,12 @@ def _gpu_count(
     finish: Callable[[float], float],
     may_shrink: bool,
     replan: bool,
-) -> tuple[float, str]:
+) -> tuple[float, str, float]:
     """The GPU count to run at (``finish(g)``: when the job would finish at ``g`` GPUs, a
-    restart included for a change; ``time_s``: the observation's time) and a note for the
-    message: hold, shrink when it pays (and ``may_shrink``: the minimum dwell is over and a
-    change is left for a step back up), grow when needed and waiting does not pay."""
+    restart included for a change; ``time_s``: the observation's time), a note for the
+    message, and the count of a switch up planned for later (0: none): hold, shrink when it
+    pays (and ``may_shrink``: the minimum dwell is over and a change is left for a step back
+    up), grow when needed and waiting does not pay (then the larger count is planned)."""
     target_s = settings.target_s
     candidates = [
         float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
@@ -1078,7 +1084,7 @@ def _gpu_count(
     # by one only once waiting would not leave a spare restart: a noisy dip in the speed
     # estimate then costs no restart, and a grow is not followed by a shrink back.
     reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, target_s - time_s)
-    note = ""
+    note, peak = "", 0.0
     if finish(current) <= target_s:
         # On track: shrink when a smaller count still makes it, keeping the reserve.
         smaller = [
@@ -1100,13 +1106,13 @@ def _gpu_count(
         larger = min(meeting)
         spare_s = target_s - (finish(larger) + settings.period_s)
         if larger - current <= 1 and spare_s >= restart_cost and not replan:
-            choice = current
+            choice, peak = current, larger
             note = f"; switching to {larger:g} later still makes it"
         else:
             choice = larger
     else:
         choice = min(candidates, key=finish)
-    return choice, note
+    return choice, note, peak
 
 
 def _one_switch_later(
@@ -1202,15 +1208,55 @@ def step_time_curve(state: State, settings: Settings) -> Callable[[float], float
     return _step_time_model(state.fit, state.level_fit, settings, state.level_shape)
 
 
+def replan_within_grant(
+    decision: Decision,
+    granted: float,
+    base: State,
+    settings: Settings,
+    observation: Observation | None,
+    now: float,
+) -> Decision:
+    """A GPU count the planner refused (``granted`` GPUs, fewer than ``decision`` asked:
+    another job holds the rest), decided again at once from ``base`` with the grant as the
+    law's max: the best plan within it, in the same period. Its condition is the law's at
+    its max: AtRisk when no count within the grant finishes by the deadline, OnTrack when
+    one still does. Anything else (CPU, decor-nn, no sample, a grant below the minimum)
+    is ``decision`` as it was."""
+    if (
+        settings.mode != "gpu"
+        or base.policy != "decor"
+        or observation is None
+        or granted >= decision.allocation - 1e-9
+        or granted < settings.min_allocation - 1e-9
+    ):
+        return decision
+    within = decide(base, observation, replace(settings, max_allocation=granted), now)
+    condition = within.condition
+    if condition == vocabulary.CONDITION_INFEASIBLE != decision.condition:
+        condition = vocabulary.CONDITION_AT_RISK  # the grant, not the job's max, falls short
+    asked = f"granted {granted:g} of the {decision.allocation:g} GPU(s) asked"
+    message = f"{asked}, re-planned within {granted:g}: {within.message}"
+    return replace(within, condition=condition, message=message)
+
+
 def follow_grant(
-    decision: Decision, allocation: float, base: State, settings: Settings, now: float
+    decision: Decision,
+    allocation: float,
+    base: State,
+    settings: Settings,
+    now: float,
+    observation: Observation | None = None,
 ) -> Decision:
     """``decision`` after the planner (or the node) granted ``allocation`` instead of what
     the law asked; ``base`` is the state the law decided from. The state remembers what was
     granted, so the next period plans with what runs (decor-nn's integral follows it, as in
     back-calculation anti-windup). A grant below the need makes an on-track decision
-    AtRisk, saying so."""
+    AtRisk, saying so; a GPU count refused so, with the period's ``observation``, is first
+    re-planned within the grant (:func:`replan_within_grant`)."""
     granted = clamp(allocation, settings)
+    if abs(granted - decision.allocation) < 1e-9:
+        return decision
+    decision = replan_within_grant(decision, granted, base, settings, observation, now)
     if abs(granted - decision.allocation) < 1e-9:
         return decision
     changed = abs(granted - base.allocation) > 1e-9

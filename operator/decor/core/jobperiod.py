@@ -251,10 +251,12 @@ def demand(
     uncapped_max: float = 0.0,
     pod_charge: quota.Amounts = (),
     pod_facts: quota.PodFacts = quota.ANY_POD,
+    planned_peak: float = 0.0,
 ) -> planner.Demand:
     """The planner's record of one job (every field as ``planner.Demand`` has it), with the
     rules every runtime keeps: a job with no deadline (None or infinite: best effort) gives
-    the planner None; the need never passes ``max_allocation``; no steps remaining below 0."""
+    the planner None; the need and the ``planned_peak`` never pass ``max_allocation``; no
+    steps remaining below 0."""
     return planner.Demand(
         key=key,
         mode=mode,
@@ -275,6 +277,7 @@ def demand(
         uncapped_max=uncapped_max,
         pod_charge=pod_charge,
         pod_facts=pod_facts,
+        planned_peak=min(max_allocation, planned_peak),
     )
 
 
@@ -287,6 +290,7 @@ def job_demand(
     key: str,
     need: float | None,
     starting: bool,
+    planned_peak: float = 0.0,
     remaining: float,
     current: float,
     arrival_s: float,
@@ -303,6 +307,8 @@ def job_demand(
     job ``starting`` its trainer, the least its speed curve finishes ``remaining`` steps with
     by the deadline: ``settings.deadline_s``, moved or not). The curve is the law's fit, else ``spec.estimate`` (linear speed-up).
     ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
+    ``planned_peak``: the GPUs of a switch up the law planned for later
+    (``control.Decision.planned_peak``; 0: none).
     """
     high = settings.max_allocation if most is None else most
     curve = control.step_time_curve(state, settings)
@@ -331,4 +337,5 @@ def job_demand(
         restart_cost_s=state.restart_cost_s or settings.restart_cost_s,
         pod_charge=pod_charge,
         pod_facts=pod_facts,
+        planned_peak=planned_peak,
     )

@@ -268,12 +268,14 @@ class Period:
 @dataclass(frozen=True)
 class PlanRequest:
     """The job takes part in the plan: ``current`` it holds (None while unknown) on
-    ``node``; ``need``: what the law asks (None: by its state or its estimate)."""
+    ``node``; ``need``: what the law asks (None: by its state or its estimate);
+    ``planned_peak``: the GPUs of a switch up the law planned for later (0: none)."""
 
     period: Period
     current: float | None
     node: str | None
     need: float | None = None
+    planned_peak: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -346,9 +348,15 @@ class _Decision:
             controller[FALLBACK_HOLD] = None
 
     def plan(
-        self, period: Period, *, current: float | None, node: str | None, need: float | None = None
+        self,
+        period: Period,
+        *,
+        current: float | None,
+        node: str | None,
+        need: float | None = None,
+        planned_peak: float = 0.0,
     ) -> Outcome:
-        return self.finish(plan=PlanRequest(period, current, node, need))
+        return self.finish(plan=PlanRequest(period, current, node, need, planned_peak))
 
 
 # --- a spec that cannot run -------------------------------------------------------------------
@@ -846,6 +854,7 @@ def _decide(d: _Decision, period: Period, held: float | None) -> Outcome:
         current=view.applied if view.applied is not None else held,
         node=node_of(pod),
         need=decision.allocation,
+        planned_peak=decision.planned_peak,
     )
 
 
@@ -1190,7 +1199,11 @@ def run(
     target = run_target(period, memory, grant)
     _settle_refusal(d, period, target)
     target, desired, phase = _move(d, period, target, grown_by, settings)
-    followed = control.follow_grant(decision, target, period.state, period.settings, period.now_s)
+    refused = _switch_refused(period, memory, target)
+    followed = control.follow_grant(
+        decision, target, period.state, period.settings, period.now_s,
+        period.observation if refused else None,
+    )  # fmt: skip
     if spec.best_effort:  # less than max is what best effort means, not a risk
         followed = jobperiod.best_effort_followed(
             followed, decision, target, period.settings.max_allocation
@@ -1219,6 +1232,20 @@ def run(
         )
     )
     return d.finish(write=WriteStatus())
+
+
+def _switch_refused(period: Period, memory: Memory, target: float) -> bool:
+    """Whether a deadline job's trainer moves to fewer GPUs than its law decided within the
+    job's own caps: the planner, or the node's room at commit, refused the count (the law
+    re-plans within what runs). A count held at a cap of the job's own (a fallback's hold, a
+    refused resize's backoff) follows as before; so does a CPU job and a best-effort one."""
+    decision = period.decision
+    return (
+        decision is not None
+        and period.spec.resources.mode == "gpu"
+        and not period.spec.best_effort
+        and target < capped(decision.allocation, memory, period.now_s) - 1e-9
+    )
 
 
 def resize_refused(

@@ -86,6 +86,11 @@ class Demand:
     # What a scoped ResourceQuota looks at in its pods (``quota.pod_facts``): which of its
     # namespace's quotas count them.
     pod_facts: quota.PodFacts = quota.PodFacts()
+    # GPU: the most GPUs its law's plan uses over the coming periods, where that is more than
+    # ``need`` (fewer now, one switch up later: 3 now, then 4); 0: its need. ``decor`` holds
+    # the GPUs of the switch beside its need (``_Book.switch_room``): no other job is admitted
+    # into them, while the job is granted, placed and charged at its need.
+    planned_peak: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -836,12 +841,39 @@ class _Book:
         running = d.current > EPS and bool(self.cluster.runs_on(d))
         return (-self.prio(d), not running, d.deadline_s or 0.0, d.arrival_s, d.key)
 
-    def _hold(self, d: Demand, pods: Pods) -> None:
-        self.cluster.take(d, pods)
+    def _hold(self, d: Demand, pods: Pods, switch_room: Pods = ()) -> None:
+        """Hold ``pods`` for ``d`` (charged to its namespace's quotas) and ``switch_room``
+        beside them (the GPUs of a planned switch up: held on the nodes, not charged)."""
+        held = (*pods, *switch_room)
+        self.cluster.take(d, held)
         self.quotas.book(d, sum(a for _, a in pods))
-        self.pods_of[d.key] = pods
-        for node, amount in per_node(pods).items():
+        self.pods_of[d.key] = held
+        for node, amount in per_node(held).items():
             self.held.setdefault(node, []).append((d, amount))
+
+    def switch_room(self, d: Demand, pods: Pods, need: float) -> tuple[Pods, str]:
+        """Where the GPUs of ``d``'s planned switch up (``Demand.planned_peak`` beyond
+        ``need``, granted on ``pods``) are held, and a note for its reason; ((), "") for none
+        planned (a CPU job, a baseline policy). A one-pod job's switch restarts its pod on its
+        node, so the room is there; a job that spans pods is packed anew at a switch, so the
+        room is pods of at most ``gpus_per_pod`` on any nodes, its own first. No room: nothing
+        is held, and the reason says so (the switch will be re-planned if refused)."""
+        peak = min(_ceil_q(d.planned_peak, GPU_QUANTUM), d.max_allocation)
+        if not (self.ours and _is_gpu(d)) or peak <= need + EPS or not pods:
+            return (), ""
+        extra = peak - need
+        trial = self.cluster.copy()
+        trial.take(d, pods)
+        room: Pods | None
+        if _spans_pods(d):
+            counts = pod_gpu_counts(round(extra), d.gpus_per_pod)
+            room = trial.pack(counts, Counter(n for n, _ in pods))
+        else:
+            node = pods[0][0]
+            room = ((node, extra),) if trial.free(node, d) >= extra - EPS else None
+        if room is None:
+            return (), f"; no room for its planned switch to {peak:g} {_unit(d)}"
+        return room, f"; {extra:g} more held on {_where(room)} for its planned switch to {peak:g}"
 
     def _release(self, d: Demand) -> None:
         pods = self.pods_of.pop(d.key)
@@ -865,7 +897,9 @@ class _Book:
         return list(found.values())
 
     def _admitted(self, d: Demand, pods: Pods, need: float, note: str = "") -> None:
-        self._hold(d, pods)
+        room, switch_note = self.switch_room(d, pods, need)
+        self._hold(d, pods, room)
+        note += switch_note
         finish = run_s(d, need)
         assert d.deadline_s is not None
         on_time = finish is not None and self.now_s + finish <= d.deadline_s + EPS

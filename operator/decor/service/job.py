@@ -219,6 +219,7 @@ class JobController:
             now,
             key=self.plan_key,
             need=request.need,
+            planned_peak=request.planned_peak,
             starting=creating,
             remaining=jobperiod.steps_remaining(period.observation, done, planned),
             current=request.current or 0.0,
