@@ -470,6 +470,20 @@ def priority_class(kube: Any) -> Iterator[str]:
     except ApiException as exc:
         if exc.status != 409:  # left by an interrupted run: the same object
             raise
+    # The API server's Priority admission reads classes from its own cache, which can lag the
+    # create on a loaded node (a CI run saw a pod refused "no PriorityClass" for over 30 s):
+    # wait until it admits a pod naming the class (a dry run in the default namespace).
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "decor-e2e-priority-probe"},
+        "spec": {"priorityClassName": name, "containers": [{"name": "c", "image": "probe"}]},
+    }
+    kube.wait_for(
+        lambda: kube.core.create_namespaced_pod("default", probe, dry_run="All"),
+        120,
+        f"the API server's admission to know PriorityClass {name}",
+    )
     try:
         yield name
     finally:
