@@ -4,6 +4,8 @@
 # --system-site-packages. Everything else comes from PyPI. The venv is cached outside the
 # repository, keyed by the hash of both pyproject.toml files; the repository's two distributions
 # are installed editable: decor-trainer (trainer_image/) and decor, which depends on it.
+# --apt-only: install the Debian packages it needs, and stop there (CI does it before its
+# background builds start, so that nothing else holds apt's lock meanwhile).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${DECOR_CACHE:-/var/cache/decor}
@@ -16,6 +18,7 @@ if ! /usr/bin/python3 -c 'import torch, venv' 2>/dev/null; then
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends python3-torch python3-venv python3-numpy >&2
 fi
+[ "${1:-}" != --apt-only ] || exit 0
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   log "creating $venv"
   rm -rf "$venv"; mkdir -p "$cache"
