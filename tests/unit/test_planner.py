@@ -213,6 +213,77 @@ def test_a_job_whose_deadline_passed_gets_only_what_admitted_jobs_leave() -> Non
     assert "its deadline 1970-01-01T00:00:50Z has passed" in g["passed"].reason
 
 
+def unmeasured_huge_and_feasible() -> tuple[Demand, Demand]:
+    """The job of 10^12 steps before its first speed sample (admitted at its initial 4
+    cores, no curve yet), and a new job whose speed is known (an estimate, or a resumed
+    job's fit) that needs 3 of the node's 4 cores to meet its deadline."""
+    huge = job(
+        "huge", need=4.0, current=4.0, admitted=True, node="n1", steps_remaining=1e12,
+        deadline_s=600.0, step_time_s=None,
+    )  # fmt: skip
+    feasible = job("feasible", need=3.0, steps_remaining=900.0, deadline_s=900.0, arrival_s=5.0)
+    return huge, feasible
+
+
+def test_a_job_of_unknown_speed_keeps_only_its_probe_against_a_job_that_can_be_met() -> None:
+    g = grants(list(unmeasured_huge_and_feasible()), [Node("n1", 4.0)], now_s=10.0)
+    assert (g["feasible"].verdict, g["feasible"].allocation) == (vocabulary.VERDICT_ADMITTED, 3.0)
+    huge = g["huge"]
+    assert (huge.verdict, huge.allocation) == (vocabulary.VERDICT_SHORTED, 1.0)
+    assert "granted 1 of the 4 cores it asks on n1; its speed is not measured yet" in huge.reason
+    # ElasticFlow has no such rule: the first admitted keeps its share.
+    ef = grants(
+        list(unmeasured_huge_and_feasible()), [Node("n1", 4.0)], pl.POLICY_ELASTICFLOW, 10.0
+    )
+    assert (ef["huge"].allocation, ef["feasible"].verdict) == (4.0, vocabulary.VERDICT_QUEUED)
+
+
+def test_a_job_of_unknown_speed_keeps_at_least_its_min() -> None:
+    huge, feasible = unmeasured_huge_and_feasible()
+    g = grants([huge, replace(feasible, need=3.5)], [Node("n1", 4.0)], now_s=10.0)
+    assert (g["feasible"].allocation, g["huge"].allocation) == (3.5, 0.5)  # its min
+    # A need that does not fit beside its min waits, and it gets its whole need back.
+    g = grants([huge, replace(feasible, need=3.8)], [Node("n1", 4.0)], now_s=10.0)
+    assert (g["feasible"].verdict, g["huge"].allocation) == (vocabulary.VERDICT_QUEUED, 4.0)
+
+
+def test_alone_or_beside_best_effort_a_job_of_unknown_speed_gets_its_whole_need() -> None:
+    huge, _ = unmeasured_huge_and_feasible()
+    alone = grants([huge], [Node("n1", 4.0)], now_s=10.0)["huge"]
+    assert (alone.verdict, alone.allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
+    assert "not measured" not in alone.reason
+    g = grants(
+        [replace(huge, need=3.0), best_effort("be", node="n1")], [Node("n1", 4.0)], now_s=10.0
+    )
+    assert (g["huge"].allocation, g["be"].allocation) == (3.0, 1.0)
+
+
+def test_a_job_of_unknown_speed_that_outranks_the_other_keeps_its_whole_need() -> None:
+    huge, feasible = unmeasured_huge_and_feasible()
+    g = grants([replace(huge, priority=1), feasible], [Node("n1", 4.0)], now_s=10.0)
+    assert (g["huge"].verdict, g["huge"].allocation) == (vocabulary.VERDICT_ADMITTED, 4.0)
+    assert g["feasible"].verdict == vocabulary.VERDICT_QUEUED
+    # (The rule is the lost-deadline rule's: with keep, every job keeps its whole share.)
+    keep = PlannerSettings(policy=pl.POLICY_DECOR, lost_deadline=pl.LOST_KEEP)
+    g = pl.plan([huge, feasible], [Node("n1", 4.0)], 10.0, keep).grants
+    assert (g["huge"].allocation, g["feasible"].verdict) == (4.0, vocabulary.VERDICT_QUEUED)
+
+
+def test_a_new_job_of_unknown_speed_does_not_take_what_an_unmeasured_job_asks() -> None:
+    huge, feasible = unmeasured_huge_and_feasible()
+    g = grants([huge, replace(feasible, step_time_s=None)], [Node("n1", 4.0)], now_s=10.0)
+    assert (g["huge"].allocation, g["feasible"].verdict) == (4.0, vocabulary.VERDICT_QUEUED)
+
+
+def test_a_job_of_unknown_speed_is_topped_up_within_its_namespaces_quota() -> None:
+    from decor.core import quota
+
+    huge = replace(unmeasured_huge_and_feasible()[0], key="ns/huge")
+    cpu = quota.Quota("ns", "q", ((quota.LIMITS_CPU, 2.5),))
+    g = pl.plan([huge], [Node("n1", 4.0)], 10.0, DECOR, [cpu]).grants["ns/huge"]
+    assert (g.verdict, g.allocation) == (vocabulary.VERDICT_SHORTED, 2.5)
+
+
 def test_admission_takes_no_admitted_job_below_its_need() -> None:
     admitted = [job(f"a{i}", admitted=True, node="n1", need=1.0) for i in range(3)]
     g = grants([*admitted, job("new", need=1.5, arrival_s=5.0)], [Node("n1", 4.0)])

@@ -757,8 +757,9 @@ def _plan_admission(
     demands: Sequence[Demand], cluster: _Cluster, now_s: float, s: PlannerSettings, q: _Quotas
 ) -> dict[str, Grant]:
     """The phases, in order: hold admitted needs (priority, then deadline, decides who gives
-    way on a full node); admit new jobs whose need fits (ours: a higher priority may displace
-    a lower one); tell the waiting ones the earliest deadline they could meet; hand out the
+    way on a full node; ours: a job of unknown speed its probe, ``_Book.probe``); admit new
+    jobs whose need fits (ours: a higher priority may displace a lower one; the jobs of
+    known speed first, then the rest of the probing jobs' needs, then the others); tell the waiting ones the earliest deadline they could meet; hand out the
     leftover (ours: to best-effort jobs, GPU counts with restart costs; elasticflow: to every
     running job by marginal gain). A namespace's quotas bound its jobs as its nodes do: a
     new job whose need they cannot hold waits, best-effort jobs get what they leave."""
@@ -766,9 +767,18 @@ def _plan_admission(
     book = _Book(cluster, s, now_s, ours, q)
     lost = _lost_causes(demands, now_s) if ours and s.lost_deadline == LOST_BEST_EFFORT else {}
     with_deadline = [d for d in demands if d.deadline_s is not None and d.key not in lost]
+    book.lowest_priority = min((d.priority for d in with_deadline), default=0)
     for d in sorted((d for d in with_deadline if d.admitted), key=book.hold_rank):
         book.hold_admitted(d)
-    for d in sorted((d for d in with_deadline if not d.admitted), key=book.rank):
+    new = sorted((d for d in with_deadline if not d.admitted), key=book.rank)
+    if book.probes:  # new jobs of known speed before what the admitted jobs of unknown speed
+        # ask beyond their probe (``_Book.probe``); the new jobs of unknown speed last
+        for d in (d for d in new if d.step_time_s is not None):
+            book.admit_new(d)
+        for d in sorted((d for d in with_deadline if d.key in book.probing), key=book.hold_rank):
+            book.top_up(d)
+        new = [d for d in new if d.step_time_s is None]
+    for d in new:
         book.admit_new(d)
     _Waiting(book).tell()
     leftover = _Leftover(book)
@@ -825,6 +835,24 @@ class _Book:
         self.held: dict[str, list[tuple[Demand, float]]] = {}  # node -> deadline jobs' holds there
         self.pods_of: dict[str, Pods] = {}  # deadline job -> the pods it holds
         self.waiting: list[Demand] = []  # queued or preempted: told their earliest deadline
+        self.probing: dict[str, float] = {}  # admitted, held at its probe -> its need
+        self.probes = ours and s.lost_deadline == LOST_BEST_EFFORT  # (``probe``)
+        self.lowest_priority = 0  # of the deadline jobs planned (``probe``)
+
+    def probe(self, d: Demand) -> float | None:
+        """Ours: what an admitted CPU job of unknown speed (no curve yet) holds first: its
+        min, where that is less than its need; None for every other job. The rest of its
+        need (``top_up``) comes after the new jobs of known speed are admitted: a job whose
+        speed nobody has measured may be one that cannot finish, and does not keep a job
+        that can be met out. A job that outranks another deadline job holds its need (a
+        lower priority does not take its room), and so does a GPU job (a change of count
+        restarts it), and every job under the ``LOST_KEEP`` rule, as a lost job does."""
+        if not self.probes or _is_gpu(d) or d.step_time_s is not None:
+            return None
+        if d.priority > self.lowest_priority:  # nothing it outranks takes its room
+            return None
+        probe = need_of(replace(d, need=d.min_allocation), self.s)
+        return probe if probe < need_of(d, self.s) - EPS else None
 
     def prio(self, d: Demand) -> int:
         return d.priority if self.ours else 0
@@ -914,8 +942,10 @@ class _Book:
 
     def hold_admitted(self, d: Demand) -> None:
         """An admitted job keeps at least its need unless a job ranked before it holds the
-        node: a higher priority preempts it, an earlier deadline shorts it."""
-        need = need_of(d, self.s)
+        node: a higher priority preempts it, an earlier deadline shorts it. A job of unknown
+        speed holds its probe here (``probe``), the rest later (``top_up``)."""
+        probe = self.probe(d)
+        need = need_of(d, self.s) if probe is None else probe
         short = self.quotas.short(d, need)
         if short is not None:
             self._quota_shorted(d, need, short)
@@ -923,6 +953,8 @@ class _Book:
         pods = self.cluster.place(d, need)
         if pods is not None:
             self._admitted(d, pods, need)
+            if probe is not None:
+                self.probing[d.key] = need_of(d, self.s)
             return
         reach = self.cluster.reach(d, need, self.s)
         before = self._holders(reach, d.mode)
@@ -947,6 +979,27 @@ class _Book:
             f"{_on_nodes(reach)} {'holds' if len(reach) == 1 else 'hold'} {who}; it will be late"
         )
         self.grants[d.key] = _grant(d, got, pods, vocabulary.VERDICT_SHORTED, reason)
+
+    def top_up(self, d: Demand) -> None:
+        """An admitted job held at its probe (``probe``) gets the rest of its need, or what
+        its node and quotas have left of it after the jobs of known speed: ``Shorted``, and
+        its reason says why (nothing says yet that it will be late)."""
+        need = self.probing.pop(d.key)
+        ((node, held),) = self.pods_of[d.key]
+        self._release(d)
+        want = _floor_q(min(need, self.cluster.free(node, d)), _quantum(d, self.s))
+        if self.quotas.bounds(d):
+            want = self.quotas.most(d, want, self.s)
+        got = max(want, held)
+        if got >= need - EPS:
+            self._admitted(d, ((node, need),), need)
+            return
+        self._hold(d, ((node, got),))
+        reason = (
+            f"shorted: granted {got:g} of the {need:g} {_unit(d)} it asks on {node}; its speed "
+            "is not measured yet, and jobs of known speed come first"
+        )
+        self.grants[d.key] = _grant(d, got, ((node, got),), vocabulary.VERDICT_SHORTED, reason)
 
     def _quota_shorted(self, d: Demand, need: float, short: _Short) -> None:
         """An admitted job whose need its namespace's quotas no longer hold: the most they
