@@ -73,7 +73,7 @@ LATE_TOLERANCE_RATIO = 0.01  # "no admitted job late by more than 1 %" of its re
 # Targets (README.md reports each one).
 TARGET_VS_PROPORTIONAL_RATIO = 1.2
 TARGET_PLANNER_CPU_MS = 100.0
-TARGET_PLANNER_GPU_MS = 1000.0
+TARGET_PLANNER_GPU_MS = 50.0
 TARGET_VS_BOUND_RATIO = 0.95  # decor's met deadlines over the clairvoyant optimum's
 BOUND_POLICY = "clairvoyant"  # the bound's records: kind "bound", policy "clairvoyant"
 SCALE_JOBS = 1000

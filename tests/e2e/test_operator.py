@@ -592,6 +592,9 @@ def _kubectl() -> str:
 # 2. a CPU job meets its deadline by in-place resizes
 
 
+RESIZED_TO = re.compile(r"-> (\S+) in place")  # a Resized Event: "cpu 240m -> 230m in place: ..."
+
+
 def test_cpu_job_meets_its_deadline_by_resizing_in_place(
     kube: Any, namespace: str, operator: OperatorProcess, trainer_image: str
 ) -> None:
@@ -612,7 +615,11 @@ def test_cpu_job_meets_its_deadline_by_resizing_in_place(
     assert abs(outcome["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, outcome
     assert status["resizes"] >= 3, status
     assert len(resized) == status["resizes"]  # an Event for every actuation
-    assert cores(trainer_spec_cpu(pod)) < CPU_MAX_CORES  # it was throttled
+    # It was throttled: the law held it below MAX (a job a fraction of a second behind at
+    # its very end goes to MAX for its last steps: the final allocation says nothing).
+    targets = [cores(found.group(1)) for m in resized if (found := RESIZED_TO.search(m))]
+    assert len(targets) == len(resized), resized
+    assert sum(t < CPU_MAX_CORES for t in targets) >= 3, resized
     assert trainer_restarts(pod) == 0  # resized in place, never restarted
     assert status["podsCreated"] == 1
     assert condition(status, "Complete")["status"] == "True"

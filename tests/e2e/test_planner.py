@@ -28,6 +28,7 @@ from decor.core.control import SpeedFit
 from test_operator import (  # noqa: F401, F811 - fixtures used by name
     CPU_MIN,
     DEVIATION_BOUND_PERCENT,
+    RESNET_STEP_S_AT_ONE_CORE,
     OperatorProcess,
     condition,
     cores,
@@ -285,7 +286,9 @@ def test_a_job_that_cannot_finish_does_not_hold_the_node(
 ) -> None:
     """A job of 10^12 steps, once proven unable to meet its deadline, runs as best effort
     (planner.lostDeadline's default): a job with a later deadline that arrives beside it is
-    admitted at once and meets its deadline, while the hopeless one gets what is left."""
+    admitted at once and meets its deadline, while the hopeless one gets what is left.
+    Before its first speed sample it holds only its min (a probe): a job of known speed (an
+    estimate) that arrives then is admitted at once too, and meets its deadline."""
     hopeless = job_manifest(
         "hopeless",
         trainer_image,
@@ -295,6 +298,25 @@ def test_a_job_that_cannot_finish_does_not_hold_the_node(
         resources=_resources("100m", "1500m", "1500m"),
     )
     create_job(kube, namespace, hopeless)
+    # Admitted (at its initial 1.5 cores), its trainer still starting: nothing measured yet.
+    kube.wait_for(
+        lambda: job_status(kube, namespace, "hopeless").get("admission") == "Admitted",
+        60,
+        "the hopeless job to be admitted",
+    )
+    # A job of known speed: its estimate asks 0.6 core (800 steps at 0.09 s a core in 120
+    # s): it does not fit beside the hopeless job's 1.5 on the node's 2 cores, only beside
+    # its 100m probe.
+    known = job_manifest(
+        "known",
+        trainer_image,
+        epochs=1,
+        steps_per_epoch=800,
+        deadline=rfc3339(now_utc() + timedelta(seconds=120)),
+        resources=_resources(CPU_MIN, "1500m", "1000m"),
+    )
+    known["spec"]["estimate"] = {"stepSeconds": RESNET_STEP_S_AT_ONE_CORE, "allocation": "1"}
+    create_job(kube, namespace, known)
 
     def set_aside() -> dict[str, Any] | None:
         status = job_status(kube, namespace, "hopeless")
@@ -327,3 +349,12 @@ def test_a_job_that_cannot_finish_does_not_hold_the_node(
     status = job_status(kube, namespace, "hopeless")
     assert status["phase"] == "Running", status["phase"]
     assert condition(status, "Admitted").get("reason") == "BestEffort", status["conditions"]
+    # Before its speed was known it held its probe, and gave the rest to the job of known
+    # speed, which was never queued and met its deadline.
+    shorted = [m for _t, r, m in job_events(kube, namespace, "hopeless") if r == "Shorted"]
+    assert any("its speed is not measured yet" in m for m in shorted), shorted
+    known_done = wait_succeeded(kube, namespace, "known", 240)
+    report("known speed beside a job of unknown speed", known_done)
+    queued = [e for e in job_events(kube, namespace, "known") if e[1] == "Queued"]
+    assert not queued, f"the job of known speed waited behind one of unknown speed: {queued}"
+    assert abs(known_done["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, known_done
