@@ -990,10 +990,13 @@ class _Book:
         want = _floor_q(min(need, self.cluster.free(node, d)), _quantum(d, self.s))
         if self.quotas.bounds(d):
             want = self.quotas.most(d, want, self.s)
-        got = max(want, held)
-        if got >= need - EPS:
+        if want >= need - EPS:
             self._admitted(d, ((node, need),), need)
             return
+        # Shorted, it gives back room in steps of ``hysteresis_cores``: the new job's need
+        # creeps up while its pod waits for the room, and a resize every period would keep
+        # the room in flight (a shrink frees nothing until it lands).
+        got = max(_floor_q(want, max(self.s.hysteresis_cores, _quantum(d, self.s))), held)
         self._hold(d, ((node, got),))
         reason = (
             f"shorted: granted {got:g} of the {need:g} {_unit(d)} it asks on {node}; its speed "
