@@ -217,12 +217,8 @@ def unmeasured_huge_and_feasible() -> tuple[Demand, Demand]:
     """The job of 10^12 steps before its first speed sample (admitted at its initial 4
     cores, no curve yet), and a new job whose speed is known (an estimate, or a resumed
     job's fit) that needs 3 of the node's 4 cores to meet its deadline."""
-    huge = job(
-        "huge", need=4.0, current=4.0, admitted=True, node="n1", steps_remaining=1e12,
-        deadline_s=600.0, step_time_s=None,
-    )  # fmt: skip
-    feasible = job("feasible", need=3.0, steps_remaining=900.0, deadline_s=900.0, arrival_s=5.0)
-    return huge, feasible
+    huge, feasible = huge_and_feasible()
+    return replace(huge, step_time_s=None), feasible
 
 
 def test_a_job_of_unknown_speed_keeps_only_its_probe_against_a_job_that_can_be_met() -> None:

@@ -759,13 +759,13 @@ def _plan_admission(
     """The phases, in order: hold admitted needs (priority, then deadline, decides who gives
     way on a full node; ours: a job of unknown speed its probe, ``_Book.probe``); admit new
     jobs whose need fits (ours: a higher priority may displace a lower one; the jobs of
-    known speed first, then the rest of the probing jobs' needs, then the others); tell the waiting ones the earliest deadline they could meet; hand out the
-    leftover (ours: to best-effort jobs, GPU counts with restart costs; elasticflow: to every
+    known speed first, then the rest of the probing jobs' needs, then the others); tell the
+    waiting ones the earliest deadline they could meet; hand out the leftover (ours: to best-effort jobs, GPU counts with restart costs; elasticflow: to every
     running job by marginal gain). A namespace's quotas bound its jobs as its nodes do: a
     new job whose need they cannot hold waits, best-effort jobs get what they leave."""
     ours = s.policy == POLICY_DECOR
     book = _Book(cluster, s, now_s, ours, q)
-    lost = _lost_causes(demands, now_s) if ours and s.lost_deadline == LOST_BEST_EFFORT else {}
+    lost = _lost_causes(demands, now_s) if book.probes else {}  # (the same rule)
     with_deadline = [d for d in demands if d.deadline_s is not None and d.key not in lost]
     book.lowest_priority = min((d.priority for d in with_deadline), default=0)
     for d in sorted((d for d in with_deadline if d.admitted), key=book.hold_rank):
@@ -836,7 +836,8 @@ class _Book:
         self.pods_of: dict[str, Pods] = {}  # deadline job -> the pods it holds
         self.waiting: list[Demand] = []  # queued or preempted: told their earliest deadline
         self.probing: dict[str, float] = {}  # admitted, held at its probe -> its need
-        self.probes = ours and s.lost_deadline == LOST_BEST_EFFORT  # (``probe``)
+        # ours under LOST_BEST_EFFORT: lost jobs run as best effort, unmeasured ones probe
+        self.probes = ours and s.lost_deadline == LOST_BEST_EFFORT
         self.lowest_priority = 0  # of the deadline jobs planned (``probe``)
 
     def probe(self, d: Demand) -> float | None:
