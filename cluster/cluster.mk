@@ -2,7 +2,7 @@
 # See docs/cluster.md.
 # (`make e2e` is the top Makefile's: pytest tests/e2e on $KUBECONFIG; `. cluster/env.sh` or
 # `. cluster/kind-env.sh` first, or use `bash cluster/e2e.sh`, which picks the test bed itself.)
-.PHONY: cluster-up cluster-down cluster-purge cluster-status images torch2-test kind-up kind-down
+.PHONY: cluster-up cluster-down cluster-purge cluster-status images torch2-test gpu-test kind-up kind-down
 
 cluster-up: ## start the single-node Kubernetes test bed (first run builds k8s 1.35 from source)
 	@bash cluster/cluster-up.sh >/dev/null
@@ -24,6 +24,9 @@ images: ## build the trainer/operator images without Docker and import them (nee
 # (root) The image's layers come from `make images` or `cluster/build-images.sh --no-import`.
 torch2-test: ## run decor_trainer's tests on PyTorch 2.x: in the trainer image's root filesystem (chroot; root)
 	@bash cluster/trainer-rootfs-tests.sh -q
+
+gpu-test: ## run the trainer on a CUDA device (tests/gpu), with the python3 whose PyTorch sees the GPU
+	PYTHONPATH=trainer_image python3 -m pytest -p no:cacheprovider -p no:benchmark tests/gpu
 
 kind-up: ## (machines with Docker) the same e2e environment on kind
 	@bash cluster/kind-up.sh >/dev/null

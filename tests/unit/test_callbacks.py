@@ -139,6 +139,11 @@ def lightning_fit(pl: Any, root: Path, max_steps: int, callback: Any, ckpt: Path
     return trainer
 
 
+# These runs train on the CPU on purpose; Lightning warns about it where a GPU is visible.
+CPU_ON_PURPOSE = pytest.mark.filterwarnings("ignore:GPU available but not used")
+
+
+@CPU_ON_PURPOSE
 def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
     pl = lightning_or_skip()
     registry = CollectorRegistry()
@@ -151,6 +156,7 @@ def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
     assert registry.get_sample_value("decor_steps_completed_total") == TOTAL_STEPS
 
 
+@CPU_ON_PURPOSE
 def test_lightning_callback_resumes_at_the_checkpoints_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
