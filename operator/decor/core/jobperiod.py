@@ -303,8 +303,11 @@ def job_demand(
     job ``starting`` its trainer, the least its speed curve finishes ``remaining`` steps with
     by the deadline: ``settings.deadline_s``, moved or not). The curve is the law's fit, else ``spec.estimate`` (linear speed-up).
     ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
+    Both maxima are at most the law's useful maximum (its learned ceiling: more cores run
+    no faster, :func:`control.useful_max_allocation`).
     """
-    high = settings.max_allocation if most is None else most
+    useful = control.useful_max_allocation(state, settings)
+    high = min(useful, settings.max_allocation if most is None else most)
     curve = control.step_time_curve(state, settings)
     if curve is None and spec.estimate is not None:
         curve = estimated_curve(*spec.estimate)
@@ -317,7 +320,7 @@ def job_demand(
         need=state.allocation if need is None else need,
         min_allocation=settings.min_allocation,
         max_allocation=high,
-        uncapped_max=settings.max_allocation,
+        uncapped_max=useful,
         current=current,
         steps_remaining=remaining,
         deadline_s=deadline_s,
