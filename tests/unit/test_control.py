@@ -1615,6 +1615,9 @@ def test_the_ceiling_is_the_useful_maximum_and_flattens_the_speed_curve() -> Non
     assert curve is not None and curve(4.0) == curve(2.0) < curve(1.0)
     raw = json.loads(json.dumps(state.to_dict()))
     assert State.from_dict(raw) == state and raw["ceiling"]["cores"] == 2.0
+    for bad in (3, {"cores": 2.0}):
+        with pytest.raises(ValueError, match="ceiling"):
+            State.from_dict({**raw, "ceiling": bad})
     assert "ceiling" not in replace(state, ceiling=None).to_dict()
 
 

@@ -323,8 +323,11 @@ class State:
         if data.get("ceiling") is not None:
             if not isinstance(data["ceiling"], dict):
                 raise ValueError("controller state: ceiling is not a mapping")
+            known_ceiling = {f.name for f in fields(CoreCeiling)}
             try:
-                data["ceiling"] = CoreCeiling(**data["ceiling"])
+                data["ceiling"] = CoreCeiling(
+                    **{k: v for k, v in data["ceiling"].items() if k in known_ceiling}
+                )
             except TypeError as err:
                 raise ValueError(f"controller state: ceiling: {err}") from err
         data["version"] = STATE_VERSION
@@ -589,11 +592,7 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
             if settings.mode != "cpu" or cores <= 1.0:
                 fit = fit.add(1.0 / cores, *sample)
             if settings.mode == "cpu" and cores >= 1.0:
-                measured = (fewest, most) if fewest is not None and most is not None else None
-                ceiling = _judged_ceiling(
-                    ceiling, _fitted_levels(level_fit, level_shape, fit), measured, cores,
-                    dt / dsteps, now, settings,
-                )  # fmt: skip
+                ceiling = _ceiling_after(ceiling, state, cores, dt / dsteps, now, settings)
                 level_fit = level_fit.add(1.0 / cores, *sample)
                 level_shape = _shape_of(level_fit, level_shape)
                 fewest = min(cores, fewest if fewest is not None else math.inf)
@@ -628,6 +627,22 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         ceiling=ceiling,
     )
     return _Learned(learned, restart_cost, changing, settled_now)
+
+
+def _ceiling_after(
+    ceiling: CoreCeiling | None,
+    state: State,
+    cores: float,
+    step_s: float,
+    now: float,
+    settings: Settings,
+) -> CoreCeiling | None:
+    """:func:`_judged_ceiling` after a sample at ``cores`` whole cores, from what ``state``
+    (the last decision's) measured before it."""
+    fewest, most = state.fewest_cores_measured, state.most_cores_measured
+    measured = (fewest, most) if fewest is not None and most is not None else None
+    levels = _fitted_levels(state.level_fit, state.level_shape, state.fit)
+    return _judged_ceiling(ceiling, levels, measured, cores, step_s, now, settings)
 
 
 def _fitted_levels(
