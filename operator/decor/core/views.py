@@ -71,10 +71,17 @@ def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> lis
     """What each ResourceQuota leaves for the planned trainers: ``status.hard`` minus
     ``status.used``, plus what the ``planned`` pods (the trainers of the jobs being planned)
     charge now, since the planner hands that out again; per ``quota.CHARGED`` resource it
-    limits. A scoped quota gives back only what the pods it counts charge."""
+    limits. A scoped quota gives back only what the pods it counts charge. Only the pods of
+    a namespace with a quota are read (``planned`` may be a lazy iterable: none is read when
+    no namespace has one)."""
+    if not snapshot.quotas:
+        return []
+    with_quota = {namespace for namespace, _ in snapshot.quotas}
     by_namespace: dict[str, list[tuple[quota.PodFacts, dict[str, float]]]] = {}
     for pod in planned:
         namespace = str((pod.get("metadata") or {}).get("namespace"))
+        if namespace not in with_quota:
+            continue
         usage = build.pod_quota_usage(pod)
         by_namespace.setdefault(namespace, []).append((quota.pod_facts(pod), usage))
     out = []
