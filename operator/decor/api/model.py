@@ -8,6 +8,7 @@ Every validation error names the offending field, e.g.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -242,12 +243,21 @@ def quantity_value(value: Any) -> float | None:
         return None
     if isinstance(value, int | float):
         number = float(value)
-    elif isinstance(value, str) and (match := _QUANTITY.fullmatch(value.strip())):
-        try:
-            number = float(match.group(1)) * _QUANTITY_SCALE[match.group(2)]
-        except ValueError:
-            return None
-    else:
+        return number if math.isfinite(number) and number >= 0 else None
+    if isinstance(value, str):
+        return _text_quantity(value)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _text_quantity(text: str) -> float | None:
+    """:func:`quantity_value` of a string (the same few recur in every pod: parsed once)."""
+    match = _QUANTITY.fullmatch(text.strip())
+    if not match:
+        return None
+    try:
+        number = float(match.group(1)) * _QUANTITY_SCALE[match.group(2)]
+    except ValueError:
         return None
     return number if math.isfinite(number) and number >= 0 else None
 

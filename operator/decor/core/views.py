@@ -126,6 +126,7 @@ class ClusterView:
 
     _jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _owners: dict[Key, str] = field(default_factory=dict)  # trainer pod -> its job's uid
     _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
@@ -146,10 +147,12 @@ class ClusterView:
     def put_pod(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = _key(body)
         with self._lock:
+            self._owners.pop(key, None)
             if deleted:
                 self._pods.pop(key, None)
             else:
                 self._pods[key] = _slim_pod(body)
+                self._own(key, self._pods[key])
 
     def put_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         name = str(body["metadata"]["name"])
@@ -195,7 +198,16 @@ class ClusterView:
         pods = {_key(b): _slim_pod(b) for b in bodies}
         with self._lock:
             self._pods = pods
+            self._owners = {}
+            for key, body in pods.items():
+                self._own(key, body)
             self.pods_listed = True
+
+    def _own(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Index the pod ``key`` under its job's uid when it is a trainer pod (the lock held)."""
+        uid = owner_uid(body)
+        if uid is not None and job_label(body):
+            self._owners[key] = uid
 
     def replace_nodes(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every node."""
@@ -210,15 +222,16 @@ class ClusterView:
         was taken; copying a thousand jobs every period would cost more than the period."""
         with self._lock:
             pods = dict(self._pods)
+            owners = dict(self._owners)
             jobs = dict(self._jobs)
             nodes = dict(self._nodes)
             quotas = dict(self._quotas)
             limit_ranges = dict(self._limit_ranges)
             nodes_known = self.nodes_known
         by_owner: dict[str, list[Key]] = {}
-        for key, pod in pods.items():
-            uid = owner_uid(pod)
-            if uid is not None and job_label(pod):
+        for key in pods:
+            uid = owners.get(key)
+            if uid is not None:
                 by_owner.setdefault(uid, []).append(key)
         return Snapshot(
             jobs=MappingProxyType(jobs),
