@@ -23,6 +23,7 @@ from decor.api.model import (
     OVERSIZED_TEMPLATE_KEY,
     quantity_value,
     template_bytes,
+    tree_copy,
 )
 from decor.core import build, quota
 from decor.core.capacity import NodeCapacity, node_capacity
@@ -113,9 +114,9 @@ def bounded_job(body: Mapping[str, Any]) -> dict[str, Any]:
     template = (body.get("spec") or {}).get("template")
     size = template_bytes(template)
     if size <= MAX_TEMPLATE_BYTES:
-        return copy.deepcopy(dict(body))
-    slim = {k: copy.deepcopy(v) for k, v in body.items() if k != "spec"}
-    spec = {k: copy.deepcopy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
+        return tree_copy(dict(body))
+    slim = {k: tree_copy(v) for k, v in body.items() if k != "spec"}
+    spec = {k: tree_copy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
     slim["spec"] = {**spec, "template": {OVERSIZED_TEMPLATE_KEY: size}}
     return slim
 
@@ -269,7 +270,7 @@ def _slim_limit_range(body: Mapping[str, Any]) -> dict[str, Any]:
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     """Keep what capacity accounting and the loop read; DECOR's trainers are kept whole."""
     if job_label(body):
-        return copy.deepcopy(dict(body))
+        return tree_copy(dict(body))
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}
