@@ -26,7 +26,7 @@ bench-cluster: ## SIMULATION of the cluster planner: 5 policies on traces of 30-
 	$(PY) -m bench.cluster_sim $(BENCH_ARGS)
 
 # The scale test bed (cluster/scale/, its own etcd/apiserver/kwok/Prometheus beside the main bed)
-.PHONY: scale-up scale-down bench-scale bench-scale-smoke bench-scale-report
+.PHONY: scale-up scale-down bench-scale bench-scale-smoke bench-scale-report bench-period-cost
 
 scale-up: ## start the scale test bed: own apiserver, kwok fake nodes, Prometheus, simulated trainers
 	@PY=$(PY) bash cluster/scale/scale-up.sh >/dev/null
@@ -44,3 +44,6 @@ bench-scale-smoke: ## 50 jobs on the scale bed into a temp dir (a few minutes; C
 
 bench-scale-report: ## regenerate docs/benchmarks/scale/README.md and costs.png from results.json
 	$(PY) -m bench.scale.scale_report
+
+bench-period-cost: ## the control loop's per-period work at 1,000 jobs, in-process against the fakes (~2 min; no bed): ms per plan and per commit, p50/p99
+	$(PY) -m bench.scale.period_cost $(BENCH_ARGS)

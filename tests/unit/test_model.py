@@ -20,6 +20,7 @@ from decor.api.model import (
     parse_duration_s,
     parse_job,
     parse_time,
+    tree_copy,
 )
 from decor_trainer import contract
 
@@ -398,3 +399,20 @@ def test_estimate_and_planned_steps() -> None:
     assert job.estimate == (0.12, 1.5)
     without_steps = parse_job(edited(valid_manifest(), spec__stepsPerEpoch=DELETE))
     assert without_steps.planned_steps == 0.0
+
+
+def test_tree_copy_is_deepcopy_of_an_api_object() -> None:
+    shared = {"cpu": "500m"}
+    body: dict[str, Any] = {
+        "metadata": {"name": "a", "labels": {"x": "y"}, "generation": 3},
+        "spec": {"containers": [{"resources": {"requests": shared, "limits": shared}}]},
+        "status": {"phase": None, "ready": True, "progress": 0.5, "pair": (1, [2])},
+    }
+    copied = tree_copy(body)
+    assert copied == copy.deepcopy(body)
+    requests = copied["spec"]["containers"][0]["resources"]
+    assert requests["requests"] is requests["limits"] is not shared  # shared as in the original
+    assert copied["status"]["pair"] == (1, [2])
+    copied["metadata"]["labels"]["x"] = "z"
+    copied["status"]["pair"][1].append(3)
+    assert body["metadata"]["labels"] == {"x": "y"} and body["status"]["pair"] == (1, [2])

@@ -23,6 +23,7 @@ commit concurrently.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import threading
@@ -79,10 +80,15 @@ def node_of(pod: Mapping[str, Any]) -> str | None:
 
 
 def _cores(value: Any) -> float:
-    if value is None:
-        return 0.0
+    return 0.0 if value is None else _cores_of(str(value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cores_of(text: str) -> float:
+    """Cores of a CPU quantity's text, 0 for a malformed one (a period reads the same few
+    quantities of a thousand pods: each is parsed once)."""
     try:
-        return parse_cpu_cores(str(value), "quantity")
+        return parse_cpu_cores(text, "quantity")
     except ManifestError:
         return 0.0
 

@@ -31,14 +31,13 @@ A spec the operator cannot read or the admin's policy refuses ends at
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from decor.api import vocabulary
-from decor.api.model import JobSpec, format_time, parse_time
+from decor.api.model import JobSpec, format_time, parse_time, tree_copy
 from decor.core import build, control, group, jobperiod, planner, policy, progress
 from decor.core.capacity import node_of
 
@@ -298,7 +297,7 @@ class _Decision:
     """A step's working copy: the status and memory it changes and the actions it adds."""
 
     def __init__(self, status: Mapping[str, Any], memory: Memory) -> None:
-        self.status: dict[str, Any] = copy.deepcopy(dict(status))
+        self.status: dict[str, Any] = tree_copy(dict(status))
         self.memory = memory
         self.actions: list[Action] = []
         self.hold_stored = stored_hold(self.status) is not None

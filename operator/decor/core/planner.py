@@ -412,6 +412,8 @@ class _Quotas:
 
     def _of(self, d: Demand) -> list[tuple[str, dict[str, float]]]:
         """The quotas of ``d``'s namespace that count its pods (by their scopes), by name."""
+        if not self.left:  # (the common case, kept cheap: no namespace has a quota)
+            return []
         return [
             (title, left)
             for title, left, scope in self.left.get(_namespace(d), ())

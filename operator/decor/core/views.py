@@ -23,6 +23,7 @@ from decor.api.model import (
     OVERSIZED_TEMPLATE_KEY,
     quantity_value,
     template_bytes,
+    tree_copy,
 )
 from decor.core import build, quota
 from decor.core.capacity import NodeCapacity, node_capacity
@@ -71,10 +72,17 @@ def quotas_left(snapshot: Snapshot, planned: Iterable[Mapping[str, Any]]) -> lis
     """What each ResourceQuota leaves for the planned trainers: ``status.hard`` minus
     ``status.used``, plus what the ``planned`` pods (the trainers of the jobs being planned)
     charge now, since the planner hands that out again; per ``quota.CHARGED`` resource it
-    limits. A scoped quota gives back only what the pods it counts charge."""
+    limits. A scoped quota gives back only what the pods it counts charge. Only the pods of
+    a namespace with a quota are read (``planned`` may be a lazy iterable: none is read when
+    no namespace has one)."""
+    if not snapshot.quotas:
+        return []
+    with_quota = {namespace for namespace, _ in snapshot.quotas}
     by_namespace: dict[str, list[tuple[quota.PodFacts, dict[str, float]]]] = {}
     for pod in planned:
         namespace = str((pod.get("metadata") or {}).get("namespace"))
+        if namespace not in with_quota:
+            continue
         usage = build.pod_quota_usage(pod)
         by_namespace.setdefault(namespace, []).append((quota.pod_facts(pod), usage))
     out = []
@@ -106,9 +114,9 @@ def bounded_job(body: Mapping[str, Any]) -> dict[str, Any]:
     template = (body.get("spec") or {}).get("template")
     size = template_bytes(template)
     if size <= MAX_TEMPLATE_BYTES:
-        return copy.deepcopy(dict(body))
-    slim = {k: copy.deepcopy(v) for k, v in body.items() if k != "spec"}
-    spec = {k: copy.deepcopy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
+        return tree_copy(dict(body))
+    slim = {k: tree_copy(v) for k, v in body.items() if k != "spec"}
+    spec = {k: tree_copy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
     slim["spec"] = {**spec, "template": {OVERSIZED_TEMPLATE_KEY: size}}
     return slim
 
@@ -119,6 +127,7 @@ class ClusterView:
 
     _jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _owners: dict[Key, str] = field(default_factory=dict)  # trainer pod -> its job's uid
     _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
@@ -139,10 +148,12 @@ class ClusterView:
     def put_pod(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = _key(body)
         with self._lock:
+            self._owners.pop(key, None)
             if deleted:
                 self._pods.pop(key, None)
             else:
                 self._pods[key] = _slim_pod(body)
+                self._own(key, self._pods[key])
 
     def put_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         name = str(body["metadata"]["name"])
@@ -188,7 +199,16 @@ class ClusterView:
         pods = {_key(b): _slim_pod(b) for b in bodies}
         with self._lock:
             self._pods = pods
+            self._owners = {}
+            for key, body in pods.items():
+                self._own(key, body)
             self.pods_listed = True
+
+    def _own(self, key: Key, body: Mapping[str, Any]) -> None:
+        """Index the pod ``key`` under its job's uid when it is a trainer pod (the lock held)."""
+        uid = owner_uid(body)
+        if uid is not None and job_label(body):
+            self._owners[key] = uid
 
     def replace_nodes(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every node."""
@@ -203,15 +223,16 @@ class ClusterView:
         was taken; copying a thousand jobs every period would cost more than the period."""
         with self._lock:
             pods = dict(self._pods)
+            owners = dict(self._owners)
             jobs = dict(self._jobs)
             nodes = dict(self._nodes)
             quotas = dict(self._quotas)
             limit_ranges = dict(self._limit_ranges)
             nodes_known = self.nodes_known
         by_owner: dict[str, list[Key]] = {}
-        for key, pod in pods.items():
-            uid = owner_uid(pod)
-            if uid is not None and job_label(pod):
+        for key in pods:
+            uid = owners.get(key)
+            if uid is not None:
                 by_owner.setdefault(uid, []).append(key)
         return Snapshot(
             jobs=MappingProxyType(jobs),
@@ -249,7 +270,7 @@ def _slim_limit_range(body: Mapping[str, Any]) -> dict[str, Any]:
 def _slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
     """Keep what capacity accounting and the loop read; DECOR's trainers are kept whole."""
     if job_label(body):
-        return copy.deepcopy(dict(body))
+        return tree_copy(dict(body))
     meta = body.get("metadata") or {}
     spec = body.get("spec") or {}
     status = body.get("status") or {}

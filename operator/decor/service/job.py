@@ -16,7 +16,6 @@ controller (operator restart) starts from the status stored in the job, so nothi
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 from decor.adapter.kube import Kube, KubeError
 from decor.api import vocabulary
-from decor.api.model import JobSpec, ManifestError, parse_job, parse_time
+from decor.api.model import JobSpec, ManifestError, parse_job, parse_time, tree_copy
 from decor.core import (
     build,
     group,
@@ -138,7 +137,7 @@ class JobController:
         suspended, invalid; ``self.done`` says whether it needs periods any more)."""
         self._period = None
         if not self.loaded:
-            self.status = copy.deepcopy(dict(body.get("status") or {}))
+            self.status = tree_copy(dict(body.get("status") or {}))
             self.loaded = True
         if self.status.get("phase") in vocabulary.TERMINAL_PHASES:
             self.metrics.job_phase(self.key, self.status["phase"])
@@ -349,7 +348,7 @@ class JobController:
                     due_s = min(due_s, PROGRESS_WRITE_PERIODS * self.period_s)
                 if since_s < due_s:
                     return True
-        snapshot = copy.deepcopy(self.status)
+        snapshot = tree_copy(self.status)
         if not self.kube.patch_job_status(self.namespace, self.name, snapshot, uid=self.uid):
             self.metrics.job_phase(self.key, None)
             return False

@@ -343,12 +343,12 @@ class ControlLoop:
         nodes = capacity.planner_nodes(free, snapshot.pods, decor_pods, unplaced)
         # The namespaces' ResourceQuotas, what the planned jobs' trainers charge now given back
         # (a trainer being deleted stays charged until it is gone).
-        planned = [
+        planned = (
             pod
             for c in active
             for pod in snapshot.job_pods(c.namespace, c.uid)
             if not build.is_terminating(pod)
-        ]
+        )
         quotas = quotas_left(snapshot, planned)
         started = time.perf_counter()
         result = planner.plan(demands, nodes, now, self.planner_settings, quotas)

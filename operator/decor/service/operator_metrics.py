@@ -28,8 +28,10 @@ class OperatorMetrics:
         for kind in vocabulary.ACTUATIONS:
             self.actuations.labels(kind=kind)
         self._phases: dict[tuple[str, str], str] = {}
+        self._counts = dict.fromkeys(vocabulary.PHASES, 0)  # jobs per phase in ``_phases``
         self._lock = threading.Lock()
-        self._publish()
+        for phase, count in self._counts.items():
+            self.jobs.labels(phase=phase).set(count)
 
     def _add_activity(self, registry: CollectorRegistry) -> None:
         """What the operator did: actuations by kind, failed periods, jobs by phase."""
@@ -98,15 +100,20 @@ class OperatorMetrics:
     def job_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Record a job's phase (None: the job is gone)."""
         with self._lock:
-            if phase is None:
-                self._phases.pop(key, None)
-            else:
+            before = self._phases.pop(key, None) if phase is None else self._phases.get(key)
+            if phase is not None:
                 self._phases[key] = phase
-            self._publish()
+            if before == phase:
+                return
+            if before is not None:
+                self._counts[before] -= 1
+                self._publish(before)
+            if phase is not None:
+                self._counts[phase] = self._counts.get(phase, 0) + 1
+                self._publish(phase)
 
-    def _publish(self) -> None:
-        counts = dict.fromkeys(vocabulary.PHASES, 0)
-        for phase in self._phases.values():
-            counts[phase] = counts.get(phase, 0) + 1
-        for phase, count in counts.items():
+    def _publish(self, phase: str) -> None:
+        """The gauge of ``phase`` (one of the vocabulary's, or any held by a job now)."""
+        count = self._counts[phase]
+        if count > 0 or phase in vocabulary.PHASES:
             self.jobs.labels(phase=phase).set(count)
