@@ -235,6 +235,11 @@ def test_past_deadline_is_infeasible_and_runs_at_max(tmp_path: Path) -> None:
     assert "Infeasible" in result.conditions
     observed = [r for r in rows if r.condition == "Infeasible"]
     assert observed and all(r.requested == CPUS for r in observed)
+    # The conditions the operator would write: infeasible from the start, late, complete.
+    said = {c["type"]: (c["status"], c["reason"]) for c in result.status_conditions}
+    assert said["Infeasible"] == ("True", vocabulary.REASON_DEADLINE_IN_PAST), said
+    assert said["DeadlineMissed"] == ("True", vocabulary.REASON_FINISHED_LATE), said
+    assert said["Complete"][0] == "True", said
 
 
 def test_missing_metrics_hold_the_allocation_with_a_warning(tmp_path: Path) -> None:
@@ -415,6 +420,9 @@ def test_a_queued_job_starts_only_when_admitted(tmp_path: Path) -> None:
     waiting = [r for r in rows if r.verdict == vocabulary.VERDICT_QUEUED]
     assert waiting and all(r.allocation == 0.0 for r in waiting)
     assert "Queued" in second_s.conditions
+    said = {c["type"]: (c["status"], c["reason"]) for c in second_s.status_conditions}
+    assert said["Admitted"] == ("True", vocabulary.VERDICT_ADMITTED), said
+    assert said["Complete"][0] == "True", said
 
 
 def run_small_jobs(

@@ -883,6 +883,70 @@ def conditions_for_failure(
     return result
 
 
+def conditions_for_stall(
+    conditions: Sequence[Mapping[str, Any]],
+    stalled_for_s: float,
+    stall_timeout_s: float,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """Stalled after a progress sample: True once the trainer's steps have not moved for
+    more than ``stall_timeout_s`` (``stalled_for_s``: seconds they have stood still, >= 0),
+    False once they move again; a job never stalled gets no Stalled condition."""
+    stalled = stalled_for_s > stall_timeout_s
+    if not stalled and not condition_is_true(conditions, vocabulary.CONDITION_STALLED):
+        return [dict(c) for c in conditions]
+    return set_condition(
+        conditions,
+        vocabulary.CONDITION_STALLED,
+        stalled,
+        vocabulary.REASON_NO_NEW_STEPS if stalled else vocabulary.REASON_STEPS_MOVING,
+        f"no step completed for {stalled_for_s:.0f}s" if stalled else "steps complete again",
+        now_s=now_s,
+        generation=generation,
+    )
+
+
+def conditions_for_unread_progress(
+    conditions: Sequence[Mapping[str, Any]],
+    deadline_s: float,
+    *,
+    best_effort: bool,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """After a period with no progress sample (Stalled stays as it is: nothing is known of
+    the steps): DeadlineMissed turns True once the deadline (``deadline_s``, Unix s) has
+    passed, since steps remain as far as anyone can tell."""
+    if (
+        best_effort
+        or now_s <= deadline_s
+        or condition_is_true(conditions, vocabulary.CONDITION_DEADLINE_MISSED)
+    ):
+        return [dict(c) for c in conditions]
+    return set_condition(
+        conditions,
+        vocabulary.CONDITION_DEADLINE_MISSED,
+        True,
+        vocabulary.REASON_DEADLINE_PASSED,
+        "the deadline passed and no progress can be read",
+        now_s=now_s,
+        generation=generation,
+    )
+
+
+def deadline_was_past(conditions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the deadline in force had already passed when it was set, as the conditions
+    say (Infeasible True with reason DeadlineInPast, which :func:`conditions_for_deadline`
+    sets and clears)."""
+    infeasible = get_condition(conditions, vocabulary.CONDITION_INFEASIBLE) or {}
+    return (
+        infeasible.get("status") == "True"
+        and infeasible.get("reason") == vocabulary.REASON_DEADLINE_IN_PAST
+    )
+
+
 def became_true(
     before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], type_: str
 ) -> bool:

@@ -1,6 +1,7 @@
 """One job's period, the parts every runtime shares: the law's settings and start, the
 best-effort rule on the law's decision, the demand the job gives the planner, how the
-planner's verdict is told, and when a trainer whose steps stand still is Stalled.
+planner's verdict is told (and the Admitted condition it sets), and when a trainer whose
+steps stand still is Stalled.
 
 The operator (``lifecycle`` and ``job``) and the local runtime (``local``) both run a job's
 period with these functions, so the two cannot drift apart; the cluster simulation
@@ -14,12 +15,13 @@ Pure: no clock, no I/O. Allocations are cores (CPU) or GPU counts; times are Uni
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from decor.api import vocabulary
 from decor.api.model import JobSpec, format_time
-from decor.core import control, planner, quota
+from decor.core import build, control, planner, quota
 
 BEST_EFFORT_HORIZON_S = 30 * 86400.0
 """The horizon a best-effort job's law plans over (it has no deadline): its law only learns
@@ -228,6 +230,33 @@ def verdict_message(grant: planner.Grant, start_s: float | None = None) -> str:
     if start_s is not None:
         message += f" ({earliest_s - start_s:.0f}s after its start)"
     return message
+
+
+def conditions_for_verdict(
+    conditions: Sequence[Mapping[str, Any]],
+    grant: planner.Grant,
+    *,
+    now_s: float,
+    generation: int | None = None,
+) -> list[dict[str, Any]]:
+    """The Admitted condition after the planner's verdict: True under a verdict the trainer
+    runs under (:data:`RUNNING_VERDICTS`), False while it waits; the verdict is the reason,
+    :func:`verdict_message` the message."""
+    return build.set_condition(
+        conditions,
+        vocabulary.CONDITION_ADMITTED,
+        grant.verdict in RUNNING_VERDICTS,
+        grant.verdict,
+        verdict_message(grant),
+        now_s=now_s,
+        generation=generation,
+    )
+
+
+def no_progress_message(reason: str | None, holding: float) -> str:
+    """The law's message for a period without a progress sample: why none was read (None:
+    unknown), and the allocation held meanwhile (cores or GPUs)."""
+    return f"{reason or 'no progress sample'}; holding {holding:g}"
 
 
 def demand(

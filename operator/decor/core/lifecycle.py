@@ -468,12 +468,7 @@ def begin(
         if d.status.get("deadline") != deadline_text:
             deadline_was_past = _deadline_moved(d, deadline_text, deadline_s, generation, now_s)
         else:
-            infeasible = build.get_condition(
-                d.status.get("conditions") or [], vocabulary.CONDITION_INFEASIBLE
-            )
-            deadline_was_past = (infeasible or {}).get("status") == "True" and (
-                infeasible or {}
-            ).get("reason") == vocabulary.REASON_DEADLINE_IN_PAST
+            deadline_was_past = build.deadline_was_past(d.status.get("conditions") or [])
     period = Period(
         step=STEP_HOLD,
         body=body,
@@ -1211,7 +1206,7 @@ def run(
     _refusal_condition(d, period, grant)
     message = followed.message
     if period.observation is None:
-        message = f"{d.memory.metrics_reason or 'no progress sample'}; holding {target:g}"
+        message = jobperiod.no_progress_message(d.memory.metrics_reason, target)
     conditions = _run_conditions(d, period, followed.condition, message, settings)
     d.status.update(
         build.build_status(
@@ -1459,24 +1454,16 @@ def _stall_conditions(
     """Stalled: the trainer runs but its steps have not moved for the stall timeout (a
     period with no progress sample says nothing about steps: Stalled stays as it is).
     DeadlineMissed: the deadline passed while steps remain, even with no progress read."""
-    observation, now_s = period.observation, period.now_s
+    observation = period.observation
     if observation is not None:
         return _stalled(d, period, observation, conditions, settings)
-    if (
-        not period.spec.best_effort
-        and now_s > period.deadline_s
-        and not build.condition_is_true(conditions, vocabulary.CONDITION_DEADLINE_MISSED)
-    ):
-        conditions = build.set_condition(
-            conditions,
-            vocabulary.CONDITION_DEADLINE_MISSED,
-            True,
-            vocabulary.REASON_DEADLINE_PASSED,
-            "the deadline passed and no progress can be read",
-            now_s=now_s,
-            generation=period.generation,
-        )
-    return conditions
+    return build.conditions_for_unread_progress(
+        conditions,
+        period.deadline_s,
+        best_effort=period.spec.best_effort,
+        now_s=period.now_s,
+        generation=period.generation,
+    )
 
 
 def _stalled(
@@ -1493,25 +1480,16 @@ def _stalled(
     watch = watch.seen(observation.steps_done, now_s)
     d.remember(last_steps=watch.steps, last_progress_s=watch.moved_s)
     stalled_for = watch.still_for_s(now_s)
-    stalled = stalled_for > settings.stall_timeout_s
-    before = build.condition_is_true(conditions, vocabulary.CONDITION_STALLED)
-    if not stalled and not before:
-        return conditions
-    if stalled and not before:
+    after = build.conditions_for_stall(
+        conditions, stalled_for, settings.stall_timeout_s, now_s=now_s, generation=period.generation
+    )
+    if build.became_true(conditions, after, vocabulary.CONDITION_STALLED):
         d.event(
             vocabulary.EVENT_WARNING,
             vocabulary.EVENT_STALLED,
             jobperiod.stalled_message(stalled_for),
         )
-    return build.set_condition(
-        conditions,
-        vocabulary.CONDITION_STALLED,
-        stalled,
-        vocabulary.REASON_NO_NEW_STEPS if stalled else vocabulary.REASON_STEPS_MOVING,
-        f"no step completed for {stalled_for:.0f}s" if stalled else "steps complete again",
-        now_s=now_s,
-        generation=period.generation,
-    )
+    return after
 
 
 TRANSITION_EVENTS = (
@@ -1554,14 +1532,9 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
         return
     before = d.status.get("admission")
     d.status["admission"] = grant.verdict
-    admitted = grant.verdict in jobperiod.RUNNING_VERDICTS
-    message = jobperiod.verdict_message(grant)
-    d.status["conditions"] = build.set_condition(
+    d.status["conditions"] = jobperiod.conditions_for_verdict(
         list(d.status.get("conditions") or period.conditions),
-        vocabulary.CONDITION_ADMITTED,
-        admitted,
-        grant.verdict,
-        message,
+        grant,
         now_s=period.now_s,
         generation=period.generation,
     )
@@ -1575,7 +1548,7 @@ def _note_admission(d: _Decision, period: Period, grant: planner.Grant | None) -
     if announced is None and before in WAITING:
         announced = (vocabulary.EVENT_NORMAL, vocabulary.EVENT_ADMITTED)
     if announced is not None:
-        d.event(*announced, message)
+        d.event(*announced, jobperiod.verdict_message(grant))
 
 
 # --- reading the trainer's pods ---------------------------------------------------------------

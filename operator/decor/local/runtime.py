@@ -17,6 +17,11 @@ paused (SIGSTOP) until it is admitted again.
 A deadline can be moved while a job runs (or waits) with ``decor deadline NAME ...``, which
 drops a request file into the job's state directory; the loop picks it up within one period.
 
+Each job keeps the operator's ``status.conditions``, built by the same pure functions
+(``decor.core.build``, ``jobperiod.conditions_for_verdict``) at the same moments: arrival,
+a moved deadline, each decision, a stall, each verdict, the end. The summary gives them as
+``status_conditions``, beside ``conditions``, the names the job reached.
+
 Everything a job produces goes to its output directory: ``trace.json`` (summary + one row
 per period, rewritten as the run goes so a crash keeps it), ``trace.png`` and
 ``trainer.log`` (the trainer's stdout and stderr).
@@ -44,7 +49,7 @@ from decor_trainer import contract
 from decor.adapter.scrape import scrape_progress
 from decor.api import vocabulary
 from decor.api.model import JobSpec, ManifestError, format_time, parse_duration_s, parse_time
-from decor.core import capacity, control, jobperiod, planner
+from decor.core import build, capacity, control, jobperiod, planner
 from decor.core.progress import MetricsError, observation_from_progress
 from decor.local.cpulimit import CpuLimiter, make_limiter
 from decor.local.trace import TraceRow, plot_trace, write_trace
@@ -99,10 +104,15 @@ class RunSummary:
     limiter: str
     out_dir: str
     error: str | None = None
+    # Every name the job reached: each condition the law's decisions named (Starting for a
+    # law still measuring), each verdict of the planner, and Stalled (sorted, once each).
     conditions: list[str] = field(default_factory=list)
     planner: str | None = None  # the planner's policy when several jobs shared the machine
     queued_s: float = 0.0  # seconds between arrival and the trainer's start (planner's queue)
     start_cores: float = 0.0  # the allocation the law started the job at
+    # The job's conditions at the end, as the operator writes status.conditions: dicts of
+    # type, status, reason, message and lastTransitionTime (RFC 3339).
+    status_conditions: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,14 +322,15 @@ class _LocalJob:
         self.applied = 0.0
         self.start_cores = 0.0
         self.rows: list[TraceRow] = []
-        self.conditions: set[str] = set()
+        self.conditions: set[str] = set()  # the names the summary lists (RunSummary)
+        self.status_conditions: list[dict[str, Any]] = []  # the operator's status.conditions
+        self.metrics_reason: str | None = None  # why the last scrape read no progress
         self.actuations = 0
         self.core_seconds = 0.0
         self.last_tick = 0.0
         self.last_progress: Any = None
         self.metrics_warned = False
         self.steps = jobperiod.StepWatch()  # when the trainer's steps last moved
-        self.stalled = False
         self.exit_code: int | None = None
         self.last_step_seen_s: float | None = None  # when progress first showed every step
         self.error: str | None = None
@@ -360,6 +371,9 @@ class _LocalJob:
         )
         self.state = jobperiod.law_start(self.job, self.settings, now)
         self.start_cores = self.state.allocation
+        self.status_conditions = build.conditions_at_admission(
+            jobperiod.deadline_passed(self.job, self.settings, now), now_s=now
+        )
         self._write_record()
 
     def start_trainer(self, now: float, allocation: float | None = None) -> None:
@@ -412,10 +426,7 @@ class _LocalJob:
         self.last_tick = now
         moved = _take_deadline_request(self.registry)
         if moved is not None:
-            self.settings = replace(self.settings, deadline_s=moved)
-            self.say(
-                f"deadline moved to {format_time(moved)} ({moved - self.start_s:.0f}s after start)"
-            )
+            self._move_deadline(moved, now)
         if not running:
             return self._demand(now, need=None, current=0.0)
         assert self.child is not None
@@ -425,9 +436,11 @@ class _LocalJob:
             self.last_progress = progress
             self.obs = observation_from_progress(progress, now, self.applied)
             self.metrics_warned = False
+            self.metrics_reason = None
             self._watch_steps(self.obs.steps_done, now)
         except MetricsError as exc:
             self.exit_code = self.child.poll()  # a trainer that just finished closes its endpoint
+            self.metrics_reason = str(exc)
             started_s = self.trainer_started_s or self.start_s
             if (
                 self.exit_code is None
@@ -437,7 +450,7 @@ class _LocalJob:
                 self.say(f"warning: {exc}; holding {self.applied:g} cores")
                 self.metrics_warned = True
         if self.exit_code is not None:
-            self.finish()
+            self.finish(now)
             return None
         decision = control.decide(self.state, self.obs, self.settings, now)
         if self.job.best_effort:
@@ -445,16 +458,37 @@ class _LocalJob:
         self.decision = decision
         return self._demand(now, need=decision.allocation, current=self.applied)
 
+    def _move_deadline(self, deadline_s: float, now: float) -> None:
+        """``decor deadline``: the law aims at ``deadline_s`` (Unix s) from now on, and the
+        conditions say whether it had already passed (``build.conditions_for_deadline``)."""
+        assert self.settings is not None
+        self.settings = replace(self.settings, deadline_s=deadline_s)
+        self.say(
+            f"deadline moved to {format_time(deadline_s)} "
+            f"({deadline_s - self.start_s:.0f}s after start)"
+        )
+        self.status_conditions = build.conditions_for_deadline(
+            self.status_conditions, self.deadline_s <= now, now_s=now
+        )
+
     def _watch_steps(self, steps_done: float, now: float) -> None:
         """Stalled, as on Kubernetes: the trainer runs but its steps have not moved for
-        ``jobperiod.STALL_TIMEOUT_S`` (a warning line when it turns so, and the condition in the summary)."""
+        ``jobperiod.STALL_TIMEOUT_S`` (``build.conditions_for_stall``; a warning line when it
+        turns so)."""
         self.steps = self.steps.seen(steps_done, now)
         still_s = self.steps.still_for_s(now)
-        stalled = still_s > jobperiod.STALL_TIMEOUT_S
-        if stalled and not self.stalled:
+        before = self.status_conditions
+        self.status_conditions = build.conditions_for_stall(
+            before, still_s, jobperiod.STALL_TIMEOUT_S, now_s=now
+        )
+        if build.became_true(before, self.status_conditions, vocabulary.CONDITION_STALLED):
             self.say(f"warning: {jobperiod.stalled_message(still_s)}")
             self.conditions.add(vocabulary.CONDITION_STALLED)
-        self.stalled = stalled
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the job's Stalled condition is True."""
+        return build.condition_is_true(self.status_conditions, vocabulary.CONDITION_STALLED)
 
     def _demand(self, now: float, *, need: float | None, current: float) -> planner.Demand:
         """What the planner sees of this job: the operator's demand (``jobperiod.job_demand``)
@@ -532,7 +566,7 @@ class _LocalJob:
                     decision, self.decision, decision.allocation, self.settings.max_allocation
                 )
         self.state = decision.state
-        self.conditions.add(decision.condition)
+        self._note_decision(decision, now)
         row = _row(now, self.start_s, self.deadline_s, self.obs, self.applied, self.decision)
         if grant is not None:
             row = replace(row, granted=decision.allocation, verdict=grant.verdict)
@@ -560,7 +594,7 @@ class _LocalJob:
         if self.exit_code is None and now - self.last_step_seen_s < AFTER_LAST_STEP_GRACE_S:
             self.line = f"all steps done; waiting for the trainer to exit ({self.line})"
             return
-        self.finish()
+        self.finish(now)
 
     def enforce(self, grant: planner.Grant | None, now: float) -> None:
         """Between its own periods, a running job gives back at once what the planner moved
@@ -578,11 +612,38 @@ class _LocalJob:
             self.applied = self.limiter.apply(granted)
             self.actuations += 1
 
+    def _note_decision(self, decision: control.Decision, now: float) -> None:
+        """The conditions after the law's decision (followed to the grant), as the operator
+        sets them: ``build.conditions_for_decision``, and DeadlineMissed once the deadline
+        passes with no progress read. A sample that shows every step done is the
+        completion's (:meth:`finish`), as on Kubernetes, where no decision follows it."""
+        self.conditions.add(decision.condition)
+        if self.obs is not None and self.obs.complete:
+            return
+        message = decision.message
+        if self.obs is None:
+            message = jobperiod.no_progress_message(self.metrics_reason, decision.allocation)
+        conditions = build.conditions_for_decision(
+            self.status_conditions,
+            decision.condition,
+            message,
+            now_s=now,
+            deadline_was_past=build.deadline_was_past(self.status_conditions),
+        )
+        if self.obs is None:
+            conditions = build.conditions_for_unread_progress(
+                conditions, self.deadline_s, best_effort=self.job.best_effort, now_s=now
+            )
+        self.status_conditions = conditions
+
     def _note_verdict(self, grant: planner.Grant | None, now: float) -> None:
         if grant is None:
             return
         before, self.verdict, self.grant = self.verdict, grant.verdict, grant
         self.conditions.add(grant.verdict)
+        self.status_conditions = jobperiod.conditions_for_verdict(
+            self.status_conditions, grant, now_s=now
+        )
         line = _verdict_line(before, grant, now, self.start_s)
         if line is not None:
             self.say(line)
@@ -632,6 +693,22 @@ class _LocalJob:
         else:
             self.exit_code = 130
 
+    def _note_end(self, finished_s: float | None, error: str | None, now: float) -> None:
+        """The conditions of a job that ended (``finished_s``: seconds after its start, None
+        if it did not finish every step): complete once every step is done, as on
+        Kubernetes, where the sample showing them done completes the job whatever the
+        trainer does after it (``build.conditions_for_completion``); else given up on
+        (``build.conditions_for_failure``, with the error's first line)."""
+        if finished_s is not None:
+            self.status_conditions = build.conditions_for_completion(
+                self.status_conditions, self.start_s + finished_s, self.deadline_s, now_s=now
+            )
+        elif self.settings is not None:  # a job that never arrived has no conditions
+            why = (error or "failed").splitlines()[0]
+            self.status_conditions = build.conditions_for_failure(
+                self.status_conditions, why, now_s=now
+            )
+
     def summary(self, finished_s: float | None, code: int, err: str | None) -> RunSummary:
         settings = self.settings
         deadline_rel = (self.deadline_s - self.start_s) if settings is not None else 0.0
@@ -660,12 +737,15 @@ class _LocalJob:
             planner=self.options.planner_policy if self.multi else None,
             queued_s=0.0 if started is None or not self.multi else started - self.start_s,
             start_cores=self.start_cores,
+            status_conditions=[dict(c) for c in self.status_conditions],
         )
 
-    def finish(self) -> RunSummary:
-        """Stop what still runs, release the cgroup, write the trace and plot; the summary."""
+    def finish(self, now: float | None = None) -> RunSummary:
+        """Stop what still runs, release the cgroup, write the trace and plot; the summary.
+        ``now``: when the job ended (Unix s; default: the clock)."""
         if self.result is not None:
             return self.result
+        now = time.time() if now is None else now
         self.done = True
         if self.child is not None and self.child.poll() is None:
             _stop(self.child, paused=self.paused)
@@ -685,6 +765,7 @@ class _LocalJob:
             f"the trainer never published progress at {self.url}",
             self.out / "trainer.log",
         )
+        self._note_end(finished_s, error, now)
         self.result = self.summary(finished_s, code, error)
         write_trace(self.rows, self.result.to_dict(), self.out / "trace.json")
         if self.rows:
