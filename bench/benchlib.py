@@ -69,10 +69,6 @@ class Scenario:
         return self.final_factor >= FEASIBLE_MIN_FACTOR - 1e-9
 
 
-# A loop whose threads do not grow with its limit, its deadline moved earlier under an
-# external load: where more cores than its threads can use are held for nothing.
-THREAD_LIMITED_SCENARIO = "d1.5-move-0.8-disturb"
-
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -99,15 +95,6 @@ SCENARIOS: dict[str, Scenario] = {
             disturb_to=0.6,
             description="1.8 T; a CPU-bound process outside the job's cgroup from 0.54 T to 1.08 T",
         ),
-        Scenario(
-            THREAD_LIMITED_SCENARIO,
-            1.5,
-            move_to=0.8,
-            disturb_from=0.3,
-            disturb_to=0.6,
-            description="1.5 T, moved at 0.45 T to 0.8 x 1.5 T = 1.2 T; a CPU-bound process "
-            "outside the job's cgroup from 0.45 T to 0.9 T (the thread-limited loops only)",
-        ),
     )
 }
 
@@ -122,40 +109,29 @@ class WorkloadSize:
 
     ``resnet``, ``vgg`` and ``lstm`` run in the reference trainer, which sets its threads
     from its CPU limit; ``encoder`` is a loop written the way users write theirs
-    (``decor_trainer.encoder_loop``: PyTorch's default threads, the two-line helper).
-    ``threads``: the reference trainer pinned to that many threads (``--threads``), a loop
-    whose speed stops growing at that many cores, named ``<model>-<threads>thread(s)``."""
+    (``decor_trainer.encoder_loop``: PyTorch's default threads, the two-line helper)."""
 
-    name: str  # resnet | vgg | lstm | encoder | resnet-1thread | resnet-2threads
+    name: str  # resnet | vgg | lstm | encoder
     width: int
     batch_size: int
     extra_args: tuple[str, ...] = ()
     probe_steps: int = 150  # steps of the first all-cores run that sizes the job
     module: str = REFERENCE_TRAINER
-    threads: int | None = None
-    model: str = ""  # the reference trainer's --workload (default: name)
 
     @property
     def threads_follow_limit(self) -> bool:
-        """The reference trainer runs one thread per whole core of its limit (unless pinned)."""
-        return self.module == REFERENCE_TRAINER and self.threads is None
+        """The reference trainer runs one thread per whole core of its limit."""
+        return self.module == REFERENCE_TRAINER
 
     def command(self) -> list[str]:
         return ["python3", "-m", self.module]
 
     def trainer_args(self) -> list[str]:
         size = ["--width", str(self.width), "--batch-size", str(self.batch_size), *self.extra_args]
-        if self.module != REFERENCE_TRAINER:
+        if not self.threads_follow_limit:
             return size
-        pinned = ["--threads", str(self.threads)] if self.threads is not None else []
         # no periodic checkpoint: every run starts from step 0 in its own folder
-        return ["--workload", self.model or self.name, *size, *pinned, "--checkpoint-every-s", "0"]
-
-
-def thread_limited(size: WorkloadSize, threads: int) -> WorkloadSize:
-    """``size`` pinned to ``threads`` threads, under its own name."""
-    name = f"{size.name}-{threads}thread{'s' if threads > 1 else ''}"
-    return replace(size, name=name, threads=threads, model=size.model or size.name)
+        return ["--workload", self.name, *size, "--checkpoint-every-s", "0"]
 
 
 SMALL_SIZES = {
@@ -186,7 +162,6 @@ PAPER_SIZES = {
     ),
 }
 TINY_SIZE = WorkloadSize("resnet", width=4, batch_size=8, probe_steps=800)
-THREAD_LIMITED_THREADS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -206,21 +181,10 @@ class Grid:
     sizing_tolerance: float = 0.1  # accept a measured T within this fraction of the target
     min_cores: float = 0.25  # MIN of the controlled policies (both get the same bounds)
     disturb_processes: int = 1
-    # The scenarios a workload named here runs; the scenarios named here are theirs alone
-    # (a workload not named runs the grid's other scenarios).
-    workload_scenarios: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def scenarios_of(self, policy: str) -> tuple[str, ...]:
         allowed = self.policy_scenarios.get(policy)
         return tuple(s for s in self.scenarios if allowed is None or s in allowed)
-
-    def scenarios_for(self, workload: str) -> tuple[str, ...]:
-        """The grid's scenarios that ``workload`` runs (see ``workload_scenarios``)."""
-        own = self.workload_scenarios.get(workload)
-        if own is not None:
-            return tuple(s for s in self.scenarios if s in own)
-        claimed = {s for named in self.workload_scenarios.values() for s in named}
-        return tuple(s for s in self.scenarios if s not in claimed)
 
 
 ALL_SCENARIOS = tuple(SCENARIOS)
@@ -239,14 +203,9 @@ QUICK_AND_FULL_POLICY_SCENARIOS = {
 def make_grid(name: str, *, sizes: str = "small") -> Grid:
     """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (T ~ 23 s, about 2 h on a 2-core
     machine), ``full`` (T ~ 60 s, about 4.5 h there: 280 x T of jobs). Four workloads: the
-    three reference ones and ``encoder``, a user's own loop; in quick and full also ResNet
-    pinned to one and to two threads, in their own scenario only (THREAD_LIMITED_SCENARIO)."""
+    three reference ones and ``encoder``, a user's own loop."""
     table = PAPER_SIZES if sizes == "paper" else SMALL_SIZES
     workloads = tuple(table[w] for w in ("resnet", "vgg", "lstm", "encoder"))
-    limited = tuple(thread_limited(table["resnet"], n) for n in THREAD_LIMITED_THREADS)
-    limited_scenarios: dict[str, tuple[str, ...]] = {
-        w.name: (THREAD_LIMITED_SCENARIO,) for w in limited
-    }
     if name == "smoke":
         return Grid(
             name="smoke",
@@ -260,22 +219,20 @@ def make_grid(name: str, *, sizes: str = "small") -> Grid:
     if name == "quick":
         return Grid(
             name="quick",
-            workloads=workloads + limited,
+            workloads=workloads,
             all_cores_target_s=600.0 if sizes == "paper" else 23.0,
             scenarios=ALL_SCENARIOS,
             reps={"decor": 2, "decor-nn": 2, "static-max": 2, "static-oracle": 1},
             policy_scenarios=QUICK_AND_FULL_POLICY_SCENARIOS,
-            workload_scenarios=limited_scenarios,
         )
     if name == "full":
         return Grid(
             name="full",
-            workloads=workloads + limited,
+            workloads=workloads,
             all_cores_target_s=900.0 if sizes == "paper" else 60.0,
             scenarios=ALL_SCENARIOS,
             reps={"decor": 2, "decor-nn": 2, "static-max": 2, "static-oracle": 1},
             policy_scenarios=QUICK_AND_FULL_POLICY_SCENARIOS,
-            workload_scenarios=limited_scenarios,
         )
     raise ValueError(f"unknown grid {name!r}; choose smoke, quick or full")
 
@@ -342,7 +299,7 @@ def plan_runs(grid: Grid, seed: int = 0) -> list[PlannedRun]:
     runs: list[PlannedRun] = []
     for rep in range(max(grid.reps.values())):
         for workload in grid.workloads:
-            for scenario in grid.scenarios_for(workload.name):
+            for scenario in grid.scenarios:
                 order = drawn.get((workload.name, scenario))
                 if order is None:
                     order = [p for p in POLICIES if scenario in grid.scenarios_of(p)]

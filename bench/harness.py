@@ -1154,11 +1154,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
     )
-    parser.add_argument(
-        "--workloads",
-        help="comma-separated subset of resnet,vgg,lstm,encoder (quick, full: also "
-        "resnet-1thread,resnet-2threads)",
-    )
+    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm,encoder")
     parser.add_argument(
         "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
     )

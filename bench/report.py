@@ -397,10 +397,7 @@ def _scenarios_section(scenarios: Sequence[str]) -> list[str]:
         "its curve is a staircase above one core: a limit is interpolated only between "
         "profiled allocations with its thread count (1.7 cores run like the 1.5-core profile) "
         "and a deadline one thread cannot meet takes the next whole core; `encoder` (a user's "
-        "own loop, PyTorch's default threads) and the thread-limited loops (`resnet-1thread`, "
-        "`resnet-2threads`: the reference trainer pinned to one and two threads, run only in "
-        "their own scenario, a deadline moved earlier under an external load) are "
-        "interpolated between all of them. The curve "
+        "own loop, PyTorch's default threads) is interpolated between all of them. The curve "
         "is exact at the "
         "profiled allocations, so what the oracle runs miss by is the run-to-run spread of "
         "this machine plus the interpolation.",

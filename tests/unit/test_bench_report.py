@@ -32,14 +32,12 @@ def test_quick_grid_interleaves_policies_per_setting() -> None:
     grid = bl.make_grid("quick")
     runs = bl.plan_runs(grid, seed=3)
     counts = {p: sum(1 for r in runs if r.policy == p) for p in bl.POLICIES}
-    # the thread-limited loops run their own scenario only, which no other workload runs
-    limited = len(bl.THREAD_LIMITED_THREADS)
-    scenarios, workloads = len(bl.SCENARIOS) - 1, len(grid.workloads) - limited
+    scenarios, workloads = len(bl.SCENARIOS), len(grid.workloads)
     assert counts == {
-        "decor": 2 * scenarios * workloads + 2 * limited,
-        "decor-nn": 2 * scenarios * workloads + 2 * limited,
+        "decor": 2 * scenarios * workloads,
+        "decor-nn": 2 * scenarios * workloads,
         "static-max": 2 * 2 * workloads,  # 1.0x and the disturbance, paired with decor
-        "static-oracle": (scenarios - 1) * workloads + limited,  # at 1.0x: static MAX
+        "static-oracle": (scenarios - 1) * workloads,  # at 1.0x the oracle is static MAX
     }
     assert len({r.run_id for r in runs}) == len(runs)
     # each setting's policies are consecutive; repetition 0 of everything comes first
@@ -54,34 +52,6 @@ def test_quick_grid_interleaves_policies_per_setting() -> None:
     }
     assert len(orders) > 1
     assert bl.plan_runs(grid, seed=3) == runs
-
-
-@pytest.mark.parametrize("grid_name", ["quick", "full"])
-def test_thread_limited_loops_run_a_deadline_move_under_load_beside_decor_nn(
-    grid_name: str,
-) -> None:
-    grid = bl.make_grid(grid_name)
-    runs = bl.plan_runs(grid)
-    limited = {"resnet-1thread": "1", "resnet-2threads": "2"}
-    mine = {(r.workload, r.scenario, r.policy) for r in runs if r.workload in limited}
-    assert mine == {
-        (w, bl.THREAD_LIMITED_SCENARIO, p)
-        for w in limited
-        for p in ("decor", "decor-nn", "static-oracle")
-    }
-    scenario = bl.SCENARIOS[bl.THREAD_LIMITED_SCENARIO]
-    assert scenario.move_to is not None and scenario.disturb_from is not None
-    assert not any(
-        r.scenario == bl.THREAD_LIMITED_SCENARIO for r in runs if r.workload not in limited
-    )
-    for size in grid.workloads:
-        args = size.trainer_args()
-        if size.name in limited:
-            assert not size.threads_follow_limit
-            assert args[:2] == ["--workload", "resnet"]
-            assert args[args.index("--threads") + 1] == limited[size.name]
-        else:
-            assert "--threads" not in args
 
 
 @pytest.mark.parametrize("seed", [0, 1, 3, 78])

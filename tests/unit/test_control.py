@@ -29,12 +29,10 @@ from decor.api.vocabulary import (
     DECISION_STARTING,
 )
 from decor.core.control import (
-    CoreCeiling,
     Observation,
     Settings,
     SpeedFit,
     State,
-    _judged_ceiling,
     _level_held,
     _upper_need_s,
     _whole_core_level,
@@ -43,7 +41,6 @@ from decor.core.control import (
     start_allocation,
     step_time_curve,
     usable_cores,
-    useful_max_allocation,
 )
 from decor.core.simulate import Plant, SimResult, run_closed_loop
 
@@ -1510,125 +1507,3 @@ def test_decor_changes_the_allocation_the_period_a_deadline_moves(mode: str, mov
     trace = [(t, a) for t, _, a, _ in result.trace]
     seen = next(i for i, (t, _) in enumerate(trace) if t >= at_s)  # the first period after it
     assert trace[seen + 1][1] != trace[seen][1], trace[seen - 3 : seen + 4]
-
-
-# ---------------------------------------------------------------------------------------
-# A loop whose speed stops growing with cores (one thread, two threads)
-
-CEILING_LOAD = ((20.0, math.inf, 1.25),)  # another process takes a share of every core
-
-
-def ceiling_plant(cores: float, loaded: bool) -> Plant:
-    """Speed grows with cores up to ``cores`` (the loop's threads) and not beyond; noisy,
-    and with ``loaded`` 25 % slower at every allocation from 20 s on."""
-    return Plant(
-        a=0.4, saturation=cores, noise=0.05, whole_threads=True,
-        slowdowns=CEILING_LOAD if loaded else (),
-    )  # fmt: skip
-
-
-def assert_one_level_above_for_measuring(result: SimResult, ceiling: float, s: Settings) -> None:
-    """Above the ceiling: one level at most, for the two periods that measure it, once at
-    first and once more each ceiling_memory_periods (the re-test)."""
-    assert result.finished_s is not None
-    above = [(t, a) for t, _, a, _ in result.trace if a > ceiling]
-    trips = 1 + int(result.finished_s // (s.ceiling_memory_periods * s.period_s))
-    assert all(a <= ceiling + 1.0 for _, a in above), above
-    assert len(above) <= 2 * trips, above
-
-
-@pytest.mark.parametrize("ceiling", [1.0, 2.0])
-@pytest.mark.parametrize("loaded", [False, True])
-@pytest.mark.parametrize("seed", [0, 1])
-def test_decor_holds_no_cores_above_a_ceiling_for_a_deadline_it_cannot_meet_faster(
-    ceiling: float, loaded: bool, seed: int
-) -> None:
-    # At 30 % the deadline moves to 0.8 of what it was, 1.04x the run at the ceiling: no
-    # allocation meets it. The law finishes as early, with as few core-seconds, as one
-    # told the ceiling in advance (MAX = the ceiling), and with fewer than decor-nn.
-    plant = ceiling_plant(ceiling, loaded)
-    deadline_s = 1.3 * TOTAL_STEPS * plant.mean_step_time_s(ceiling, 0.0)
-    settings = cpu_settings(deadline_s, "decor", min_allocation=0.1)
-    moved = [(0.3 * deadline_s, 0.8 * deadline_s)]
-
-    def run(s: Settings, start: float | None = 1.0) -> SimResult:
-        return run_closed_loop(s, plant, TOTAL_STEPS, deadline_changes=moved, seed=seed,
-                               initial_allocation=start)  # fmt: skip
-
-    result = run(settings)
-    assert_one_level_above_for_measuring(result, ceiling, settings)
-    told = run(replace(settings, max_allocation=ceiling))
-    assert result.finished_s is not None and told.finished_s is not None
-    assert result.finished_s <= told.finished_s + 2 * settings.period_s
-    assert result.core_seconds <= 1.02 * told.core_seconds
-    assert result.core_seconds < run(replace(settings, policy="decor-nn"), None).core_seconds
-
-
-@pytest.mark.parametrize("ceiling", [1.0, 2.0])
-@pytest.mark.parametrize("move", [None, 0.9])
-def test_decor_meets_a_deadline_the_ceiling_allows_without_cores_above_it(
-    ceiling: float, move: float | None
-) -> None:
-    # Under the external load; the deadline (moved or not) needs the ceiling's speed
-    # for most of the run (moved, more than it: then it finishes as the ceiling allows).
-    plant = ceiling_plant(ceiling, loaded=True)
-    at_ceiling_s = TOTAL_STEPS * plant.mean_step_time_s(ceiling, 100.0)
-    deadline_s = 1.15 * at_ceiling_s
-    moved = [(0.3 * deadline_s, move * deadline_s)] if move is not None else []
-    settings = cpu_settings(deadline_s, "decor", min_allocation=0.1)
-    for seed in SEEDS:
-        result = run_closed_loop(settings, plant, TOTAL_STEPS, deadline_changes=moved,
-                                 seed=seed, initial_allocation=1.0)  # fmt: skip
-        if move is None:
-            assert_finished_within(result, DECOR_CPU_DEV, f"ceiling {ceiling} seed {seed}")
-        assert_one_level_above_for_measuring(result, ceiling, settings)
-
-
-def test_a_ceiling_is_judged_from_a_level_above_and_confirmed_on_the_way_back() -> None:
-    settings = decor_settings()
-    one_level = {1: 0.40, 2: 0.20, 3: 0.40 / 3}.__getitem__  # fitted: linear speed-up
-    flat = {1: 0.40, 2: 0.40}.__getitem__
-    # two cores no faster than one: a ceiling at one, then the way back confirms it
-    seen = _judged_ceiling(None, flat, (1.0, 1.0), 2.0, 0.41, 10.0, settings)
-    assert seen == CoreCeiling(1.0, 0.41, confirmed=False, judged_s=10.0)
-    assert _judged_ceiling(seen, flat, (1.0, 2.0), 1.0, 0.40, 12.0, settings) == CoreCeiling(
-        1.0, 0.41, confirmed=True, judged_s=12.0
-    )
-    # a load that began as the job went up slows the lower level alike: no ceiling
-    loaded = _judged_ceiling(None, one_level, (1.0, 1.0), 2.0, 0.40 * 1.02, 10.0, settings)
-    assert loaded is not None and not loaded.confirmed
-    assert _judged_ceiling(loaded, one_level, (1.0, 2.0), 1.0, 0.40 * 1.3, 12.0, settings) is None
-    # a level that speeds up, and levels the fit never measured, make no ceiling
-    assert _judged_ceiling(None, one_level, (1.0, 2.0), 3.0, 0.135, 10.0, settings) is None
-    assert _judged_ceiling(None, flat, (2.0, 2.0), 2.0, 0.40, 10.0, settings) is None
-
-
-def test_the_ceiling_is_the_useful_maximum_and_flattens_the_speed_curve() -> None:
-    settings = decor_settings()
-    ceiling = CoreCeiling(2.0, 0.2, confirmed=True, judged_s=0.0)
-    state = replace(fitted_decor_state(2.0), ceiling=ceiling)
-    assert useful_max_allocation(state, settings) == 2.0
-    assert useful_max_allocation(replace(state, ceiling=None), settings) == MAX_CORES
-    assert useful_max_allocation(replace(state, ceiling=replace(ceiling, retest=True)),
-                                 settings) == 3.0  # fmt: skip
-    curve = step_time_curve(state, settings)
-    assert curve is not None and curve(4.0) == curve(2.0) < curve(1.0)
-    raw = json.loads(json.dumps(state.to_dict()))
-    assert State.from_dict(raw) == state and raw["ceiling"]["cores"] == 2.0
-    for bad in (3, {"cores": 2.0}):
-        with pytest.raises(ValueError, match="ceiling"):
-            State.from_dict({**raw, "ceiling": bad})
-    assert "ceiling" not in replace(state, ceiling=None).to_dict()
-
-
-def test_a_ceiling_is_measured_again_one_level_up_once_it_is_old() -> None:
-    # A job at its ceiling of one core, judged long ago, behind its deadline: the law goes
-    # to two cores (not MAX) and the first sample there judges the ceiling anew.
-    settings = decor_settings()
-    old = CoreCeiling(1.0, 0.4, confirmed=True, judged_s=0.0)
-    state = replace(fitted_decor_state(1.0), ceiling=old, last_time_s=199.0,
-                    last_steps=400.0, last_change_s=50.0)  # fmt: skip
-    obs = observation(200.0, 402.5, 1.0, total=TOTAL_STEPS)
-    decision = decide(state, obs, replace(settings, deadline_s=300.0), 200.0)
-    assert decision.state.ceiling is not None and decision.state.ceiling.retest
-    assert decision.allocation == 2.0

@@ -223,26 +223,6 @@ def test_the_laws_decision_is_the_need_under_a_cap_and_a_moved_deadline_counts()
     assert earlier.deadline_s == START_S + 45.0 and 1.6 <= earlier.need <= 1.601
 
 
-def test_the_planner_gets_no_more_than_the_learned_ceiling_as_the_useful_maximum() -> None:
-    """A job measured no faster at two cores than at one asks the planner for one at most;
-    a cap below the ceiling still counts."""
-    doc = job_doc(estimate={"stepSeconds": 0.15, "allocation": "1"})
-    spec = parse_job(doc)
-    settings = jobperiod.law_settings(spec, START_S)
-    ceiling = control.CoreCeiling(1.0, above_step_s=0.15, confirmed=True, judged_s=START_S)
-    state = replace(jobperiod.law_start(spec, settings, START_S), ceiling=ceiling)
-    args: dict[str, Any] = dict(key="ns/a", need=1.7, starting=False, remaining=480.0,
-                                current=1.0, arrival_s=START_S, admitted=True)  # fmt: skip
-    made = jobperiod.job_demand(spec, settings, state, START_S, **args)
-    assert (made.need, made.max_allocation, made.uncapped_max) == (1.0, 1.0, 1.0)
-    assert job_demand(doc, need=1.7, starting=False).max_allocation == 2.0  # no ceiling
-    retest = replace(state, ceiling=replace(ceiling, retest=True))
-    made = jobperiod.job_demand(spec, settings, retest, START_S, **args)
-    assert made.max_allocation == 2.0  # one level above it, to measure it again
-    capped = jobperiod.job_demand(spec, settings, state, START_S, **{**args, "most": 0.5})
-    assert (capped.max_allocation, capped.uncapped_max) == (0.5, 1.0)
-
-
 def test_a_best_effort_demand_has_no_deadline() -> None:
     made = job_demand(best_effort_doc(), need=2.0, starting=False)
     assert made.deadline_s is None and made.need == 2.0

@@ -138,18 +138,3 @@ def test_follower_rereads_the_limit_once_a_period_and_sets_only_changes() -> Non
     assert follower.poll() == 4
     assert calls == [1, 3, 4]
     assert follower.changes == 2
-
-
-def test_a_fixed_thread_count_pins_torch_and_follows_no_limit() -> None:
-    """``--threads N`` (the benchmark's thread-limited loops): N threads whatever the limit."""
-    torch = pytest.importorskip("torch")
-    from decor_trainer.distributed import WorldInfo
-    from decor_trainer.train import _thread_follower, parse_args
-
-    before = torch.get_num_threads()
-    try:
-        assert parse_args(["--threads", "1"]).threads == 1
-        assert _thread_follower(1, WorldInfo()) is None
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)

@@ -109,18 +109,6 @@ class Settings:
     # the deadline needs is always taken. Four: from MAX to the count above the need, to the
     # one below it, one more shrink after a deadline moved later or a fast phase, and a spare.
     gpu_max_restarts: int = 4
-    # decor, CPU: a whole-core level whose measured speed exceeds a lower level's by less
-    # than this fraction is no faster than it (a period's mean step time of a noisy loop is
-    # a few % off): the lower level is the job's ceiling (:class:`CoreCeiling`), and the
-    # law allocates no more. A ceiling is kept once the return trip measures the lower level
-    # no more than ceiling_confirm_ratio slower than the level above was: a load that slowed
-    # the level above (and slows the lower one alike) is told from a ceiling so.
-    ceiling_gain_ratio: float = 0.05
-    ceiling_confirm_ratio: float = 0.15
-    # decor, CPU: this many periods after a ceiling was last judged, the next need above it
-    # goes up one level again, and that level's first sample judges it anew (a loop that
-    # gained threads, a load that went away). Each such trip costs a core for two periods.
-    ceiling_memory_periods: float = 120.0
 
     @property
     def quantum(self) -> float:
@@ -139,10 +127,6 @@ class Settings:
     @property
     def model_memory_s(self) -> float:
         return self.model_memory_periods * self.period_s
-
-    @property
-    def ceiling_memory_s(self) -> float:
-        return self.ceiling_memory_periods * self.period_s
 
     @property
     def duration_s(self) -> float:
@@ -250,25 +234,6 @@ class SpeedFit:
 
 
 @dataclass(frozen=True)
-class CoreCeiling:
-    """Whole cores beyond which a CPU job's measured speed stops growing (one thread, a data
-    loader, memory bandwidth): more cores are held for nothing.
-
-    ``cores``: the ceiling (a whole number of cores, at least one). ``above_step_s``: the
-    seconds per step measured at the level above it that showed no gain. ``confirmed``: the
-    ceiling itself was measured again after that level, about as fast. ``judged_s``: when
-    it was last judged (Unix s). ``retest``: Settings.ceiling_memory_s after that, the law
-    may go one level above the ceiling again, and the first sample there judges it anew.
-    """
-
-    cores: float
-    above_step_s: float
-    confirmed: bool
-    judged_s: float
-    retest: bool = False
-
-
-@dataclass(frozen=True)
 class State:
     """Everything the controller remembers between periods (JSON-serialisable)."""
 
@@ -295,15 +260,11 @@ class State:
     # GPU: the changes of count asked for so far (each a restart); None (not stored) before
     # the first one and on CPU
     gpu_restarts: int | None = None
-    # decor CPU: where the job's speed stops growing with cores; None (not stored) while no
-    # measured level above another was found no faster than it
-    ceiling: CoreCeiling | None = None
 
     def to_dict(self) -> dict[str, Any]:
         raw = asdict(self)
-        for name in ("gpu_restarts", "ceiling"):
-            if raw[name] is None:
-                del raw[name]
+        if raw["gpu_restarts"] is None:
+            del raw["gpu_restarts"]
         return raw
 
     @staticmethod
@@ -320,16 +281,6 @@ class State:
             if not isinstance(sums, dict):
                 raise ValueError(f"controller state: {name} is not a mapping")
             data[name] = SpeedFit(**{k: v for k, v in sums.items() if k in fit_known})
-        if data.get("ceiling") is not None:
-            if not isinstance(data["ceiling"], dict):
-                raise ValueError("controller state: ceiling is not a mapping")
-            known_ceiling = {f.name for f in fields(CoreCeiling)}
-            try:
-                data["ceiling"] = CoreCeiling(
-                    **{k: v for k, v in data["ceiling"].items() if k in known_ceiling}
-                )
-            except TypeError as err:
-                raise ValueError(f"controller state: ceiling: {err}") from err
         data["version"] = STATE_VERSION
         return State(**data)
 
@@ -488,33 +439,8 @@ def _nn_condition(
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
     """One period of ``decor``: learn from the sample, answer a moved deadline, and plan the
-    remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`), with
-    MAX lowered to the learned ceiling (:func:`useful_max_allocation`)."""
+    remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`)."""
     learned = _learn(state, obs, settings, now)
-    useful = useful_max_allocation(learned.state, settings)
-    if useful >= settings.max_allocation:
-        return _decide_learned(state, learned, obs, settings, now)
-    decision = _decide_learned(
-        state, learned, obs, replace(settings, max_allocation=useful), now
-    )  # fmt: skip
-    note = f"; no faster above {useful:g} core(s), MAX taken as {useful:g}"
-    return replace(decision, message=decision.message + note)
-
-
-def useful_max_allocation(state: State, settings: Settings) -> float:
-    """The most cores a job's speed grows with: MAX, or its learned ceiling
-    (:class:`CoreCeiling`) within [MIN, MAX]. The law allocates no more; the planner takes
-    it as the job's useful maximum."""
-    if state.ceiling is None:
-        return settings.max_allocation
-    return clamp(state.ceiling.cores + (1.0 if state.ceiling.retest else 0.0), settings)
-
-
-def _decide_learned(
-    state: State, learned: _Learned, obs: Observation, settings: Settings, now: float
-) -> Decision:
-    """:func:`_decide_decor` once the sample is learned (``settings``: MAX within the
-    ceiling)."""
     base = learned.state
     step_time = _step_time_model(base.fit, base.level_fit, settings, base.level_shape)
     unplanned = _unplanned(state, base, obs, settings, now, step_time)
@@ -574,12 +500,13 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     is still pending."""
     fit, level_fit, level_shape = state.fit, state.level_fit, state.level_shape
     fewest, most = state.fewest_cores_measured, state.most_cores_measured
-    ceiling = _remembered_ceiling(state, settings, now)
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
     )
     learned_restart_s = state.restart_cost_s  # None until a restart has been measured
-    pending_since = _pending_since(state, obs, now)
+    pending_since = state.change_pending_since_s
+    if obs.pending and pending_since is None:
+        pending_since = state.last_change_s if state.last_change_s is not None else now
     if state.last_time_s is not None and state.last_steps is not None and obs.allocation > 0:
         dt = obs.time_s - state.last_time_s
         dsteps = obs.steps_done - state.last_steps
@@ -592,7 +519,6 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
             if settings.mode != "cpu" or cores <= 1.0:
                 fit = fit.add(1.0 / cores, *sample)
             if settings.mode == "cpu" and cores >= 1.0:
-                ceiling = _ceiling_after(ceiling, state, cores, dt / dsteps, now, settings)
                 level_fit = level_fit.add(1.0 / cores, *sample)
                 level_shape = _shape_of(level_fit, level_shape)
                 fewest = min(cores, fewest if fewest is not None else math.inf)
@@ -624,95 +550,8 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         decisions=state.decisions + 1,
         # A move seen while a change is still being applied is answered once it has been.
         deadline_s=state.deadline_s if changing else settings.deadline_s,
-        ceiling=ceiling,
     )
     return _Learned(learned, restart_cost, changing, settled_now)
-
-
-def _remembered_ceiling(state: State, settings: Settings, now: float) -> CoreCeiling | None:
-    """The stored ceiling; once older than ``ceiling_memory_s``, marked for a re-test (the next
-    need above it measures one level more)."""
-    ceiling = state.ceiling
-    if ceiling is not None and now - ceiling.judged_s > settings.ceiling_memory_s:
-        return replace(ceiling, retest=True)
-    return ceiling
-
-
-def _pending_since(state: State, obs: Observation, now: float) -> float | None:
-    """Since when a change has been pending: as stored, else from the last change (or now)
-    when this sample is the first to see it pending."""
-    if obs.pending and state.change_pending_since_s is None:
-        return state.last_change_s if state.last_change_s is not None else now
-    return state.change_pending_since_s
-
-
-def _ceiling_after(
-    ceiling: CoreCeiling | None,
-    state: State,
-    cores: float,
-    step_s: float,
-    now: float,
-    settings: Settings,
-) -> CoreCeiling | None:
-    """:func:`_judged_ceiling` after a sample at ``cores`` whole cores, from what ``state``
-    (the last decision's) measured before it."""
-    fewest, most = state.fewest_cores_measured, state.most_cores_measured
-    measured = (fewest, most) if fewest is not None and most is not None else None
-    levels = _fitted_levels(state.level_fit, state.level_shape, state.fit)
-    return _judged_ceiling(ceiling, levels, measured, cores, step_s, now, settings)
-
-
-def _fitted_levels(
-    level_fit: SpeedFit, level_shape: float | None, sub_fit: SpeedFit
-) -> Callable[[int], float] | None:
-    """Seconds per step at a whole-core level as fitted so far (None before any whole-core
-    sample): the whole-core fit, and at one core the faster of it and the sub-core fit. A
-    job that ran below one core until its need rose has a recent sub-core fit and a
-    whole-core fit from long ago (its start), a few noisy samples."""
-    whole = level_fit.coefficients(level_shape)
-    if whole is None:
-        return None
-    a, b = whole
-    sub = sub_fit.coefficients()
-    one_core_s = min(a + b, sub[0] + sub[1]) if sub is not None else a + b
-    return lambda level: one_core_s if level == 1 else a / level + b
-
-
-def _judged_ceiling(
-    ceiling: CoreCeiling | None,
-    level_step_s: Callable[[int], float] | None,
-    measured: tuple[float, float] | None,
-    cores: float,
-    step_s: float,
-    now: float,
-    settings: Settings,
-) -> CoreCeiling | None:
-    """The ceiling after a sample of ``step_s`` seconds per step at ``cores`` whole cores
-    (``level_step_s``: seconds per step at a whole-core level as fitted before it,
-    :func:`_fitted_levels`; ``measured``: the fewest and the most whole cores measured).
-
-    A sample above the ceiling, or above the fewest cores measured where there is none,
-    judges it: the fewest cores below the sample, within the measured range (the fit is not
-    trusted beyond it), whose fitted step time is within ``ceiling_gain_ratio`` of the
-    sample's (None when every such level is slower). The
-    first sample at a new ceiling confirms it, when it is at most ``ceiling_confirm_ratio``
-    slower than the level above was, or drops it: a load that began as the job went up
-    slowed the level above, and slows the ceiling alike on the way back.
-    """
-    if ceiling is not None and cores <= ceiling.cores:
-        if ceiling.confirmed or cores < ceiling.cores:
-            return ceiling
-        if step_s <= ceiling.above_step_s * (1.0 + settings.ceiling_confirm_ratio):
-            return replace(ceiling, confirmed=True, judged_s=now)
-        return None
-    if level_step_s is None or measured is None:
-        return None
-    bound_s = step_s * (1.0 + settings.ceiling_gain_ratio)
-    fewest, most = measured
-    for level in range(math.ceil(fewest - 1e-6), int(min(cores - 1.0, most)) + 1):
-        if level_step_s(level) <= bound_s:
-            return CoreCeiling(float(level), step_s, confirmed=False, judged_s=now)
-    return None
 
 
 def _restart_seen_s(
@@ -1365,13 +1204,8 @@ def _hold_or_change(
 
 def step_time_curve(state: State, settings: Settings) -> Callable[[float], float] | None:
     """The job's fitted speed curve: seconds per step at an allocation (decreasing in it);
-    None before anything was measured. The planner predicts finishes with it. Flat above
-    the learned ceiling (:func:`useful_max_allocation`): more cores run no faster there."""
-    model = _step_time_model(state.fit, state.level_fit, settings, state.level_shape)
-    if model is None or state.ceiling is None:
-        return model
-    top = useful_max_allocation(state, settings)
-    return lambda u: model(min(u, top))
+    None before anything was measured. The planner predicts finishes with it."""
+    return _step_time_model(state.fit, state.level_fit, settings, state.level_shape)
 
 
 def replan_within_grant(

@@ -310,17 +310,6 @@ def demand(
     )
 
 
-def speed_curve(
-    spec: JobSpec, settings: control.Settings, state: control.State
-) -> Callable[[float], float] | None:
-    """Seconds per step at an allocation: the law's fit, else ``spec.estimate`` (linear
-    speed-up), else None (nothing measured or told)."""
-    curve = control.step_time_curve(state, settings)
-    if curve is None and spec.estimate is not None:
-        curve = estimated_curve(*spec.estimate)
-    return curve
-
-
 def job_demand(
     spec: JobSpec,
     settings: control.Settings,
@@ -344,17 +333,16 @@ def job_demand(
     """What a job of ``spec`` asks of this period's planner (:func:`demand`).
 
     ``need``: the law's decision (None: it did not decide: the law's allocation, or for a
-    job ``starting`` its trainer, the least its speed curve (:func:`speed_curve`) finishes
-    ``remaining`` steps with by the deadline: ``settings.deadline_s``, moved or not).
+    job ``starting`` its trainer, the least its speed curve finishes ``remaining`` steps with
+    by the deadline: ``settings.deadline_s``, moved or not). The curve is the law's fit, else ``spec.estimate`` (linear speed-up).
     ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
-    Both maxima are at most the law's useful maximum (its learned ceiling: more cores run
-    no faster, :func:`control.useful_max_allocation`).
     ``planned_peak``: the GPUs of a switch up the law planned for later
     (``control.Decision.planned_peak``; 0: none).
     """
-    useful = control.useful_max_allocation(state, settings)
-    high = min(useful, settings.max_allocation if most is None else most)
-    curve = speed_curve(spec, settings, state)
+    high = settings.max_allocation if most is None else most
+    curve = control.step_time_curve(state, settings)
+    if curve is None and spec.estimate is not None:
+        curve = estimated_curve(*spec.estimate)
     deadline_s = math.inf if spec.best_effort else settings.deadline_s
     if need is None and starting and curve is not None and remaining > 0:
         need = need_from_curve(curve, remaining, deadline_s - now_s, settings.min_allocation, high)
@@ -364,7 +352,7 @@ def job_demand(
         need=state.allocation if need is None else need,
         min_allocation=settings.min_allocation,
         max_allocation=high,
-        uncapped_max=useful,
+        uncapped_max=settings.max_allocation,
         current=current,
         steps_remaining=remaining,
         deadline_s=deadline_s,
