@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -11,7 +12,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from decor.adapter.scrape import Scraper, prometheus_progress_all, scrape_progress, url_fetcher
+from decor.adapter.scrape import (
+    QUERY_MAX_PODS,
+    Scraper,
+    progress_query,
+    prometheus_progress_all,
+    scrape_progress,
+    url_fetcher,
+)
 from decor.core.progress import (
     RESTART_SECONDS,
     STEPS_DONE,
@@ -185,6 +193,29 @@ def test_a_series_counts_only_for_the_pod_it_was_scraped_from(server: _Server) -
     # without the pods' addresses the forged count would have won
     forged = prometheus_progress_all(server.url)[("victims", "victim-0")]
     assert isinstance(forged, Progress) and forged.steps_done == 100
+
+
+def test_the_query_names_only_the_pods_read_and_matches_them_exactly(server: _Server) -> None:
+    """A period asks Prometheus for its due jobs' pods, not every trainer's series; each name
+    is a literal in the anchored label regex ('.' of a pod name matches only '.')."""
+    pods = [("ns-a", "job.v2-0"), ("ns-b", "other-0"), ("ns-a", "third-0")]
+    server.default_query_answer = (200, _prom([]))
+    assert prometheus_progress_all(server.url, pod_ips=dict.fromkeys(pods, "10.0.0.1")) == {}
+    (query,) = server.queries
+    assert query == progress_query(pods)
+    selectors = dict(re.findall(r'(\w+)=~"((?:[^"\\]|\\.)*)"', query))
+    pod_regex = selectors["pod"].replace("\\\\", "\\")  # the PromQL string, unescaped
+    namespace_regex = selectors["namespace"].replace("\\\\", "\\")
+    for _, pod in pods:
+        assert re.fullmatch(pod_regex, pod)
+    for name in ("jobxv2-0", "job.v2-00", "other", "x-other-0", ""):
+        assert not re.fullmatch(pod_regex, name), name
+    assert re.fullmatch(namespace_regex, "ns-a") and not re.fullmatch(namespace_regex, "ns-c")
+    # no pods: no query; more pods than a query names: every pod's series
+    assert prometheus_progress_all(server.url, pod_ips={}) == {} and len(server.queries) == 1
+    many = [("ns", f"p-{i}") for i in range(QUERY_MAX_PODS + 1)]
+    assert progress_query(many) == progress_query(None)
+    assert 'pod!=""' in progress_query(None)
 
 
 def test_prometheus_down_is_an_error() -> None:

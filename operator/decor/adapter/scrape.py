@@ -3,7 +3,7 @@
 Two sources, one result per trainer pod (:class:`Progress`, or the :class:`MetricsError`
 saying why there is none), read once per control period for every job at once:
 * :func:`prometheus_progress_all`: one instant query to a Prometheus server's HTTP API for
-  every pod's series;
+  the series of every pod the period reads;
 * :class:`Scraper`: the trainers' (or sidecars') ``/metrics`` endpoints in the text
   exposition format, a bounded number in flight, waited on for a bounded time.
 
@@ -17,11 +17,12 @@ docs/contract.md.
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from decor.core.progress import (
@@ -105,11 +106,13 @@ def prometheus_progress_all(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     pod_ips: Mapping[PodKey, str] | None = None,
 ) -> dict[PodKey, ProgressRead]:
-    """Every trainer pod's progress from one instant query (all four metric names, every
-    pod), by (namespace, pod); with ``pod_ips``, only the series scraped from each pod itself
-    (:func:`progress_by_pod`). Raises MetricsError when Prometheus cannot answer."""
-    names = "|".join(PROGRESS_NAMES)
-    query = f'{{__name__=~"{names}",pod!=""}}'
+    """Trainer pods' progress from one instant query (all four metric names), by (namespace,
+    pod); with ``pod_ips``, only those pods' series (:func:`progress_query`), each counted only
+    when scraped from the pod itself (:func:`progress_by_pod`); without, every pod's. Raises
+    MetricsError when Prometheus cannot answer."""
+    if pod_ips is not None and not pod_ips:
+        return {}
+    query = progress_query(None if pod_ips is None else list(pod_ips))
     url = f"{base_url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
     try:
         body = json.loads(_http_get(url, timeout_s, PROMETHEUS_MAX_BYTES))
@@ -118,6 +121,33 @@ def prometheus_progress_all(
     if body.get("status") != "success":
         raise MetricsError(f"Prometheus query failed: {body.get('error', body)}")
     return progress_by_pod(body.get("data", {}).get("result", []), pod_ips)
+
+
+QUERY_MAX_PODS = 200
+"""A query names at most this many pods; for more it asks for every pod's series (a period
+reads the pods of at most ``loop.PERIOD_JOBS`` jobs)."""
+
+
+def progress_query(pods: list[PodKey] | None = None) -> str:
+    """The PromQL selector of the progress series of ``pods`` (every pod's for none or more
+    than :data:`QUERY_MAX_PODS`). A period reads only its due jobs' pods: the answer grows with
+    them, not with every trainer Prometheus scrapes (four series a pod; at 1,000 jobs the
+    whole answer is about 0.6 MiB, parsed by the operator and encoded by Prometheus twice a
+    second). Namespace and pod are matched apart (a pod named like another namespace's pod
+    comes back too; :func:`progress_by_pod` keys by both)."""
+    names = "|".join(PROGRESS_NAMES)
+    if not pods or len(pods) > QUERY_MAX_PODS:
+        return f'{{__name__=~"{names}",pod!=""}}'
+    namespaces = _promql_alternatives(ns for ns, _ in pods)
+    pod_names = _promql_alternatives(pod for _, pod in pods)
+    return f'{{__name__=~"{names}",namespace=~"{namespaces}",pod=~"{pod_names}"}}'
+
+
+def _promql_alternatives(values: Iterable[str]) -> str:
+    """``a|b|c`` matching exactly these strings (a PromQL label regex is anchored), escaped
+    for the regex and then for the PromQL string it sits in."""
+    escaped = sorted({re.escape(v) for v in values})
+    return "|".join(escaped).replace("\\", "\\\\").replace('"', '\\"')
 
 
 READ_WAIT_S = 0.5
