@@ -7,6 +7,7 @@ from typing import Any
 
 from decor.core.views import ClusterView, Key, Snapshot
 from decor.service.config import OperatorConfig
+from decor.service.job import STATUS_WRITES_PER_S
 from decor.service.loop import IDLE_PERIOD_S, PERIOD_JOBS, ControlLoop
 from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
@@ -142,3 +143,17 @@ def test_no_period_runs_before_the_pod_watch_has_listed_every_pod() -> None:
     view.replace_pods([])
     loop.run_period()
     assert set(loop.controllers) == {("ns", "a")}
+
+
+def test_each_committed_job_gets_the_fleets_share_of_routine_status_writes() -> None:
+    names = [f"j{i:04d}" for i in range(1000)]
+    now = [1000.0]
+    loop = _loop(names, now)
+    snapshot = loop.view.snapshot()
+    due = _due(loop, snapshot, now[0])
+    loop.controllers["ns", names[-1]].done = True  # a finished job writes nothing routine
+    committed: list[Key] = []
+    loop._commit = lambda key, *_: committed.append(key)  # type: ignore[method-assign]
+    loop._commit_all(due, None, None, now[0])  # type: ignore[arg-type]
+    assert committed == due
+    assert {loop.controllers[k].status_spread_s for k in due} == {999 / STATUS_WRITES_PER_S}

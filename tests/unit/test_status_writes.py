@@ -132,3 +132,44 @@ def test_state_alone_is_written_with_the_heartbeat() -> None:
         controller.status = _status(controller={"allocation": 0.75, "last_steps": now[0]})
         controller._write()
     assert len(kube.writes) == 2  # the first, and one heartbeat
+
+
+def test_a_large_fleet_spreads_its_routine_writes_but_not_what_a_user_acts_on() -> None:
+    """At 1,000 jobs each job's progress and heartbeat wait jobs / STATUS_WRITES_PER_S (50 s)
+    instead of 3 periods (30 s): the fleet's routine writes stay near the budget."""
+    period_s, jobs = 10.0, 1000
+    controller, kube, now = _controller(period_s)
+    controller.status_spread_s = jobs / job.STATUS_WRITES_PER_S
+    controller.status = _status(progress=0.10)
+    assert controller._write()
+    _run_periods(controller, now, 30, period_s)  # 300 s of moving progress
+    spread_periods = int(controller.status_spread_s // period_s)
+    assert len(kube.writes) == 1 + 30 // spread_periods
+    assert 30 / (len(kube.writes) - 1) * period_s * job.STATUS_WRITES_PER_S >= jobs
+    _run_periods(controller, now, 1, period_s, allocation="1500m")  # acted on: at once
+    assert kube.writes[-1]["allocation"] == "1500m"
+    # the heartbeat is spread too
+    controller, kube, now = _controller(1.0)
+    controller.status_spread_s = 45.0
+    controller.status = _status()
+    assert controller._write()
+    for _ in range(44):
+        now[0] += 1.0
+        controller.status = _status(controller={"allocation": 0.75, "last_steps": now[0]})
+        controller._write()
+    assert len(kube.writes) == 1
+    now[0] += 1.0
+    controller.status = _status(controller={"allocation": 0.75, "last_steps": now[0]})
+    controller._write()
+    assert len(kube.writes) == 2
+
+
+def test_a_small_fleet_writes_as_before() -> None:
+    """Below STATUS_HEARTBEAT_S x STATUS_WRITES_PER_S jobs at a 10 s period nothing changes."""
+    period_s = 10.0
+    controller, kube, now = _controller(period_s)
+    controller.status_spread_s = 600 / job.STATUS_WRITES_PER_S
+    controller.status = _status(progress=0.10)
+    assert controller._write()
+    _run_periods(controller, now, 30, period_s)
+    assert len(kube.writes) == 1 + 30 // int(job.PROGRESS_WRITE_PERIODS)

@@ -59,6 +59,14 @@ PROGRESS_WRITE_PERIODS = 3.0
 the heartbeat): at a 10 s period a running job costs one status write per 30 s, not one per
 period, while phase, allocation, admission and conditions are written the period they
 change."""
+STATUS_WRITES_PER_S = 20.0
+"""The routine status writes (progress, ETA, the heartbeat) of all of an operator's jobs
+together stay near this rate: with more than ``STATUS_HEARTBEAT_S`` x this (600) jobs, each
+job's progress and heartbeat wait ``jobs / STATUS_WRITES_PER_S`` seconds instead (50 s at
+1,000 jobs), so that the API server's load stops growing with the fleet. What a user acts on
+(phase, allocation, admission, conditions) is still written the period it changes. Below 600
+jobs only a short period's progress writes are spread (100 jobs at a 1 s period: every 5 s,
+not 3)."""
 
 
 class JobController:
@@ -99,6 +107,9 @@ class JobController:
         self.written_at_s = -math.inf
         self.loaded = False
         self.period_s = 1.0
+        self.status_spread_s = 0.0
+        """The fleet's share (set by the loop, :data:`STATUS_WRITES_PER_S`): the routine
+        status writes wait at least this long."""
         self.next_due_s = -math.inf
         self.done = False
         self.overhead_cpu_cores = build.sidecar_cpu_cores()
@@ -335,8 +346,9 @@ class JobController:
 
     def _write(self, force: bool = False) -> bool:
         """Merge-patch status when something a user acts on changed (or ``force``); progress
-        and ETA at most every PROGRESS_WRITE_PERIODS; anything else with the heartbeat. False
-        when the job no longer exists."""
+        and ETA at most every PROGRESS_WRITE_PERIODS; anything else with the heartbeat; the
+        last two no sooner than the fleet's share (``status_spread_s``). False when the job no
+        longer exists."""
         self.metrics.job_phase(self.key, self.status.get("phase"))
         if self.written == self.status:
             return True
@@ -346,6 +358,7 @@ class JobController:
                 due_s = STATUS_HEARTBEAT_S
                 if build.shown_progress(self.written) != build.shown_progress(self.status):
                     due_s = min(due_s, PROGRESS_WRITE_PERIODS * self.period_s)
+                due_s = max(due_s, self.status_spread_s)
                 if since_s < due_s:
                     return True
         snapshot = tree_copy(self.status)

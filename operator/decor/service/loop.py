@@ -45,7 +45,7 @@ from decor.core import build, capacity, group, planner, progress
 from decor.core.capacity import NodeCapacity, Room
 from decor.core.views import ClusterView, Key, Snapshot, quotas_left
 from decor.service.config import OperatorConfig
-from decor.service.job import JobController
+from decor.service.job import STATUS_WRITES_PER_S, JobController
 from decor.service.operator_metrics import OperatorMetrics
 
 log = logging.getLogger("decor.operator")
@@ -369,7 +369,11 @@ class ControlLoop:
         now: float,
     ) -> None:
         """Step 5 for every due job, several at once (each job's calls are its own; the room
-        they share is locked), handed out in commit order so the most urgent asks first."""
+        they share is locked), handed out in commit order so the most urgent asks first. Each
+        job's routine status writes get the fleet's share (:data:`STATUS_WRITES_PER_S`)."""
+        running = sum(1 for c in self.controllers.values() if not c.done)
+        for key in due:
+            self.controllers[key].status_spread_s = running / STATUS_WRITES_PER_S
         workers = min(self.config.commit_workers, len(due))
         if workers <= 1:
             for key in due:
