@@ -78,11 +78,9 @@ DEFAULT_LEASE_NAME = "decor-operator"
 DEFAULT_MIN_PERIOD_S = 1.0
 READ_TIMEOUT_S = 2.0
 """Total time one progress read may take (a Prometheus query or one trainer's /metrics)."""
-COMMIT_WORKERS = 16
+COMMIT_WORKERS = 8
 """Jobs whose actuation and status write run at once in a period (API calls wait on the
-network, so a thousand jobs' commits one after another would outlast a 10 s period; a period
-waits for its slowest commit, so a busy API server's latency is hidden only by many at
-once)."""
+network, so a thousand jobs' commits one after another would outlast a 10 s period)."""
 SCRAPE_WORKERS = 16
 """Trainer endpoints scraped at once when there is no Prometheus."""
 STARTUP_GRACE_S = 180.0

@@ -58,12 +58,10 @@ ProgressReader = Callable[[Snapshot, list[Key]], Mapping[progress.PodKey, progre
 
 IDLE_PERIOD_S = 1.0
 """How often the loop looks at the views when no job is due sooner."""
-PERIOD_JOBS = 100
+PERIOD_JOBS = 50
 """At most this many due jobs run in one period, the longest overdue first; the rest run in
 the next period, at once. A period then lasts a fraction of a second whatever the number of
-jobs, and a job whose spec changed waits for no more than that before it runs. (At 1,000
-jobs and a 10 s period, 100 are due each second: a period's plan, snapshot and progress query
-are paid once for them, not twice.)"""
+jobs, and a job whose spec changed waits for no more than that before it runs."""
 
 
 LIMIT_RANGES_TTL_S = 30.0
