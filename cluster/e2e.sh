@@ -14,8 +14,8 @@
 # DECOR_E2E_LANES=1 runs phase 1 one test at a time too. DECOR_E2E_PHASES picks the phases
 # (default "lanes alone"; .ci/run runs them one by one, with the scale smoke run beside the
 # lanes). The 25 slowest tests of each phase are printed at its end. The exit status is
-# non-zero when a phase failed. `e2e.sh --measure-width` prints the test ResNet's width for
-# this machine (DECOR_E2E_RESNET_WIDTH) and exits.
+# non-zero when a phase failed. `e2e.sh --measure-width` prints the test ResNet's width and its
+# step time on this machine (DECOR_E2E_RESNET_WIDTH, WIDTH:STEP_S) and exits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -40,7 +40,7 @@ case $lanes in '' | *[!0-9]* | 0) echo "e2e: DECOR_E2E_LANES must be a positive 
 # measured inside a lane it would be skewed by the other lanes' jobs.
 if [ -z "${DECOR_E2E_RESNET_WIDTH:-}" ]; then
   DECOR_E2E_RESNET_WIDTH=$("$V/bin/python" -c 'import sys; sys.path.insert(0, "tests/e2e")
-from test_operator import resnet_width; print(resnet_width())' | tail -n 1)
+from test_operator import resnet_measure; print(resnet_measure())' | tail -n 1)
   export DECOR_E2E_RESNET_WIDTH
 fi
 if [ "${1:-}" = --measure-width ]; then echo "$DECOR_E2E_RESNET_WIDTH"; exit 0; fi

@@ -68,8 +68,9 @@ LANE_SCALE = min(1.0, CPU_MAX_CORES / 0.8)
 
 
 def lane_steps(steps: int) -> int:
-    """``steps`` (sized for an 800m lane) for this run's lanes (``LANE_SCALE``)."""
-    return max(1, round(steps * LANE_SCALE))
+    """``steps`` (sized for an 800m lane) for this run's lanes (``LANE_SCALE``) and this
+    machine's speed (:func:`machine_scale`)."""
+    return max(1, round(steps * LANE_SCALE * machine_scale()))
 
 
 def steps_total(manifest: dict[str, Any]) -> int:
@@ -110,13 +111,14 @@ def _resnet_step_s(width: int) -> float:
 
 
 @functools.cache
-def resnet_width() -> int:
-    """The narrowest ResNet width whose step at one thread takes at least 85 % of
-    ``RESNET_STEP_S_AT_ONE_CORE`` on this machine (measured once per session, seconds), or
-    ``DECOR_E2E_RESNET_WIDTH`` where cluster/e2e.sh measured it before the lanes started."""
+def resnet_measure() -> str:
+    """``WIDTH:STEP_S``: the narrowest ResNet width whose step at one thread takes at least
+    85 % of ``RESNET_STEP_S_AT_ONE_CORE`` on this machine, and that step (seconds), measured
+    once per session; or ``DECOR_E2E_RESNET_WIDTH`` where cluster/e2e.sh measured it before the
+    lanes started (a bare width: the step is not known)."""
     measured = os.environ.get("DECOR_E2E_RESNET_WIDTH")
     if measured:
-        return int(measured)
+        return measured
     import torch
 
     threads = torch.get_num_threads()
@@ -126,10 +128,32 @@ def resnet_width() -> int:
             step_s = _resnet_step_s(width)
             if step_s >= 0.85 * RESNET_STEP_S_AT_ONE_CORE or width == RESNET_WIDTHS[-1]:
                 print(f"\n[e2e] ResNet width {width}: {step_s:.3f} s a step at one thread")
-                return width
+                return f"{width}:{step_s:.4f}"
     finally:
         torch.set_num_threads(threads)
     raise AssertionError("unreachable: the last width is always taken")
+
+
+def resnet_width() -> int:
+    return int(resnet_measure().split(":")[0])
+
+
+SLOW_MACHINE_MARGIN = 1.15
+"""A machine is slower than the jobs' sizes assume when even the narrowest width's step takes
+more than this times ``RESNET_STEP_S_AT_ONE_CORE``."""
+
+
+@functools.cache
+def machine_scale() -> float:
+    """At most 1: on a machine where even the narrowest ResNet steps slower than the jobs'
+    sizes assume (by more than ``SLOW_MACHINE_MARGIN``), the jobs' steps (``lane_steps``)
+    shrink by designed / measured step time, so that a job takes the time it was designed
+    for and needs the same share of its cores; 1 elsewhere. (A VM that ran the narrowest
+    width at 0.15-0.18 s a step, against 0.09, had every lane job Infeasible at MAX.)"""
+    _, _, step = resnet_measure().partition(":")
+    if not step or float(step) <= SLOW_MACHINE_MARGIN * RESNET_STEP_S_AT_ONE_CORE:
+        return 1.0
+    return RESNET_STEP_S_AT_ONE_CORE / float(step)
 
 
 # ============================================================================================
