@@ -31,6 +31,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     job_events,
     job_manifest,
     job_status,
+    lane_steps,
     operator,
     report,
     trainer_pods,
@@ -132,9 +133,12 @@ def test_a_resize_the_quota_refuses_is_a_condition_and_one_event(
             "limits.memory": "8Gi",
         },
     )
-    # 400 steps in 60 s need several times START_CPU: the law asks to grow at once.
+    # 800 steps in 120 s need several times START_CPU: the law asks to grow at once, and the
+    # checks below end long before the deadline (once it has passed, the job runs on as the
+    # lost-deadline rule says, not at what it holds).
     resources = {"mode": "cpu", "min": CPU_MIN, "max": CPU_MAX, "initial": START_CPU}
-    create_job(kube, namespace, job_manifest("quota-grow", trainer_image, duration="60s",
+    create_job(kube, namespace, job_manifest("quota-grow", trainer_image, duration="120s",
+                                             steps_per_epoch=lane_steps(200),
                                              resources=resources))  # fmt: skip
 
     def refused() -> dict[str, Any] | None:
