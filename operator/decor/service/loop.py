@@ -371,9 +371,9 @@ class ControlLoop:
         """Step 5 for every due job, several at once (each job's calls are its own; the room
         they share is locked), handed out in commit order so the most urgent asks first. Each
         job's routine status writes get the fleet's share (:data:`STATUS_WRITES_PER_S`)."""
-        running = sum(1 for c in self.controllers.values() if not c.done)
+        spread_s = sum(1 for c in self.controllers.values() if not c.done) / STATUS_WRITES_PER_S
         for key in due:
-            self.controllers[key].status_spread_s = running / STATUS_WRITES_PER_S
+            self.controllers[key].status_spread_s = spread_s
         workers = min(self.config.commit_workers, len(due))
         if workers <= 1:
             for key in due:
