@@ -366,6 +366,25 @@ def test_speed_fit_is_empty_before_any_sample() -> None:
     assert SpeedFit().coefficients() is None
 
 
+def test_a_read_of_zero_steps_starts_no_speed_interval() -> None:
+    """A trainer at 0.2 core takes 1 s a step (a = 0.2 s at one core). The read that saw no
+    step done carries the read's time, 0.8 s into the first step: the interval from it to
+    the first step's stamp (0.2 s) would make the step five times too fast. The speed is
+    measured from the first step on."""
+    settings = cpu_settings(1000.0, "decor")
+    state = State(policy="decor", allocation=0.2)
+    zero = replace(observation(10.8, 0, 0.2, total=1000), anchors=False)
+    for obs in (zero, observation(11.0, 1, 0.2, 1000), observation(12.0, 2, 0.2, 1000)):
+        state = decide(state, obs, settings, obs.time_s).state
+    a, b = state.fit.coefficients()
+    assert (a, b) == (pytest.approx(0.2), 0.0)
+    # Without the rule (the zero read anchoring), the first interval alone says a = 0.04.
+    anchored = State(policy="decor", allocation=0.2)
+    for obs in (observation(10.8, 0, 0.2, 1000), observation(11.0, 1, 0.2, 1000)):
+        anchored = decide(anchored, obs, settings, obs.time_s).state
+    assert anchored.fit.coefficients()[0] == pytest.approx(0.04)
+
+
 # ---------------------------------------------------------------------------------------
 # decor: single decisions (step time 0.4/u s; 1000 steps; sample at t = 50 s, 500 done)
 

@@ -76,6 +76,15 @@ def test_observation_is_stamped_with_the_last_step_time() -> None:
     assert (
         observation_from_progress(progress, now_s=1795859999.0, allocation=1).time_s == 1795859999.0
     )
+    assert obs.anchors
+
+
+def test_a_read_of_zero_steps_is_stamped_with_the_read_and_anchors_no_interval() -> None:
+    progress = progress_from_samples(
+        {"decor_steps_completed_total": 0.0, "decor_steps_planned": 400.0}
+    )
+    obs = observation_from_progress(progress, now_s=1795860001.0, allocation=1.5)
+    assert (obs.time_s, obs.steps_done, obs.anchors) == (1795860001.0, 0.0, False)
 
 
 class _Server:

@@ -150,7 +150,10 @@ class Observation:
     and planned mini-batches. ``allocation``: what is actually in effect now (read back from
     the cgroup or the pod status). ``pending``: a requested change has not taken effect yet.
     ``restart_s``: the trainer's own measure of its last restart (from the save of the
-    checkpoint it resumed from to its first step after), when it reports one.
+    checkpoint it resumed from to its first step after), when it reports one. ``anchors``:
+    the sample can start a speed interval (False: a count of zero stamped with the read's
+    time, which can be a scrape interval after the count was true; from it to the first
+    step's own stamp is shorter than that step took).
     """
 
     time_s: float
@@ -159,6 +162,7 @@ class Observation:
     allocation: float
     pending: bool = False
     restart_s: float | None = None
+    anchors: bool = True
 
     @property
     def progress(self) -> float:
@@ -543,8 +547,8 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         level_shape=level_shape,
         fewest_cores_measured=fewest,
         most_cores_measured=most,
-        last_time_s=obs.time_s,
-        last_steps=obs.steps_done,
+        last_time_s=obs.time_s if obs.anchors else None,
+        last_steps=obs.steps_done if obs.anchors else None,
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
         change_pending_since_s=pending_since,
         decisions=state.decisions + 1,

@@ -86,7 +86,11 @@ def observation_from_progress(
     """An Observation stamped with the last step's completion time when known.
 
     Using the step's own time stamp instead of the scrape time removes the quantisation of
-    counting whole steps between scrapes.
+    counting whole steps between scrapes. A count of zero has no stamp: it starts no speed
+    interval (``Observation.anchors``), since the first step began before the read that saw
+    none done (Prometheus's sample can be a scrape interval old). A CPU job whose first
+    interval ran from such a read to its first step measured a 4.5x too fast step, and was
+    shrunk before its second sample.
     """
     stamp = progress.last_step_time_s if progress.last_step_time_s is not None else now_s
     return Observation(
@@ -96,6 +100,7 @@ def observation_from_progress(
         allocation=allocation,
         pending=pending,
         restart_s=progress.restart_s,
+        anchors=progress.last_step_time_s is not None or progress.steps_done > 0,
     )
 
 
