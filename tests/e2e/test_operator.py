@@ -70,7 +70,13 @@ LANE_SCALE = min(1.0, CPU_MAX_CORES / 0.8)
 def lane_steps(steps: int) -> int:
     """``steps`` (sized for an 800m lane) for this run's lanes (``LANE_SCALE``) and this
     machine's speed (:func:`machine_scale`)."""
-    return max(1, round(steps * LANE_SCALE * machine_scale()))
+    return machine_steps(steps * LANE_SCALE)
+
+
+def machine_steps(steps: float) -> int:
+    """``steps`` (sized for a ResNet step of ``RESNET_STEP_S_AT_ONE_CORE``) for this
+    machine's speed (:func:`machine_scale`): the job takes the time it was sized for."""
+    return max(1, round(steps * machine_scale()))
 
 
 def steps_total(manifest: dict[str, Any]) -> int:

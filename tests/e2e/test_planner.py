@@ -37,6 +37,8 @@ from test_operator import (  # noqa: F401, F811 - fixtures used by name
     job_events,
     job_manifest,
     job_status,
+    machine_scale,
+    machine_steps,
     now_utc,
     operator,
     report,
@@ -309,15 +311,16 @@ def test_a_job_that_cannot_finish_does_not_hold_the_node(
     # measured by): it does not fit beside the hopeless job's 1.5 on the node's 2 cores, only
     # beside its 100m probe. (With 120 s, a cold CI run measured it unable to finish even at
     # MAX, one thread, 7 s after its pod started.)
+    # On a slower machine (machine_scale) it has fewer, slower steps: the same need.
     known = job_manifest(
         "known",
         trainer_image,
         epochs=1,
-        steps_per_epoch=800,
+        steps_per_epoch=machine_steps(800),
         deadline=rfc3339(now_utc() + timedelta(seconds=160)),
         resources=_resources(CPU_MIN, "1500m", "1000m"),
     )
-    step_s = round(1.3 * RESNET_STEP_S_AT_ONE_CORE, 3)
+    step_s = round(1.3 * RESNET_STEP_S_AT_ONE_CORE / machine_scale(), 3)
     known["spec"]["estimate"] = {"stepSeconds": step_s, "allocation": "1"}
     create_job(kube, namespace, known)
 
@@ -340,7 +343,7 @@ def test_a_job_that_cannot_finish_does_not_hold_the_node(
         "feasible",
         trainer_image,
         epochs=4,
-        steps_per_epoch=100,
+        steps_per_epoch=machine_steps(100),
         deadline=rfc3339(created + timedelta(seconds=100)),
         resources=_resources(CPU_MIN, "1500m", "1000m"),
     )
