@@ -35,6 +35,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     job_manifest,
     job_status,
     lane_steps,
+    machine_steps,
     operator,
     read_node_file,
     report,
@@ -188,13 +189,13 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
 ) -> None:
     restart_operator(operator, monkeypatch, DECOR_UNSCHEDULABLE_WAIT_SECONDS="20")
     name = "gpu-blocked"
-    # As in test_operator's GPU test: 900 steps in 40 s at one (advertised) GPU are too slow
-    # by the speed model, so the controller asks for a second one.
+    # As in test_operator's GPU test: 900 steps (fewer on a slower machine) in 40 s at one
+    # (advertised) GPU are too slow by the speed model, so the controller asks for a second.
     manifest = job_manifest(
         name,
         trainer_image,
         epochs=6,
-        steps_per_epoch=150,
+        steps_per_epoch=machine_steps(150),
         duration="40s",
         resources={"mode": "gpu", "min": 1, "max": 2, "initial": 1},
         control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
@@ -239,7 +240,8 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
     (last,) = trainer_pods(kube, namespace, name)  # the others were deleted
     assert last.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"  # the cap held
     steps = logged_steps(namespace, job)
-    assert sorted(steps) == list(range(900)), "steps repeated or lost across the fallback"
+    total = steps_total(manifest)
+    assert sorted(steps) == list(range(total)), "steps repeated or lost across the fallback"
 
 
 def _taint_dict(taint: Any) -> dict[str, Any]:

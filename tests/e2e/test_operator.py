@@ -793,12 +793,13 @@ def test_gpu_change_restarts_from_the_checkpoint(
         name,
         trainer_image,
         epochs=6,
-        steps_per_epoch=150,
+        steps_per_epoch=machine_steps(150),
         # 900 steps take 57-90 s here (no CPU limit in gpu mode; 2 threads, depending on how
-        # fast the machine is that day): far too long for 40 s at 1 GPU on any day, short
-        # enough at 2 by the speed model (which assumes speed-up until it sees otherwise), so
-        # the controller asks for a second GPU. (The test bed's GPUs are advertised, not real:
-        # the job then runs late, which is not what this test is about.)
+        # fast the machine is that day; fewer steps on a slower machine): far too long for
+        # 40 s at 1 GPU on any day, short enough at 2 by the speed model (which assumes
+        # speed-up until it sees otherwise), so the controller asks for a second GPU. (The
+        # test bed's GPUs are advertised, not real: the job then runs late, which is not
+        # what this test is about.)
         duration="40s",
         resources={"mode": "gpu", "min": 1, "max": 2, "initial": 1},
         control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
@@ -827,7 +828,8 @@ def test_gpu_change_restarts_from_the_checkpoint(
     # Every step ran exactly once across both pods: the resume was at the saved step.
     step_log = Path(CHECKPOINT_HOST_ROOT, namespace, name, job["metadata"]["uid"], "steps.log")
     steps = [int(line) for line in read_node_file(step_log).split()]
-    assert sorted(steps) == list(range(900)), f"steps repeated or lost: {len(steps)} lines"
+    total = steps_total(manifest)
+    assert sorted(steps) == list(range(total)), f"steps repeated or lost: {len(steps)} lines"
     saved_step = int(resumed[0].split(" at step ")[1].split("/")[0])
     assert 0 < saved_step < 900
     assert steps.index(saved_step) == saved_step  # the new pod continued right there
