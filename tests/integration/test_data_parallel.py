@@ -123,7 +123,16 @@ class Trainer:
             )
 
     def wait(self) -> int:
-        return self.popen.wait(timeout=TIMEOUT_S)
+        """The exit status; a trainer still running after TIMEOUT_S is killed and its stderr
+        (each worker's log) is the failure's message."""
+        try:
+            return self.popen.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+            raise AssertionError(
+                f"the trainer ran on {TIMEOUT_S:g} s after it was waited for:\n{self.stderr}"
+            ) from None
 
     @property
     def stderr(self) -> str:

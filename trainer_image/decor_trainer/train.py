@@ -483,9 +483,12 @@ def train(
     stop = stop if stop is not None else StopRequest()
     world = world if world is not None else WorldInfo()
     try:
-        return _train(args, stop, world)
-    finally:
-        close_process_group()
+        status = _train(args, stop, world)
+    except BaseException:
+        close_process_group()  # the others may be gone: no waiting for them
+        raise
+    close_process_group(together=True)
+    return status
 
 
 def _train(args: argparse.Namespace, stop: StopRequest, world: WorldInfo) -> int:
