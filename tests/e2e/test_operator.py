@@ -831,7 +831,7 @@ def test_gpu_change_restarts_from_the_checkpoint(
     total = steps_total(manifest)
     assert sorted(steps) == list(range(total)), f"steps repeated or lost: {len(steps)} lines"
     saved_step = int(resumed[0].split(" at step ")[1].split("/")[0])
-    assert 0 < saved_step < 900
+    assert 0 < saved_step < total
     assert steps.index(saved_step) == saved_step  # the new pod continued right there
 
 

@@ -393,7 +393,7 @@ def close_process_group(together: bool = False) -> None:
     normally): first wait for the others. A worker that tore its group down after rank 0
     (which holds the rendezvous store) had exited hung there on PyTorch 2.6 with gloo: after a
     SIGTERM and its checkpoint, 3 of 4 runs of a two-worker trainer never exited; with the
-    barrier, none of 8."""
+    barrier, none of 14."""
     if dist.is_available() and dist.is_initialized():
         if together:
             dist.barrier()
