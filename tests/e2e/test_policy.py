@@ -456,10 +456,14 @@ OPERATOR_REFUSED = [
 ]  # fmt: skip
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def priority_class(kube: Any) -> Iterator[str]:
     """A PriorityClass, made by the admin, for the priorityClass case (cluster-wide: the
-    cases that use it run in one lane, ``xdist_group("admin-allowances")``)."""
+    cases that use it run in one lane, ``xdist_group("admin-allowances")``). Made once for
+    the run, not around each case: the API server's admission cache could still hold the
+    class a case before had deleted, so the probe below passed on it, then the delete
+    reached the cache and the operator's pod was refused "no PriorityClass" past the test's
+    minute (a CI run of the lanes)."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
