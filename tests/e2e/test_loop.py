@@ -150,10 +150,12 @@ class LoopBench:
         return True
 
     def period(self, advance_s: float = 1.0) -> None:
-        """Advance the fake clock, let the fleet train, run one period, wait for the kubelet."""
+        """Advance the fake clock, let the fleet train, run one period, wait for its status
+        writes (sent in the background) and the kubelet."""
         self.now += advance_s
         self.fleet.advance(self.refresh())
         self.loop.run_period()
+        assert self.loop.status_writer.flush(30), "the period's status writes were not sent"
         self.kube.wait_for(self.settled, 90, "the kubelet to apply what the period asked")
 
     def status(self, name: str) -> dict[str, Any]:

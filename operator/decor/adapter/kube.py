@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+CONNECTIONS = 32
+"""Connections to the API server kept open for reuse (calls at once beyond it open new ones)."""
 DEFAULT_TIMEOUT_S = 10.0
 """Per-request timeout; the control loop holds the allocation when a call times out."""
 
@@ -101,6 +103,10 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)
         except config.ConfigException:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        # Kept connections: the commit workers and the status writer's (8 + 8 by default)
+        # call at once; the client's default (5 per CPU of the host) would open and drop a
+        # TLS connection per call beyond it on a small node.
+        configuration.connection_pool_maxsize = CONNECTIONS
         return cls(client.ApiClient(configuration))
 
     # --- plumbing -----------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from decor.core.lifecycle import (
 from decor.service.actuate import REFUSALS, Actuator, ResizeRefused
 from decor.service.config import OperatorConfig
 from decor.service.operator_metrics import OperatorMetrics
+from decor.service.status_writer import StatusWriter
 
 MIN_PERIOD_S = 0.2
 """Shortest control period a job runs (protects the API server from a tiny spec value)."""
@@ -82,7 +83,9 @@ class JobController:
         config: OperatorConfig,
         operator_metrics: OperatorMetrics,
         clock: Callable[[], float] = time.time,
+        status_writer: StatusWriter | None = None,
     ) -> None:
+        """``status_writer``: the loop's (shared by its jobs); None writes at once."""
         self.namespace = namespace
         self.name = name
         self.uid = uid
@@ -101,6 +104,7 @@ class JobController:
             stall_timeout_s=config.stall_timeout_s,
             template_policy=config.template_policy,
         )
+        self.status_writer = status_writer or StatusWriter(kube, workers=0)
         self.status: dict[str, Any] = {}
         self.memory = Memory()
         self.written: dict[str, Any] | None = None
@@ -347,9 +351,15 @@ class JobController:
     def _write(self, force: bool = False) -> bool:
         """Merge-patch status when something a user acts on changed (or ``force``); progress
         and ETA at most every PROGRESS_WRITE_PERIODS; anything else with the heartbeat; the
-        last two no sooner than the fleet's share (``status_spread_s``). False when the job no
-        longer exists."""
+        last two no sooner than the fleet's share (``status_spread_s``). Sent by the loop's
+        :class:`StatusWriter` (in the background with several commit workers). False when the
+        job no longer exists (a write found it gone)."""
+        if self.status_writer.gone(self.key, self.uid):
+            self.metrics.job_phase(self.key, None)
+            return False
         self.metrics.job_phase(self.key, self.status.get("phase"))
+        if self.status_writer.take_failed(self.key):
+            self.written = None  # a write did not land: the whole status again
         if self.written == self.status:
             return True
         if not force and self.written is not None:
@@ -362,7 +372,7 @@ class JobController:
                 if since_s < due_s:
                     return True
         snapshot = tree_copy(self.status)
-        if not self.kube.patch_job_status(self.namespace, self.name, snapshot, uid=self.uid):
+        if not self.status_writer.write(self.key, self.uid, snapshot):
             self.metrics.job_phase(self.key, None)
             return False
         self.written = snapshot

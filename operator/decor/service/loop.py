@@ -12,7 +12,9 @@ Each period, in named steps:
                   free capacity (:func:`planner.plan`, the nodes from :mod:`decor.core.capacity`);
 5. ``commit``     each due job acts on its grant as far as its node has room now
                   (``capacity.Room``: the planner's placement, reserved on the same model),
-                  and writes status when something a user sees changed.
+                  and writes status when something a user sees changed (with several
+                  commit workers the write is sent in the background, in order per job:
+                  :mod:`decor.service.status_writer`; the period waits for none).
 
 A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
@@ -47,6 +49,7 @@ from decor.core.views import ClusterView, Key, Snapshot, quotas_left
 from decor.service.config import OperatorConfig
 from decor.service.job import STATUS_WRITES_PER_S, JobController
 from decor.service.operator_metrics import OperatorMetrics
+from decor.service.status_writer import StatusWriter
 
 log = logging.getLogger("decor.operator")
 
@@ -102,11 +105,16 @@ class ControlLoop:
         self._term: int | None = None
         self._waiting_logged = False  # the wait for the pod list is logged once
         self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        # With several commit workers the jobs' status writes leave the period's path.
+        workers = config.commit_workers if config.commit_workers > 1 else 0
+        self.status_writer = StatusWriter(kube, workers, acting_term)
 
     def close(self) -> None:
-        """Stop the background reads (the operator is shutting down)."""
+        """Stop the background reads and send the status writes still waiting (the
+        operator is shutting down)."""
         if self._scraper is not None:
             self._scraper.close()
+        self.status_writer.close()
 
     def wake(self, key: Key) -> None:
         """Make the job due at the next period, whatever its own period (its spec changed)."""
@@ -141,6 +149,7 @@ class ControlLoop:
         room = capacity.grow_room(free, snapshot.pods, decor_pods)
         self._commit_all(sorted(due, key=self._commit_order), grants, room, now)
         self.metrics.jobs_total.set(len(self.controllers))
+        self.metrics.status_writes_waiting.set(self.status_writer.backlog())
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
@@ -183,6 +192,7 @@ class ControlLoop:
         for key in list(self.controllers):
             if key not in snapshot.jobs:
                 self.metrics.job_phase(key, None)
+                self.status_writer.forget(key)
                 del self.controllers[key]
         due, changed = [], []
         for key, body in snapshot.jobs.items():
@@ -197,6 +207,7 @@ class ControlLoop:
                     config=self.config,
                     operator_metrics=self.metrics,
                     clock=self.clock,
+                    status_writer=self.status_writer,
                 )
                 self.controllers[key] = controller
             if controller.done:

@@ -3,7 +3,8 @@
 ``decor_operator_actuations_total`` {kind}, ``decor_operator_reconcile_errors_total``,
 ``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
 ``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
-``decor_operator_plan_duration_seconds``, ``decor_operator_leader``,
+``decor_operator_plan_duration_seconds``, ``decor_operator_status_writes_waiting``,
+``decor_operator_leader``,
 ``decor_operator_leader_takeovers_total``.
 """
 
@@ -67,7 +68,7 @@ class OperatorMetrics:
         self.period_lateness = Histogram(
             vocabulary.METRIC_PERIOD_LATENESS,
             "How late a job's control period ran after it was due.",
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=registry,
         )
         self.plan_seconds = Histogram(
@@ -82,6 +83,13 @@ class OperatorMetrics:
         self.jobs_total = Gauge(
             vocabulary.METRIC_JOBS_TRACKED,
             "DeadlineTrainingJobs in the operator's view (any phase).",
+            registry=registry,
+        )
+        self.status_writes_waiting = Gauge(
+            vocabulary.METRIC_STATUS_WRITES_WAITING,
+            "Jobs' status writes waiting or in flight at the end of a control period (sent "
+            "in the background with several commit workers; a backlog that grows: the API "
+            "server answers them slower than the jobs make them).",
             registry=registry,
         )
         self.leader = Gauge(

@@ -1,0 +1,225 @@
+"""The jobs' status writes off the period's path (decor.service.status_writer): in order per
+job, two waiting writes merged only where that is exact, gone and failed told back, never
+sent in another leader term; and a controller whose background write failed writes its
+whole status again."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from decor.adapter.kube import Fenced, KubeError
+from decor.service import job
+from decor.service.config import OperatorConfig
+from decor.service.operator_metrics import OperatorMetrics
+from decor.service.status_writer import StatusWriter, compose
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+KEY = ("ns", "train")
+
+
+def apply(target: Any, patch: Any) -> Any:
+    """RFC 7386 merge patch, as the API server applies it."""
+    if not isinstance(patch, Mapping):
+        return patch
+    out = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = apply(out.get(key), value)
+    return out
+
+
+# --- compose: one patch that does what two do, or none -----------------------------------------
+
+
+def test_compose_keeps_what_the_first_set_and_the_second_did_not_touch() -> None:
+    first = {"phase": "Running", "eta": None, "controller": {"a": 1, "b": 2}}
+    then = {"phase": "Succeeded", "controller": {"b": 3}}
+    assert compose(first, then) == {
+        "phase": "Succeeded",
+        "eta": None,
+        "controller": {"a": 1, "b": 3},
+    }
+
+
+@pytest.mark.parametrize("first", [{"outcome": None}, {"outcome": 3}, {"outcome": [1]}])
+def test_a_value_then_an_object_does_not_compose(first: dict[str, Any]) -> None:
+    # {"outcome": {"x": 1}} after a delete is not {"outcome": {"x": 1}} merged into what is
+    # there: the old object's other fields are gone after the delete.
+    assert compose(first, {"outcome": {"x": 1}}) is None
+
+
+json_leaf = st.one_of(st.none(), st.integers(0, 3), st.lists(st.integers(0, 2), max_size=2))
+keys = st.sampled_from(["a", "b", "c"])
+objects = st.recursive(
+    st.dictionaries(keys, json_leaf, max_size=3),
+    lambda inner: st.dictionaries(keys, st.one_of(json_leaf, inner), max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(target=objects, first=objects, then=objects)
+def test_compose_is_the_two_patches_one_after_the_other(
+    target: dict[str, Any], first: dict[str, Any], then: dict[str, Any]
+) -> None:
+    merged = compose(first, then)
+    if merged is not None:
+        assert apply(target, merged) == apply(apply(target, first), then)
+
+
+# --- the writer ----------------------------------------------------------------------------------
+
+
+class SlowKube:
+    """Records each status patch; a patch waits for ``release`` while ``hold`` is set."""
+
+    def __init__(self, answer: Any = True) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.answer = answer
+        self.hold = threading.Event()
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def patch_job_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], uid: str | None = None
+    ) -> bool:
+        self.entered.set()
+        if self.hold.is_set():
+            assert self.release.wait(5)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        self.sent.append({"uid": uid, **status})
+        return bool(self.answer)
+
+
+def test_with_no_workers_a_write_is_sent_at_once() -> None:
+    kube = SlowKube()
+    writer = StatusWriter(kube, workers=0)  # type: ignore[arg-type]
+    assert writer.write(KEY, "u1", {"phase": "Running"})
+    assert kube.sent == [{"uid": "u1", "phase": "Running"}]
+
+
+def test_a_jobs_writes_are_sent_in_order_the_waiting_ones_merged() -> None:
+    kube = SlowKube()
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=4)  # type: ignore[arg-type]
+    assert writer.write(KEY, "u1", {"phase": "Pending", "allocation": "1"})
+    assert kube.entered.wait(5)  # the first is in flight, held
+    assert writer.write(KEY, "u1", {"phase": "Running", "eta": "t1"})
+    assert writer.write(KEY, "u1", {"eta": "t2", "stepsDone": 5})
+    assert writer.backlog() == 2  # one in flight, one waiting (the two merged)
+    kube.release.set()
+    writer.close()
+    assert kube.sent == [
+        {"uid": "u1", "phase": "Pending", "allocation": "1"},
+        {"uid": "u1", "phase": "Running", "eta": "t2", "stepsDone": 5},
+    ]
+    assert writer.backlog() == 0
+
+
+def test_writes_that_do_not_compose_are_both_sent() -> None:
+    kube = SlowKube()
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    writer.write(KEY, "u1", {"phase": "Running"})
+    assert kube.entered.wait(5)
+    writer.write(KEY, "u1", {"outcome": None})
+    writer.write(KEY, "u1", {"outcome": {"met": True}})
+    kube.release.set()
+    writer.close()
+    assert [s.get("outcome", "-") for s in kube.sent] == ["-", None, {"met": True}]
+
+
+def test_a_job_found_gone_is_told_at_its_next_write() -> None:
+    kube = SlowKube(answer=False)
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    assert writer.write(KEY, "u1", {"phase": "Running"})  # not known yet
+    writer.close()
+    assert writer.gone(KEY, "u1")
+    assert not writer.gone(KEY, "u2")  # a new job of the same name is another
+    assert not writer.write(KEY, "u1", {"phase": "Running"})
+    writer.forget(KEY)
+    assert not writer.gone(KEY, "u1")
+
+
+def test_a_failed_write_is_told_once_and_a_fenced_one_is_dropped() -> None:
+    kube = SlowKube(answer=KubeError("patch", 500, "etcd timeout"))
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    writer.write(KEY, "u1", {"phase": "Running"})
+    writer.close()
+    assert writer.take_failed(KEY) and not writer.take_failed(KEY)
+
+    kube = SlowKube(answer=Fenced("patch"))
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    writer.write(KEY, "u1", {"phase": "Running"})
+    writer.close()
+    assert not writer.take_failed(KEY) and not writer.gone(KEY, "u1")
+
+
+def test_a_write_is_never_sent_in_another_term() -> None:
+    kube = SlowKube()
+    kube.hold.set()
+    term = [1]
+    writer = StatusWriter(kube, workers=2, term=lambda: term[0])  # type: ignore[arg-type]
+    writer.write(KEY, "u1", {"phase": "Running"})  # term 1, in flight
+    assert kube.entered.wait(5)
+    writer.write(KEY, "u1", {"phase": "Succeeded"})  # term 1, waiting
+    term[0] = 2  # this replica lost the Lease and took it again
+    writer.write(KEY, "u1", {"allocation": "2"})  # term 2: not merged into term 1's
+    kube.release.set()
+    writer.close()
+    assert [s.get("phase", s.get("allocation")) for s in kube.sent] == ["Running", "2"]
+
+
+def test_a_controller_writes_its_whole_status_again_after_a_failed_write() -> None:
+    kube = SlowKube(answer=KubeError("patch", 500, "etcd timeout"))
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    now = [1000.0]
+    controller = job.JobController(
+        "ns",
+        "train",
+        "u1",
+        kube=kube,  # type: ignore[arg-type]
+        config=OperatorConfig(),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: now[0],
+        status_writer=writer,
+    )
+    controller.status = {"phase": "Running", "allocation": "1"}
+    assert controller._write()
+    assert writer.flush()
+    assert kube.sent == []
+    kube.answer = True
+    now[0] += 1.0  # nothing changed since: without the failure, nothing would be written
+    assert controller._write()
+    assert writer.flush()
+    assert kube.sent == [{"uid": "u1", "phase": "Running", "allocation": "1"}]
+    now[0] += 1.0
+    assert controller._write() and writer.flush()
+    assert len(kube.sent) == 1  # written: the next period writes nothing
+
+
+def test_a_controller_whose_write_found_the_job_gone_stops() -> None:
+    kube = SlowKube(answer=False)
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    controller = job.JobController(
+        "ns",
+        "train",
+        "u1",
+        kube=kube,  # type: ignore[arg-type]
+        config=OperatorConfig(),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        status_writer=writer,
+    )
+    controller.status = {"phase": "Running"}
+    assert controller._write()  # sent in the background: not known yet
+    assert writer.flush()
+    assert not controller._write()  # the next period learns it
+    writer.close()
