@@ -619,7 +619,8 @@ def patch_details(run: Run) -> list[dict[str, Any]]:
 
 
 def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any]:
-    """The control loop's job commits and plans in the window: count, mean and total s."""
+    """The control loop's job commits and plans in the window (count, mean and total s), and
+    its status writes still waiting at the window's end."""
     costs: dict[str, Any] = {}
     for key, name in (
         ("commit", vocabulary.METRIC_RECONCILE_DURATION),
@@ -629,6 +630,10 @@ def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any
         costs[f"{key}s_in_window"] = int(count)
         costs[f"{key}_s_mean"] = round(total / count, 5) if count else None
         costs[f"{key}_s_total"] = round(total, 3)
+    # Status writes sent in the background and not yet answered, at the window's end.
+    costs["status_writes_waiting_at_end"] = int(
+        measure.metric_sum(after, vocabulary.METRIC_STATUS_WRITES_WAITING)
+    )
     return costs
 
 

@@ -315,6 +315,11 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
             f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
             f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
         )
+        if loop.get("status_writes_waiting_at_end") is not None:
+            out.append(
+                f"- status writes waiting or in flight at the window's end (sent beside the "
+                f"periods): {loop['status_writes_waiting_at_end']}"
+            )
     out += breakdown_lines(r)
     out += profile_lines(r.get("profile_run") or r)
     kinds = r.get("operator_requests_per_s_by_kind") or {}
