@@ -5,8 +5,11 @@ whole status again."""
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,10 @@ from decor.service.status_writer import StatusWriter, compose
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
+from support.scenario import Bench, job_body, scenario_config  # noqa: E402
 
 KEY = ("ns", "train")
 
@@ -223,3 +230,66 @@ def test_a_controller_whose_write_found_the_job_gone_stops() -> None:
     assert writer.flush()
     assert not controller._write()  # the next period learns it
     writer.close()
+
+
+# --- the loop: its period waits for no status write, and decides the same -------------------------
+
+
+def test_a_period_with_several_commit_workers_does_not_wait_for_a_status_write() -> None:
+    bench = Bench({"node-a": (8.0, 0)}, scenario_config(commit_workers=4))
+    patch, held, entered = bench.kube.patch_job_status, threading.Event(), threading.Event()
+
+    def slow_patch(*args: Any, **kwargs: Any) -> bool:
+        entered.set()
+        assert held.wait(10)
+        return patch(*args, **kwargs)
+
+    bench.kube.patch_job_status = slow_patch  # type: ignore[method-assign]
+    bench.apply(job_body("resnet", initial="2"), FakeTrainer(1000, 100, linear_speed(1.0)))
+    bench.period()  # the period creates the trainer and returns; its status write is held
+    assert entered.wait(5)
+    assert len(bench.pods("resnet")) == 1
+    assert bench.phase("resnet") is None and bench.loop.status_writer.backlog() >= 1
+    held.set()
+    assert bench.loop.status_writer.flush()
+    assert bench.phase("resnet") == "Pending"
+
+
+def _closed_loops(workers: int) -> dict[str, Any]:
+    """Three jobs on a node with room for all (no job's commit takes another's room), one
+    deadline patched mid-run, until every job ends; with ``workers`` > 1 the status writes
+    are sent in the background and waited for after each period."""
+    bench = Bench({"node-a": (32.0, 0)}, scenario_config(commit_workers=workers))
+    for name, duration in (("resnet", "700s"), ("bert", "900s"), ("llm", "1200s")):
+        bench.apply(
+            job_body(name, initial="1", duration=duration),
+            FakeTrainer(1000, 100, linear_speed(1.0), exits=True),
+        )
+    calls_by_period: list[Counter[str]] = []
+    for period in range(400):
+        before = len(bench.kube.record)
+        bench.period(then=lambda: bench.loop.status_writer.flush())
+        if period == 20:
+            bench.patch_spec("bert", {"duration": "600s"})
+        calls_by_period.append(
+            Counter(
+                f"{e['call']} {e.get('name', '')}"
+                for e in bench.kube.record[before:]
+                if "call" in e and e["call"] != "patch_job_status"
+            )
+        )
+        if all(bench.phase(n) in ("Succeeded", "Failed") for n in ("resnet", "bert", "llm")):
+            break
+    return {
+        "status": {n: bench.status(n) for n in ("resnet", "bert", "llm")},
+        "calls": calls_by_period,
+    }
+
+
+def test_background_status_writes_leave_every_decision_and_status_the_same() -> None:
+    inline, background = _closed_loops(1), _closed_loops(4)
+    assert {n: s["phase"] for n, s in inline["status"].items()} == dict.fromkeys(
+        ("resnet", "bert", "llm"), "Succeeded"
+    )
+    assert background["status"] == inline["status"]
+    assert background["calls"] == inline["calls"]
