@@ -171,14 +171,9 @@ class StatusWriter:
             found = self.kube.patch_job_status(key[0], key[1], status, uid=uid)
         except Fenced:
             return
-        except KubeError as exc:
+        except Exception as exc:  # noqa: BLE001 - a worker must outlive anything
             log.warning("%s/%s: status not written (%s); written again next period",
-                        key[0], key[1], exc)  # fmt: skip
-            with self._lock:
-                self._failed.add(key)
-            return
-        except Exception:  # noqa: BLE001 - a worker must outlive anything
-            log.exception("%s/%s: status not written", key[0], key[1])
+                        key[0], key[1], exc, exc_info=not isinstance(exc, KubeError))  # fmt: skip
             with self._lock:
                 self._failed.add(key)
             return
