@@ -129,12 +129,13 @@ def test_a_job_of_two_worker_pods_shrinks_to_one_pod_and_back(
     assert [gpus(first[n]) for n in sorted(first)] == ["1", "1"]
     service = kube.core.read_namespaced_service(f"{name}-rendezvous", namespace)
     assert service.metadata.owner_references[0].uid == job["metadata"]["uid"]
-    wait_steps(kube, namespace, name, steps_total(manifest) // 5)
+    total = steps_total(manifest)
+    wait_steps(kube, namespace, name, total // 5)
 
     set_gpus(kube, namespace, name, 1)  # one pod holds it: the group goes, one pod resumes
     (alone,) = wait_group(kube, namespace, name, [f"{name}-1"]).values()
     assert gpus(alone) == "1"
-    wait_steps(kube, namespace, name, steps_total(manifest) // 2)
+    wait_steps(kube, namespace, name, total // 2)
 
     set_gpus(kube, namespace, name, 2)  # two pods again
     wait_group(kube, namespace, name, [f"{name}-2", f"{name}-2-w1"])
@@ -158,13 +159,11 @@ def test_a_job_of_two_worker_pods_shrinks_to_one_pod_and_back(
     assert steps_by_world.keys() == {1, 2}, steps_by_world.keys()
     # Every step once: the step log (rank 0) and the sample log's steps agree.
     steps = logged_steps(namespace, job)
-    assert sorted(steps) == list(range(steps_total(manifest))), (
-        f"steps repeated or lost: {len(steps)} lines"
-    )
+    assert sorted(steps) == list(range(total)), f"steps repeated or lost: {len(steps)} lines"
     per_step: dict[int, list[int]] = {}
     for line in lines:
         per_step.setdefault(line["step"], []).extend(line["indices"])
-    assert sorted(per_step) == list(range(steps_total(manifest)))
+    assert sorted(per_step) == list(range(total))
     # Each step's shards make up one whole global batch, with no sample twice in a step.
     assert all(len(v) == len(set(v)) == BATCH for v in per_step.values())
 
@@ -183,7 +182,8 @@ def test_a_lost_worker_pod_restarts_its_group_from_the_checkpoint(
     manifest = wide_job(name, trainer_image, "--checkpoint-every-s", "2")
     job = create_job(kube, namespace, manifest)
     wait_group(kube, namespace, name, [f"{name}-0", f"{name}-0-w1"])
-    wait_steps(kube, namespace, name, steps_total(manifest) // 4)
+    total = steps_total(manifest)
+    wait_steps(kube, namespace, name, total // 4)
     # As a node loss or an eviction would: the worker goes without the operator asking.
     kube.core.delete_namespaced_pod(f"{name}-0-w1", namespace, grace_period_seconds=0)
     wait_group(kube, namespace, name, [f"{name}-1", f"{name}-1-w1"])
@@ -193,5 +193,5 @@ def test_a_lost_worker_pod_restarts_its_group_from_the_checkpoint(
     assert any(reason == "PodLost" for _, reason, _ in job_events(kube, namespace, name))
     steps = logged_steps(namespace, job)
     # A lost worker costs the steps since the last checkpoint: they run again, none is lost.
-    assert set(steps) == set(range(steps_total(manifest))), "steps lost across the group's restart"
-    assert steps[-1] == steps_total(manifest) - 1
+    assert set(steps) == set(range(total)), "steps lost across the group's restart"
+    assert steps[-1] == total - 1

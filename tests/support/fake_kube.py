@@ -74,7 +74,7 @@ class RecordingKube:
     def patch_job_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
         """A user's merge patch of the job's spec; the generation moves as the API server's."""
         job = self.jobs[(namespace, name)]
-        job["spec"] = _merge(job["spec"], spec)
+        job["spec"] = merge_patch(job["spec"], spec)
         job["metadata"]["generation"] = int(job["metadata"].get("generation") or 1) + 1
         self.record.append({"scenario": "patch job spec", "name": name, "spec": dict(spec)})
 
@@ -158,7 +158,7 @@ class RecordingKube:
         job = self.jobs.get((namespace, name))
         if job is None or (uid is not None and job["metadata"].get("uid") != uid):
             return False  # gone, or another job of the name now (the API server's 409)
-        job["status"] = _merge(job.get("status") or {}, status)
+        job["status"] = merge_patch(job.get("status") or {}, status)
         return True
 
     def create_pod(self, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -403,7 +403,7 @@ def _cpu_and_memory(resources: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _merge(target: Any, patch: Any) -> Any:
+def merge_patch(target: Any, patch: Any) -> Any:
     """JSON merge patch (RFC 7386): None deletes a field, dicts merge, anything else replaces."""
     if not isinstance(patch, Mapping):
         return copy.deepcopy(patch)
@@ -412,5 +412,5 @@ def _merge(target: Any, patch: Any) -> Any:
         if value is None:
             merged.pop(field, None)
         else:
-            merged[field] = _merge(merged.get(field), value)
+            merged[field] = merge_patch(merged.get(field), value)
     return merged

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +23,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.fake_kube import merge_patch  # noqa: E402
 from support.fake_trainers import FakeTrainer, linear_speed  # noqa: E402
 from support.scenario import Bench, job_body, scenario_config  # noqa: E402
 
 KEY = ("ns", "train")
-
-
-def apply(target: Any, patch: Any) -> Any:
-    """RFC 7386 merge patch, as the API server applies it."""
-    if not isinstance(patch, Mapping):
-        return patch
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = apply(out.get(key), value)
-    return out
 
 
 # --- compose: one patch that does what two do, or none -----------------------------------------
@@ -78,7 +66,7 @@ def test_compose_is_the_two_patches_one_after_the_other(
 ) -> None:
     merged = compose(first, then)
     if merged is not None:
-        assert apply(target, merged) == apply(apply(target, first), then)
+        assert merge_patch(target, merged) == merge_patch(merge_patch(target, first), then)
 
 
 # --- the writer ----------------------------------------------------------------------------------
@@ -185,20 +173,27 @@ def test_a_write_is_never_sent_in_another_term() -> None:
     assert [s.get("phase", s.get("allocation")) for s in kube.sent] == ["Running", "2"]
 
 
-def test_a_controller_writes_its_whole_status_again_after_a_failed_write() -> None:
-    kube = SlowKube(answer=KubeError("patch", 500, "etcd timeout"))
-    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
-    now = [1000.0]
-    controller = job.JobController(
+def _controller(
+    kube: SlowKube, writer: StatusWriter, clock: Callable[[], float]
+) -> job.JobController:
+    """Job ns/train (uid u1) whose status goes through ``writer``."""
+    return job.JobController(
         "ns",
         "train",
         "u1",
         kube=kube,  # type: ignore[arg-type]
         config=OperatorConfig(),
         operator_metrics=OperatorMetrics(CollectorRegistry()),
-        clock=lambda: now[0],
+        clock=clock,
         status_writer=writer,
     )
+
+
+def test_a_controller_writes_its_whole_status_again_after_a_failed_write() -> None:
+    kube = SlowKube(answer=KubeError("patch", 500, "etcd timeout"))
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    now = [1000.0]
+    controller = _controller(kube, writer, lambda: now[0])
     controller.status = {"phase": "Running", "allocation": "1"}
     assert controller._write()
     assert writer.flush()
@@ -216,15 +211,7 @@ def test_a_controller_writes_its_whole_status_again_after_a_failed_write() -> No
 def test_a_controller_whose_write_found_the_job_gone_stops() -> None:
     kube = SlowKube(answer=False)
     writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
-    controller = job.JobController(
-        "ns",
-        "train",
-        "u1",
-        kube=kube,  # type: ignore[arg-type]
-        config=OperatorConfig(),
-        operator_metrics=OperatorMetrics(CollectorRegistry()),
-        status_writer=writer,
-    )
+    controller = _controller(kube, writer, lambda: 1000.0)
     controller.status = {"phase": "Running"}
     assert controller._write()  # sent in the background: not known yet
     assert writer.flush()
