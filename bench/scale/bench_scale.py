@@ -429,6 +429,7 @@ class Window:
     lease_after: lease_records.LeaseRecord | None = None
     proc: list[list[measure.ProcSample]] = field(default_factory=list)
     patches: list[tuple[str, float, float]] = field(default_factory=list)
+    machine_busy_cores: float | None = None  # the whole machine's, from /proc/stat
 
 
 def plan_size(
@@ -583,6 +584,7 @@ def measure_window(run: Run) -> None:
     window.lease_before = run.driver.lease(run.lease_namespace, LEASE_NAME)
     window.replicas_before, window.api_before, window.prom_before = read_counters(run)
     window.start_s = time.time()  # after the reads: the counters' window holds the audit window
+    machine_before = measure.parse_machine_cpu(Path("/proc/stat").read_text())
     sampler = ProcSampler([replica.process.pid for replica in run.operators])
     sampler.start()
     window.patches = schedule_patches(
@@ -590,6 +592,10 @@ def measure_window(run: Run) -> None:
     )
     time.sleep(max(0.0, window.start_s + run.size.window_s - time.time()))  # the window
     window.end_s = time.time()
+    machine_after = measure.parse_machine_cpu(Path("/proc/stat").read_text())
+    window.machine_busy_cores = measure.machine_busy_cores(
+        machine_before, machine_after, os.cpu_count() or 1
+    )
     window.proc = sampler.stop()
     window.replicas_after, window.api_after, window.prom_after = read_counters(run)
     window.lease_after = run.driver.lease(run.lease_namespace, LEASE_NAME)
@@ -619,17 +625,32 @@ def patch_details(run: Run) -> list[dict[str, Any]]:
 
 
 def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any]:
-    """The control loop's job commits and plans in the window (count, mean and total s), and
-    its status writes still waiting at the window's end."""
+    """The control loop in the window: its job commits, plans and periods (count, mean and
+    total s), the periods' p50/p99, the commits slower than 1 s and 5 s and those that
+    outlasted their period; its status writes still waiting at the window's end."""
     costs: dict[str, Any] = {}
     for key, name in (
         ("commit", vocabulary.METRIC_RECONCILE_DURATION),
         ("plan", vocabulary.METRIC_PLAN_DURATION),
+        ("loop_period", vocabulary.METRIC_PERIOD_DURATION),
     ):
         count, total = measure.histogram_mean_delta(before, after, name)
         costs[f"{key}s_in_window"] = int(count)
         costs[f"{key}_s_mean"] = round(total / count, 5) if count else None
         costs[f"{key}_s_total"] = round(total, 3)
+    periods = measure.histogram_delta(before, after, vocabulary.METRIC_PERIOD_DURATION)
+    for q in (0.5, 0.99):
+        quantile = measure.histogram_quantile(q, periods)
+        costs[f"loop_period_s_p{round(100 * q)}"] = measure.rounded(quantile)
+    commits = measure.histogram_delta(before, after, vocabulary.METRIC_RECONCILE_DURATION)
+    total = commits[-1][1] if commits else 0.0
+    for bound in (1.0, 5.0):
+        within = next((count for le, count in commits if le == bound), total)
+        costs[f"commits_over_{bound:g}s"] = int(total - within)
+    costs["commits_outlasting_period"] = int(
+        measure.metric_sum(after, f"{vocabulary.METRIC_COMMITS_OUTLASTING}_total")
+        - measure.metric_sum(before, f"{vocabulary.METRIC_COMMITS_OUTLASTING}_total")
+    )
     # Status writes sent in the background and not yet answered, at the window's end.
     costs["status_writes_waiting_at_end"] = int(
         measure.metric_sum(after, vocabulary.METRIC_STATUS_WRITES_WAITING)
@@ -693,6 +714,7 @@ def build_size_record(
             "running_at_window_start": window.running,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
+            "machine_busy_cores_mean": measure.rounded(window.machine_busy_cores, 3),
             "loop": loop_costs(operator_before, operator_after),
             "deviation_by_group": measure.deviation_by_group(
                 deviation_of, plans, (job for job, _, _ in window.patches)

@@ -417,6 +417,26 @@ def parse_proc_stat(stat: str, clock_ticks_per_s: int) -> float:
     return (int(fields[11]) + int(fields[12])) / clock_ticks_per_s
 
 
+def parse_machine_cpu(stat: str) -> tuple[float, float]:
+    """(busy, total) CPU time of the whole machine, in clock ticks, from the text of
+    /proc/stat (its ``cpu`` line: busy is everything but idle and iowait; guest time is
+    already in user time and is not counted twice)."""
+    fields = stat.splitlines()[0].split()
+    if fields[0] != "cpu":
+        raise ValueError(f"not /proc/stat: {stat[:40]!r}")
+    ticks = [float(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
+
+
+def machine_busy_cores(
+    before: tuple[float, float], after: tuple[float, float], cores: int
+) -> float | None:
+    """Mean busy cores of the whole machine between two :func:`parse_machine_cpu` reads."""
+    total = after[1] - before[1]
+    return None if total <= 0 else cores * (after[0] - before[0]) / total
+
+
 def parse_proc_rss(status: str) -> int:
     """VmRSS in bytes from the text of /proc/PID/status."""
     for line in status.splitlines():

@@ -297,7 +297,13 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
         f"its start; {r.get('periods_in_window')} job periods in it; deadline patches "
         f"{r.get('deadline_patches')} ({r.get('deadline_patches_without_resize')} not "
         f"followed by a resize within the timeout); outcomes {r.get('outcomes')}; "
-        f"measured {r.get('date')} on {r.get('machine_cores')} cores."
+        f"measured {r.get('date')} on {r.get('machine_cores')} cores"
+        + (
+            f", {r['machine_busy_cores_mean']} of them busy on average over the window (the "
+            "whole machine: the bed, both replicas and the driver)."
+            if r.get("machine_busy_cores_mean") is not None
+            else "."
+        )
     )
     if r.get("note"):
         out += ["", f"*{r['note']}.*"]
@@ -319,6 +325,16 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
             out.append(
                 f"- status writes waiting or in flight at the window's end (sent beside the "
                 f"periods): {loop['status_writes_waiting_at_end']}"
+            )
+        if loop.get("loop_periods_in_window"):
+            out.append(
+                f"- the loop's periods that ran jobs: {loop['loop_periods_in_window']}, "
+                f"{1000 * (loop.get('loop_period_s_mean') or 0):.0f} ms mean, p50 "
+                f"{loop.get('loop_period_s_p50')} s, p99 {loop.get('loop_period_s_p99')} s; "
+                f"job commits "
+                f"over 1 s: {loop.get('commits_over_1s')}, over 5 s: "
+                f"{loop.get('commits_over_5s')}; commits that outlasted their period (it "
+                f"stopped waiting for them): {loop.get('commits_outlasting_period')}"
             )
     out += breakdown_lines(r)
     out += profile_lines(r.get("profile_run") or r)

@@ -55,12 +55,15 @@ def test_the_planner_is_not_given_what_trainer_pods_hold_beside_their_trainers()
         ("ns", "t2"): _pod("t2", None, "1", sidecar_cpu="100m"),  # not placed: counted apart
     }
     nodes = capacity.planner_nodes(
-        _free(b=(4.0, 2.0), a=(3.0, 0.0)), pods, set(pods), unplaced_overhead_cpu_cores=0.05
+        _free(b=(4.0, 2.0), a=(3.0, 0.0)),
+        capacity.pod_loads(pods),
+        set(pods),
+        unplaced_overhead_cpu_cores=0.05,
     )
     assert [n.name for n in nodes] == ["a", "b"]  # by name
     assert nodes[0].cpu_cores == pytest.approx(3.0 - 0.1 - 0.05) and nodes[0].gpus == 0.0
     assert nodes[1].cpu_cores == pytest.approx(4.0 - 0.05) and nodes[1].gpus == 2.0
-    tight = capacity.planner_nodes(_free(a=(0.1, 0.0)), pods, set(pods), 0.05)
+    tight = capacity.planner_nodes(_free(a=(0.1, 0.0)), capacity.pod_loads(pods), set(pods), 0.05)
     assert tight[0].cpu_cores == 0.0  # never below nothing
 
 
@@ -72,15 +75,16 @@ def test_the_room_for_commits_is_free_less_what_trainers_hold_now() -> None:
         ("ns", "pending"): _pod("pending", None, "8"),  # on no node yet
         ("ns", "gone-node"): _pod("gone-node", "cordoned", "8"),  # not a node DECOR may use
     }
-    room = capacity.grow_room(_free(a=(3.0, 0.0), b=(2.0, 4.0)), pods, set(pods))
+    loads = capacity.pod_loads(pods)
+    room = capacity.grow_room(_free(a=(3.0, 0.0), b=(2.0, 4.0)), loads, set(pods))
     assert room.free == {"a": [pytest.approx(1.0), 0.0], "b": [pytest.approx(1.0), 2.0]}
-    assert capacity.grow_room(None, pods, set(pods)).free is None  # nodes unseen: no limit
+    assert capacity.grow_room(None, loads, set(pods)).free is None  # nodes unseen: no limit
 
 
 def test_only_decor_trainers_are_left_to_the_planner() -> None:
     nodes = {"a": NodeCapacity("a", 4.0, 4.0), "down": NodeCapacity("down", 8.0, 8.0, False)}
     pods = {("ns", "other"): _pod("other", "a", "1", gpus=1), ("ns", "t"): _pod("t", "a", "2")}
-    free = capacity.free_capacity(nodes, pods, decor_pods={("ns", "t")})
+    free = capacity.free_capacity(nodes, capacity.pod_loads(pods), decor_pods={("ns", "t")})
     assert free == {"a": NodeCapacity("a", 3.0, 3.0)}
 
 
@@ -131,10 +135,11 @@ def test_admitted_new_jobs_are_reserved_in_commit_order_on_the_same_model(
         for i, (_, g, held) in enumerate(cluster)
     }
     demands = [_demand(i, *each) for i, each in enumerate(jobs)]
-    free = capacity.free_capacity(allocatable, pods, decor_pods=set())
-    nodes = capacity.planner_nodes(free, pods, set(), OVERHEAD_CORES * len(demands))
+    loads = capacity.pod_loads(pods)
+    free = capacity.free_capacity(allocatable, loads, decor_pods=set())
+    nodes = capacity.planner_nodes(free, loads, set(), OVERHEAD_CORES * len(demands))
     grants = pl.plan(demands, nodes, 0.0, pl.PlannerSettings()).grants
-    room = capacity.grow_room(free, pods, set())
+    room = capacity.grow_room(free, loads, set())
     for d in sorted(demands, key=lambda d: (d.deadline_s, d.key)):
         grant = grants[d.key]
         if grant.allocation <= 0:

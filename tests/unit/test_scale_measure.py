@@ -296,3 +296,49 @@ def test_a_deadline_patch_leaves_the_job_a_deadline_its_max_can_meet(
 ) -> None:
     got = measure.patched_remaining_s(remaining_s, steps_left, 10.0, at_max=at_max)
     assert got == pytest.approx(want_s), why
+
+
+def _loop_metrics(
+    commits: tuple[int, int, int, float], periods: tuple[int, int], outlasting: int
+) -> str:
+    """Exposition of the loop's histograms: job commits within 1 s, 5 s, +Inf (cumulative)
+    with their sum, periods within 0.5 s and +Inf, and the commits that outlasted a period."""
+    within_1, within_5, total, total_s = commits
+    within_half, periods_total = periods
+    return f"""\
+decor_operator_reconcile_duration_seconds_bucket{{le="1.0"}} {within_1}
+decor_operator_reconcile_duration_seconds_bucket{{le="5.0"}} {within_5}
+decor_operator_reconcile_duration_seconds_bucket{{le="+Inf"}} {total}
+decor_operator_reconcile_duration_seconds_count {total}
+decor_operator_reconcile_duration_seconds_sum {total_s}
+decor_operator_period_duration_seconds_bucket{{le="0.5"}} {within_half}
+decor_operator_period_duration_seconds_bucket{{le="+Inf"}} {periods_total}
+decor_operator_period_duration_seconds_count {periods_total}
+decor_operator_period_duration_seconds_sum {0.25 * periods_total}
+decor_operator_commits_outlasting_period_total {outlasting}
+"""
+
+
+def test_loop_costs_count_slow_commits_and_time_the_periods() -> None:
+    from bench.scale.bench_scale import loop_costs
+
+    before = measure.parse_metrics(_loop_metrics((10, 10, 10, 1.0), (4, 4), 0))
+    after = measure.parse_metrics(_loop_metrics((100, 107, 110, 61.0), (102, 104), 3))
+    costs = loop_costs(before, after)
+    assert costs["commits_in_window"] == 100
+    assert costs["commit_s_mean"] == pytest.approx(0.6)
+    assert costs["commits_over_1s"] == 10 and costs["commits_over_5s"] == 3
+    assert costs["commits_outlasting_period"] == 3
+    assert costs["loop_periods_in_window"] == 100
+    assert costs["loop_period_s_p50"] == pytest.approx(0.5 * 50 / 98, abs=1e-4)
+    assert costs["loop_period_s_p99"] == 0.5  # in +Inf: the last finite bound
+
+
+def test_the_machine_s_busy_cores_come_from_proc_stat() -> None:
+    before = measure.parse_machine_cpu("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    after = measure.parse_machine_cpu("cpu  250 0 100 900 50 0 0 0 10 0\ncpu0 1 2 3 4\n")
+    assert before == (150.0, 1000.0) and after == (350.0, 1300.0)
+    assert measure.machine_busy_cores(before, after, 2) == pytest.approx(2 * 200 / 300)
+    assert measure.machine_busy_cores(after, after, 2) is None
+    with pytest.raises(ValueError):
+        measure.parse_machine_cpu("intr 1 2 3")

@@ -158,6 +158,19 @@ def test_a_failed_write_is_told_once_and_a_fenced_one_is_dropped() -> None:
     assert not writer.take_failed(KEY) and not writer.gone(KEY, "u1")
 
 
+def test_a_job_forgotten_while_its_write_is_in_flight_leaves_nothing_behind() -> None:
+    kube = SlowKube(answer=False)  # the write will find the job gone
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=2)  # type: ignore[arg-type]
+    writer.write(KEY, "u1", {"phase": "Running"})
+    assert kube.entered.wait(5)
+    writer.forget(KEY)  # the loop saw the job leave the view
+    kube.release.set()
+    assert writer.flush()
+    assert not writer.gone(KEY, "u1") and writer.backlog() == 0
+    writer.close()
+
+
 def test_a_write_is_never_sent_in_another_term() -> None:
     kube = SlowKube()
     kube.hold.set()
@@ -255,7 +268,7 @@ def _closed_loops(workers: int) -> dict[str, Any]:
     calls_by_period: list[Counter[str]] = []
     for period in range(400):
         before = len(bench.kube.record)
-        bench.period(then=lambda: bench.loop.status_writer.flush())
+        bench.period(then=lambda: bench.loop.flush())
         if period == 20:
             bench.patch_spec("bert", {"duration": "600s"})
         calls_by_period.append(

@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 from decor.api import vocabulary
 from decor.core import build
-from decor.core.capacity import Room, free_capacity, node_capacity, pod_charge
+from decor.core.capacity import (
+    PodLoad,
+    Room,
+    free_capacity,
+    node_capacity,
+    pod_charge,
+    pod_load,
+)
 from decor.core.views import ClusterView
 
 
@@ -94,14 +101,29 @@ def test_free_capacity_is_allocatable_minus_every_other_pod() -> None:
     view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"))
     view.put_pod(_pod("unscheduled", None, "2", namespace="other"))
     snapshot = view.snapshot()
-    free = free_capacity(snapshot.nodes, snapshot.pods, decor_pods={("ns", "trainer")})
+    free = free_capacity(snapshot.nodes, snapshot.loads, decor_pods={("ns", "trainer")})
     assert set(free) == {"a", "b"}  # a node that is not Ready holds nothing
     assert free["a"].cpu_cores == pytest.approx(1.75) and free["a"].gpus == 4
     assert free["b"].cpu_cores == pytest.approx(0.5)
     # a deleted pod gives its room back
     view.put_pod(_pod("elsewhere", "b", "3500m", namespace="other"), deleted=True)
     snapshot = view.snapshot()
-    assert free_capacity(snapshot.nodes, snapshot.pods, set())["b"].cpu_cores == pytest.approx(4.0)
+    assert free_capacity(snapshot.nodes, snapshot.loads, set())["b"].cpu_cores == pytest.approx(4.0)
+
+
+def test_each_pod_s_load_is_worked_out_as_it_comes_and_follows_its_events() -> None:
+    view = ClusterView()
+    view.put_pod(_pod("t", "a", "1", job="j", sidecar_cpu="100m"))
+    view.put_pod(_pod("o", None, "2", namespace="other"))
+    snapshot = view.snapshot()
+    assert dict(snapshot.loads) == {key: pod_load(pod) for key, pod in snapshot.pods.items()}
+    assert snapshot.loads[("ns", "t")] == PodLoad("a", pytest.approx(1.1), 0.0, 0.1)
+    view.put_pod(_pod("o", "b", "3", namespace="other"))  # scheduled, and bigger
+    assert view.snapshot().loads[("other", "o")] == PodLoad("b", 3.0, 0.0, 0.0)
+    view.put_pod(_pod("o", "b", "3", namespace="other"), deleted=True)
+    assert ("other", "o") not in view.snapshot().loads
+    view.replace_pods([_pod("x", "a", "500m", namespace="other")])  # a new list: only its pods
+    assert dict(view.snapshot().loads) == {("other", "x"): PodLoad("a", 0.5, 0.0, 0.0)}
 
 
 def test_slim_views_keep_what_accounting_reads() -> None:

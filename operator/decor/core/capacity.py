@@ -5,7 +5,9 @@ else, so that a grant the planner makes is a grant the operator can reserve and 
 
 * **per node, from a snapshot**: :func:`node_capacity` (allocatable cores and GPUs of a
   node body), :func:`pod_charge` (what the kubelet counts for a pod: ``max(requested,
-  applied)`` per container while a resize is in flight), :func:`free_capacity` (allocatable
+  applied)`` per container while a resize is in flight), :class:`PodLoad` (a pod's node,
+  charge and overhead, worked out once per pod body: the view keeps one per pod, so a period
+  reads a thousand pods without parsing them again), :func:`free_capacity` (allocatable
   minus every pod that is not one of DECOR's trainers);
 * **for the planner**: :func:`planner_nodes` (the free capacity less what DECOR's trainer pods
   hold beside their trainers), :class:`Node`, and where a GPU job's pods go:
@@ -52,6 +54,28 @@ class Node:
     name: str
     cpu_cores: float
     gpus: float = 0.0
+
+
+@dataclass(frozen=True)
+class PodLoad:
+    """What one pod holds and where: its node (None: not placed), :func:`pod_charge`, and
+    the cores a trainer pod holds beside its trainer (``build.pod_overhead_cpu_cores``)."""
+
+    node: str | None
+    cpu_cores: float
+    gpus: float
+    overhead_cpu_cores: float
+
+
+def pod_load(pod: Mapping[str, Any]) -> PodLoad:
+    """``pod``'s :class:`PodLoad`."""
+    cpu, gpus = pod_charge(pod)
+    return PodLoad(node_of(pod), cpu, gpus, build.pod_overhead_cpu_cores(pod))
+
+
+def pod_loads(pods: Mapping[Key, Mapping[str, Any]]) -> dict[Key, PodLoad]:
+    """Every pod's :class:`PodLoad`, by key."""
+    return {key: pod_load(pod) for key, pod in pods.items()}
 
 
 @dataclass(frozen=True)
@@ -147,28 +171,28 @@ def pod_charge(pod: Mapping[str, Any]) -> tuple[float, float]:
     return cpu, gpu
 
 
-def _held(pods: Mapping[Key, Mapping[str, Any]], keys: Iterable[Key]) -> dict[str, list[float]]:
+def _held(loads: Mapping[Key, PodLoad], keys: Iterable[Key]) -> dict[str, list[float]]:
     """[cores, GPUs] the pods ``keys`` hold per node (:func:`pod_charge`); unplaced pods aside."""
     held: dict[str, list[float]] = {}
     for key in keys:
-        node = node_of(pods[key])
-        if node is None:
+        load = loads[key]
+        if load.node is None:
             continue
-        cpu, gpu = pod_charge(pods[key])
-        slot = held.setdefault(node, [0.0, 0.0])
-        slot[0] += cpu
-        slot[1] += gpu
+        slot = held.setdefault(load.node, [0.0, 0.0])
+        slot[0] += load.cpu_cores
+        slot[1] += load.gpus
     return held
 
 
 def free_capacity(
     nodes: Mapping[str, NodeCapacity],
-    pods: Mapping[Key, Mapping[str, Any]],
+    loads: Mapping[Key, PodLoad],
     decor_pods: set[Key],
 ) -> dict[str, NodeCapacity]:
     """Per schedulable node, what is left for DECOR's trainer pods: allocatable minus every
-    pod that is not one of ``decor_pods`` (DECOR's trainers, planned by the planner)."""
-    used = _held(pods, [key for key in pods if key not in decor_pods])
+    pod (``loads``: every pod's, :func:`pod_loads`) that is not one of ``decor_pods``
+    (DECOR's trainers, planned by the planner)."""
+    used = _held(loads, [key for key in loads if key not in decor_pods])
     free = {}
     for name, node in nodes.items():
         if not node.schedulable:
@@ -182,7 +206,7 @@ def free_capacity(
 
 def planner_nodes(
     free: Mapping[str, NodeCapacity],
-    pods: Mapping[Key, Mapping[str, Any]],
+    loads: Mapping[Key, PodLoad],
     decor_pods: set[Key],
     unplaced_overhead_cpu_cores: float,
 ) -> list[Node]:
@@ -192,9 +216,9 @@ def planner_nodes(
     the pods still to be created will bring beside theirs, on a node not yet known)."""
     overhead = dict.fromkeys(free, unplaced_overhead_cpu_cores)
     for key in decor_pods:
-        node = node_of(pods[key])
-        if node in overhead:
-            overhead[node] += build.pod_overhead_cpu_cores(pods[key])
+        load = loads[key]
+        if load.node in overhead:
+            overhead[load.node] += load.overhead_cpu_cores
     return [
         Node(name=n.name, cpu_cores=max(0.0, n.cpu_cores - overhead[n.name]), gpus=n.gpus)
         for n in sorted(free.values(), key=lambda n: n.name)
@@ -203,7 +227,7 @@ def planner_nodes(
 
 def grow_room(
     free: Mapping[str, NodeCapacity] | None,
-    pods: Mapping[Key, Mapping[str, Any]],
+    loads: Mapping[Key, PodLoad],
     decor_pods: set[Key],
 ) -> Room:
     """Room per node for this period's creates and grows: ``free`` (None: nodes unseen, no
@@ -212,11 +236,10 @@ def grow_room(
         return Room(None)
     left = {name: [node.cpu_cores, node.gpus] for name, node in free.items()}
     for key in decor_pods:
-        node = node_of(pods[key])
-        if node in left:
-            cpu, gpus = pod_charge(pods[key])
-            left[node][0] -= cpu
-            left[node][1] -= gpus
+        load = loads[key]
+        if load.node in left:
+            left[load.node][0] -= load.cpu_cores
+            left[load.node][1] -= load.gpus
     return Room({name: (max(0.0, v[0]), max(0.0, v[1])) for name, v in left.items()})
 
 

@@ -26,19 +26,21 @@ from decor.api.model import (
     tree_copy,
 )
 from decor.core import build, quota
-from decor.core.capacity import NodeCapacity, node_capacity
+from decor.core.capacity import NodeCapacity, PodLoad, node_capacity, pod_load
 
 Key = tuple[str, str]  # (namespace, name)
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One period's frozen view. Pods are the API server's bodies (deep copies)."""
+    """One period's frozen view. Pods are the API server's bodies (deep copies), each with
+    its :class:`PodLoad` (``loads``: what it holds where, worked out when it came)."""
 
     jobs: Mapping[Key, dict[str, Any]]
     pods: Mapping[Key, dict[str, Any]]
     nodes: Mapping[str, NodeCapacity]
     nodes_known: bool  # False: the operator cannot see nodes (namespaced install)
+    loads: Mapping[Key, PodLoad] = field(default_factory=dict)  # every pod's
     by_owner: Mapping[str, tuple[Key, ...]] = field(default_factory=dict)  # job uid -> pods
     quotas: Mapping[Key, dict[str, Any]] = field(default_factory=dict)  # ResourceQuotas
     limit_ranges: Mapping[Key, dict[str, Any]] = field(default_factory=dict)  # LimitRanges
@@ -127,6 +129,7 @@ class ClusterView:
 
     _jobs: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _pods: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    _loads: dict[Key, PodLoad] = field(default_factory=dict)  # every pod's, as it came
     _owners: dict[Key, str] = field(default_factory=dict)  # trainer pod -> its job's uid
     _nodes: dict[str, NodeCapacity] = field(default_factory=dict)
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
@@ -147,13 +150,17 @@ class ClusterView:
 
     def put_pod(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         key = _key(body)
+        slim = None if deleted else _slim_pod(body)
+        load = None if slim is None else pod_load(slim)
         with self._lock:
             self._owners.pop(key, None)
-            if deleted:
+            if slim is None or load is None:
                 self._pods.pop(key, None)
+                self._loads.pop(key, None)
             else:
-                self._pods[key] = _slim_pod(body)
-                self._own(key, self._pods[key])
+                self._pods[key] = slim
+                self._loads[key] = load
+                self._own(key, slim)
 
     def put_node(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         name = str(body["metadata"]["name"])
@@ -197,8 +204,10 @@ class ClusterView:
     def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every pod (a re-listed watch)."""
         pods = {_key(b): _slim_pod(b) for b in bodies}
+        loads = {key: pod_load(pod) for key, pod in pods.items()}
         with self._lock:
             self._pods = pods
+            self._loads = loads
             self._owners = {}
             for key, body in pods.items():
                 self._own(key, body)
@@ -223,6 +232,7 @@ class ClusterView:
         was taken; copying a thousand jobs every period would cost more than the period."""
         with self._lock:
             pods = dict(self._pods)
+            loads = dict(self._loads)
             owners = dict(self._owners)
             jobs = dict(self._jobs)
             nodes = dict(self._nodes)
@@ -239,6 +249,7 @@ class ClusterView:
             pods=MappingProxyType(pods),
             nodes=MappingProxyType(nodes),
             nodes_known=nodes_known,
+            loads=MappingProxyType(loads),
             by_owner=MappingProxyType({uid: tuple(keys) for uid, keys in by_owner.items()}),
             quotas=MappingProxyType(quotas),
             limit_ranges=MappingProxyType(limit_ranges),

@@ -3,7 +3,8 @@
 ``decor_operator_actuations_total`` {kind}, ``decor_operator_reconcile_errors_total``,
 ``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
 ``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
-``decor_operator_plan_duration_seconds``, ``decor_operator_status_writes_waiting``,
+``decor_operator_plan_duration_seconds``, ``decor_operator_period_duration_seconds``,
+``decor_operator_commits_outlasting_period_total``, ``decor_operator_status_writes_waiting``,
 ``decor_operator_leader``,
 ``decor_operator_leader_takeovers_total``.
 """
@@ -55,6 +56,13 @@ class OperatorMetrics:
             ["phase"],
             registry=registry,
         )
+        self.commits_outlasting = Counter(
+            vocabulary.METRIC_COMMITS_OUTLASTING,
+            "Jobs' commits (actuation, status write) still running when their control period "
+            "stopped waiting for them (a slow API call): they go on beside the next periods, "
+            "their jobs out of those periods until they return.",
+            registry=registry,
+        )
 
     def _add_timings(self, registry: CollectorRegistry) -> None:
         """How long a job's period and a planner call took, and how late periods ran
@@ -75,6 +83,13 @@ class OperatorMetrics:
             vocabulary.METRIC_PLAN_DURATION,
             "Wall time of one planner call over every active job.",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=registry,
+        )
+        self.period_seconds = Histogram(
+            vocabulary.METRIC_PERIOD_DURATION,
+            "Wall time of one control period that ran jobs (snapshot to the last commit it "
+            "waited for).",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=registry,
         )
 

@@ -79,6 +79,7 @@ class StatusWriter:
         self._busy: set[Key] = set()
         self._gone: dict[Key, str] = {}
         self._failed: set[Key] = set()
+        self._forgotten: set[Key] = set()  # forgotten while a write of theirs was in flight
         self._idle = threading.Condition(self._lock)
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-status")
@@ -127,10 +128,13 @@ class StatusWriter:
             return False
 
     def forget(self, key: Key) -> None:
-        """Drop what is known of ``key`` (the loop forgot the job: it left the view)."""
+        """Drop what is known of ``key`` (the loop forgot the job: it left the view), and
+        what a write of it still in flight will learn."""
         with self._lock:
             self._gone.pop(key, None)
             self._failed.discard(key)
+            if key in self._busy:
+                self._forgotten.add(key)
 
     def backlog(self) -> int:
         """Writes waiting or in flight."""
@@ -159,6 +163,10 @@ class StatusWriter:
                 if not waiting:
                     self._waiting.pop(key, None)
                     self._busy.discard(key)
+                    if key in self._forgotten:
+                        self._forgotten.discard(key)
+                        self._gone.pop(key, None)
+                        self._failed.discard(key)
                     self._idle.notify_all()
                     return
                 uid, status, term = waiting.popleft()
