@@ -626,8 +626,8 @@ def patch_details(run: Run) -> list[dict[str, Any]]:
 
 def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any]:
     """The control loop in the window: its job commits, plans and periods (count, mean and
-    total s), the periods' p50/p99, the commits slower than 1 s and 5 s and those that
-    outlasted their period; its status writes still waiting at the window's end."""
+    total s), the periods' p50/p99 and the commits slower than 1 s and 5 s; its status
+    writes still waiting at the window's end."""
     costs: dict[str, Any] = {}
     for key, name in (
         ("commit", vocabulary.METRIC_RECONCILE_DURATION),
@@ -647,10 +647,6 @@ def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any
     for bound in (1.0, 5.0):
         within = next((count for le, count in commits if le == bound), total)
         costs[f"commits_over_{bound:g}s"] = int(total - within)
-    costs["commits_outlasting_period"] = int(
-        measure.metric_sum(after, f"{vocabulary.METRIC_COMMITS_OUTLASTING}_total")
-        - measure.metric_sum(before, f"{vocabulary.METRIC_COMMITS_OUTLASTING}_total")
-    )
     # Status writes sent in the background and not yet answered, at the window's end.
     costs["status_writes_waiting_at_end"] = int(
         measure.metric_sum(after, vocabulary.METRIC_STATUS_WRITES_WAITING)

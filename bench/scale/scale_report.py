@@ -285,6 +285,43 @@ HOW_MEASURED = [
 """The paragraph after the results table: where each number comes from."""
 
 
+def loop_lines(r: Mapping[str, Any]) -> list[str]:
+    """The control loop's lines of a record: commits and plans, status writes waiting, its
+    periods and slow commits."""
+    out: list[str] = []
+    loop = r.get("loop") or {}
+    if loop.get("commit_s_mean") is not None:
+        busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
+        out.append(
+            f"- loop: {loop.get('commits_in_window')} job commits at "
+            f"{1000 * loop['commit_s_mean']:.1f} ms each (a job's API calls one after "
+            f"another; the operator's commit workers run several jobs at once), "
+            f"{loop.get('plans_in_window')} plans at "
+            f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
+            f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
+        )
+        if loop.get("status_writes_waiting_at_end") is not None:
+            out.append(
+                f"- status writes waiting or in flight at the window's end (sent beside the "
+                f"periods): {loop['status_writes_waiting_at_end']}"
+            )
+        if loop.get("loop_periods_in_window"):
+            out.append(
+                f"- the loop's periods that ran jobs: {loop['loop_periods_in_window']}, "
+                f"{1000 * (loop.get('loop_period_s_mean') or 0):.0f} ms mean, p50 "
+                f"{loop.get('loop_period_s_p50')} s, p99 {loop.get('loop_period_s_p99')} s; "
+                f"job commits over 1 s: {loop.get('commits_over_1s')}, over 5 s: "
+                f"{loop.get('commits_over_5s')}"
+                + (
+                    f"; commits not done when their period stopped waiting (1 s; the code "
+                    f"measured had that wait): {loop['commits_outlasting_period']}"
+                    if "commits_outlasting_period" in loop
+                    else ""
+                )
+            )
+    return out
+
+
 def _record_section(r: Mapping[str, Any]) -> list[str]:
     """One record's section: its setting, the targets' verdicts, the loop, breakdown and
     profile, the operator's requests by kind."""
@@ -310,32 +347,7 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
     out += ["", "Against the targets (set for 1,000 jobs at a 10 s period):", ""]
     out += verdict(r)
     out += replica_lines(r)
-    loop = r.get("loop") or {}
-    if loop.get("commit_s_mean") is not None:
-        busy = (loop.get("commit_s_total") or 0) + (loop.get("plan_s_total") or 0)
-        out.append(
-            f"- loop: {loop.get('commits_in_window')} job commits at "
-            f"{1000 * loop['commit_s_mean']:.1f} ms each (a job's API calls one after "
-            f"another; the operator's commit workers run several jobs at once), "
-            f"{loop.get('plans_in_window')} plans at "
-            f"{1000 * (loop.get('plan_s_mean') or 0):.1f} ms; the two steps' time summed "
-            f"over the workers: {busy / max(1e-9, r.get('window_s') or 1):.2f}x the window"
-        )
-        if loop.get("status_writes_waiting_at_end") is not None:
-            out.append(
-                f"- status writes waiting or in flight at the window's end (sent beside the "
-                f"periods): {loop['status_writes_waiting_at_end']}"
-            )
-        if loop.get("loop_periods_in_window"):
-            out.append(
-                f"- the loop's periods that ran jobs: {loop['loop_periods_in_window']}, "
-                f"{1000 * (loop.get('loop_period_s_mean') or 0):.0f} ms mean, p50 "
-                f"{loop.get('loop_period_s_p50')} s, p99 {loop.get('loop_period_s_p99')} s; "
-                f"job commits "
-                f"over 1 s: {loop.get('commits_over_1s')}, over 5 s: "
-                f"{loop.get('commits_over_5s')}; commits that outlasted their period (it "
-                f"stopped waiting for them): {loop.get('commits_outlasting_period')}"
-            )
+    out += loop_lines(r)
     out += breakdown_lines(r)
     out += profile_lines(r.get("profile_run") or r)
     kinds = r.get("operator_requests_per_s_by_kind") or {}

@@ -298,11 +298,9 @@ def test_a_deadline_patch_leaves_the_job_a_deadline_its_max_can_meet(
     assert got == pytest.approx(want_s), why
 
 
-def _loop_metrics(
-    commits: tuple[int, int, int, float], periods: tuple[int, int], outlasting: int
-) -> str:
+def _loop_metrics(commits: tuple[int, int, int, float], periods: tuple[int, int]) -> str:
     """Exposition of the loop's histograms: job commits within 1 s, 5 s, +Inf (cumulative)
-    with their sum, periods within 0.5 s and +Inf, and the commits that outlasted a period."""
+    with their sum, and periods within 0.5 s and +Inf."""
     within_1, within_5, total, total_s = commits
     within_half, periods_total = periods
     return f"""\
@@ -315,20 +313,18 @@ decor_operator_period_duration_seconds_bucket{{le="0.5"}} {within_half}
 decor_operator_period_duration_seconds_bucket{{le="+Inf"}} {periods_total}
 decor_operator_period_duration_seconds_count {periods_total}
 decor_operator_period_duration_seconds_sum {0.25 * periods_total}
-decor_operator_commits_outlasting_period_total {outlasting}
 """
 
 
 def test_loop_costs_count_slow_commits_and_time_the_periods() -> None:
     from bench.scale.bench_scale import loop_costs
 
-    before = measure.parse_metrics(_loop_metrics((10, 10, 10, 1.0), (4, 4), 0))
-    after = measure.parse_metrics(_loop_metrics((100, 107, 110, 61.0), (102, 104), 3))
+    before = measure.parse_metrics(_loop_metrics((10, 10, 10, 1.0), (4, 4)))
+    after = measure.parse_metrics(_loop_metrics((100, 107, 110, 61.0), (102, 104)))
     costs = loop_costs(before, after)
     assert costs["commits_in_window"] == 100
     assert costs["commit_s_mean"] == pytest.approx(0.6)
     assert costs["commits_over_1s"] == 10 and costs["commits_over_5s"] == 3
-    assert costs["commits_outlasting_period"] == 3
     assert costs["loop_periods_in_window"] == 100
     assert costs["loop_period_s_p50"] == pytest.approx(0.5 * 50 / 98, abs=1e-4)
     assert costs["loop_period_s_p99"] == 0.5  # in +Inf: the last finite bound

@@ -268,7 +268,7 @@ def _closed_loops(workers: int) -> dict[str, Any]:
     calls_by_period: list[Counter[str]] = []
     for period in range(400):
         before = len(bench.kube.record)
-        bench.period(then=lambda: bench.loop.flush())
+        bench.period(then=lambda: bench.loop.status_writer.flush())
         if period == 20:
             bench.patch_spec("bert", {"duration": "600s"})
         calls_by_period.append(

@@ -14,10 +14,7 @@ Each period, in named steps:
                   (``capacity.Room``: the planner's placement, reserved on the same model),
                   and writes status when something a user sees changed (with several
                   commit workers the write is sent in the background, in order per job:
-                  :mod:`decor.service.status_writer`; the period waits for none). With
-                  several commit workers the period waits for its commits at most
-                  :data:`COMMIT_WAIT_S`: a commit held up by a slow API call goes on beside
-                  the next periods, and its job takes no part in them until it returns.
+                  :mod:`decor.service.status_writer`; the period waits for none).
 
 A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
@@ -38,7 +35,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from decor_trainer import contract
@@ -69,12 +66,6 @@ PERIOD_JOBS = 50
 the next period, at once. A period then lasts a fraction of a second whatever the number of
 jobs, and a job whose spec changed waits for no more than that before it runs."""
 
-
-COMMIT_WAIT_S = 1.0
-"""How long a period waits for its jobs' commits (with several commit workers). One API call
-may take up to the client's timeout (``kube.DEFAULT_TIMEOUT_S``); waiting for it would make
-every other due job late by as much. A commit still running then goes on in the background;
-its job is out of the periods (its last demand still planned) until it returns."""
 
 LIMIT_RANGES_TTL_S = 30.0
 """Without the capacity view (which watches LimitRanges), a namespace's LimitRanges are
@@ -117,25 +108,18 @@ class ControlLoop:
         # With several commit workers the jobs' status writes leave the period's path.
         workers = config.commit_workers if config.commit_workers > 1 else 0
         self.status_writer = StatusWriter(kube, workers, acting_term)
-        self._commit_pool: ThreadPoolExecutor | None = None
-        self._committing: dict[Key, Future[None]] = {}
-        """Commits that outlasted their period (``COMMIT_WAIT_S``), until they return."""
 
     def close(self) -> None:
         """Stop the background reads and send the status writes still waiting (the
         operator is shutting down)."""
         if self._scraper is not None:
             self._scraper.close()
-        if self._commit_pool is not None:
-            self._commit_pool.shutdown(wait=False, cancel_futures=True)
         self.status_writer.close()
 
-    def flush(self, timeout_s: float = 30.0) -> bool:
-        """Wait until the commits that outlasted their period and the status writes waiting
-        are done (at most ``timeout_s``; no period may run meanwhile). Whether they all are."""
-        deadline_s = time.monotonic() + timeout_s
-        _, running = wait(list(self._committing.values()), timeout=timeout_s)
-        return not running and self.status_writer.flush(max(0.0, deadline_s - time.monotonic()))
+    def flush(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the status writes waiting or in flight are
+        sent. Whether none is left."""
+        return self.status_writer.flush(timeout_s)
 
     def wake(self, key: Key) -> None:
         """Make the job due at the next period, whatever its own period (its spec changed)."""
@@ -174,12 +158,7 @@ class ControlLoop:
             self.metrics.period_seconds.observe(time.perf_counter() - started_s)
         self.metrics.jobs_total.set(len(self.controllers))
         self.metrics.status_writes_waiting.set(self.status_writer.backlog())
-        now = self.clock()
-        waits = [
-            c.next_due_s - now
-            for key, c in self.controllers.items()
-            if not c.done and key not in self._committing
-        ]
+        waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
     def _pods_known(self) -> bool:
@@ -217,9 +196,7 @@ class ControlLoop:
         """Jobs whose period has come, at most :data:`PERIOD_JOBS` of them, the longest
         overdue first; controllers for new jobs are made and deleted jobs forgotten. Jobs
         whose spec changed go first and alone: a deadline patch is answered without waiting
-        behind the period of every other due job (those follow in the next period, at once).
-        A job whose last commit still runs is in none (a wake waits for its commit)."""
-        committing = self._still_committing()
+        behind the period of every other due job (those follow in the next period, at once)."""
         for key in list(self.controllers):
             if key not in snapshot.jobs:
                 self.metrics.job_phase(key, None)
@@ -243,10 +220,6 @@ class ControlLoop:
                 self.controllers[key] = controller
             if controller.done:
                 continue
-            if key in committing:
-                if key in woken:
-                    self.wake(key)
-                continue
             if key in woken:
                 changed.append(key)
             elif controller.next_due_s <= now:
@@ -264,13 +237,6 @@ class ControlLoop:
             if math.isfinite(lateness_s) and lateness_s >= 0:
                 self.metrics.period_lateness.observe(lateness_s)
         return sorted(changed or due)
-
-    def _still_committing(self) -> set[Key]:
-        """The jobs whose commit outlasted its period and runs still."""
-        for key, future in list(self._committing.items()):
-            if future.done():
-                del self._committing[key]
-        return set(self._committing)
 
     def _read_progress(
         self, snapshot: Snapshot, due: list[Key]
@@ -423,43 +389,28 @@ class ControlLoop:
     ) -> None:
         """Step 5 for every due job, several at once (each job's calls are its own; the room
         they share is locked), handed out in commit order so the most urgent asks first. Each
-        job's routine status writes get the fleet's share (:data:`STATUS_WRITES_PER_S`). With
-        several workers the period waits at most :data:`COMMIT_WAIT_S` for them."""
+        job's routine status writes get the fleet's share (:data:`STATUS_WRITES_PER_S`)."""
         spread_s = sum(1 for c in self.controllers.values() if not c.done) / STATUS_WRITES_PER_S
         for key in due:
             self.controllers[key].status_spread_s = spread_s
-        if self.config.commit_workers <= 1:
+        workers = min(self.config.commit_workers, len(due))
+        if workers <= 1:
             for key in due:
-                self._commit(self.controllers[key], grants, room, now)
+                self._commit(key, grants, room, now)
             return
-        if not due:
-            return
-        if self._commit_pool is None:
-            self._commit_pool = ThreadPoolExecutor(
-                max_workers=self.config.commit_workers, thread_name_prefix="decor-commit"
-            )
-        submitted = {
-            key: self._commit_pool.submit(self._commit, self.controllers[key], grants, room, now)
-            for key in due
-        }
-        wait(submitted.values(), timeout=COMMIT_WAIT_S)
-        for key, future in submitted.items():
-            if future.done():
-                future.result()  # (a commit catches its job's errors: this raises none)
-            else:
-                self._committing[key] = future
-                self.metrics.commits_outlasting.inc()
-                log.info("%s/%s: its commit outlasts the period (a slow API call); it goes "
-                         "on beside the next periods", key[0], key[1])  # fmt: skip
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-commit") as pool:
+            for future in [pool.submit(self._commit, key, grants, room, now) for key in due]:
+                future.result()
 
     def _commit(
         self,
-        controller: JobController,
+        key: Key,
         grants: Mapping[str, planner.Grant] | None,
         room: Room,
         now: float,
     ) -> None:
         """Step 5 for one job."""
+        controller = self.controllers[key]
         grant = None if grants is None else grants.get(controller.plan_key)
         started = time.perf_counter()
         try:

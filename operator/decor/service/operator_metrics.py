@@ -4,7 +4,7 @@
 ``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
 ``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
 ``decor_operator_plan_duration_seconds``, ``decor_operator_period_duration_seconds``,
-``decor_operator_commits_outlasting_period_total``, ``decor_operator_status_writes_waiting``,
+``decor_operator_status_writes_waiting``,
 ``decor_operator_leader``,
 ``decor_operator_leader_takeovers_total``.
 """
@@ -54,13 +54,6 @@ class OperatorMetrics:
             vocabulary.METRIC_JOBS,
             "DeadlineTrainingJobs this operator serves, by phase.",
             ["phase"],
-            registry=registry,
-        )
-        self.commits_outlasting = Counter(
-            vocabulary.METRIC_COMMITS_OUTLASTING,
-            "Jobs' commits (actuation, status write) still running when their control period "
-            "stopped waiting for them (a slow API call): they go on beside the next periods, "
-            "their jobs out of those periods until they return.",
             registry=registry,
         )
 
