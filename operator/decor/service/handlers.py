@@ -117,7 +117,7 @@ class Runtime:
         if self.election is None:
             return
         if self.period_lock.acquire(timeout=self.kube.timeout_s):
-            self.loop.flush(self.kube.timeout_s)
+            self.loop.status_writer.flush(self.kube.timeout_s)
             self.period_lock.release()
         self.election.release()
 

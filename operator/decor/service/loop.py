@@ -116,11 +116,6 @@ class ControlLoop:
             self._scraper.close()
         self.status_writer.close()
 
-    def flush(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``) until the status writes waiting or in flight are
-        sent. Whether none is left."""
-        return self.status_writer.flush(timeout_s)
-
     def wake(self, key: Key) -> None:
         """Make the job due at the next period, whatever its own period (its spec changed)."""
         with self._woken_lock:
