@@ -312,12 +312,6 @@ def loop_lines(r: Mapping[str, Any]) -> list[str]:
                 f"{loop.get('loop_period_s_p50')} s, p99 {loop.get('loop_period_s_p99')} s; "
                 f"job commits over 1 s: {loop.get('commits_over_1s')}, over 5 s: "
                 f"{loop.get('commits_over_5s')}"
-                + (
-                    f"; commits not done when their period stopped waiting (1 s; the code "
-                    f"measured had that wait): {loop['commits_outlasting_period']}"
-                    if "commits_outlasting_period" in loop
-                    else ""
-                )
             )
     return out
 

@@ -22,7 +22,6 @@ class Response:
 
     def __init__(self, chunks: list[bytes], status: int = 200) -> None:
         self.chunks, self.status = chunks, status
-        self.closed = False
 
     @property
     def data(self) -> bytes:
@@ -32,10 +31,10 @@ class Response:
         yield from self.chunks
 
     def close(self) -> None:
-        self.closed = True
+        """(Nothing to close: no connection here.)"""
 
     def release_conn(self) -> None:
-        pass
+        """(Nothing to give back.)"""
 
 
 def _pod(name: str, version: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from decor.api.model import (
     tree_copy,
 )
 from decor.core import build, quota
-from decor.core.capacity import NodeCapacity, PodLoad, node_capacity, pod_load
+from decor.core.capacity import NodeCapacity, PodLoad, node_capacity, pod_load, pod_loads
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -204,7 +204,7 @@ class ClusterView:
     def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
         """A fresh LIST of every pod (a re-listed watch)."""
         pods = {_key(b): _slim_pod(b) for b in bodies}
-        loads = {key: pod_load(pod) for key, pod in pods.items()}
+        loads = pod_loads(pods)
         with self._lock:
             self._pods = pods
             self._loads = loads

@@ -80,8 +80,7 @@ class OperatorMetrics:
         )
         self.period_seconds = Histogram(
             vocabulary.METRIC_PERIOD_DURATION,
-            "Wall time of one control period that ran jobs (snapshot to the last commit it "
-            "waited for).",
+            "Wall time of one control period that ran jobs (from its snapshot to its last commit).",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=registry,
         )
