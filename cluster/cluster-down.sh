@@ -153,9 +153,13 @@ fi
 # 9. Check that nothing is left behind.
 left=0
 [ -n "$(our_shims)" ] && { log "leftover shim processes: $(our_shims | tr '\n' ' ')"; left=1; }
+# Ours: the binary from $K8S_BIN and $CLUSTER_STATE on the command line (the scale bed runs the
+# same binaries with state of its own, and may be up beside this bed).
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet; do
   for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/exe" 2>/dev/null)" = "$K8S_BIN/$b" ] && { log "leftover $b process ${p#/proc/}"; left=1; }
+    [ "$(readlink "$p/exe" 2>/dev/null)" = "$K8S_BIN/$b" ] || continue
+    tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qF "$CLUSTER_STATE" || continue
+    log "leftover $b process ${p#/proc/}"; left=1
   done
 done
 awk -v d="$CLUSTER_STATE" -v r="$CLUSTER_RUN" 'index($2, d) == 1 || index($2, r) == 1 {print "leftover mount " $2; bad=1} END {exit bad}' /proc/self/mounts >&2 || left=1

@@ -12,13 +12,22 @@ cache=${DECOR_CACHE:-/var/cache/decor}
 key=$(cat "$root/pyproject.toml" "$root/trainer_image/pyproject.toml" "$root/hack/venv.sh" | sha256sum | cut -c1-12)  # content, not path
 venv="$cache/venv-$key"
 log() { printf '[venv] %s\n' "$*" >&2; }
-if ! /usr/bin/python3 -c 'import torch, venv' 2>/dev/null; then
+editable_roots() {  # where the venv imports decor and decor_trainer from (without importing them)
+  "$venv/bin/python" -c 'import importlib.util as u, os.path as p
+print(*(p.dirname(u.find_spec(m).origin) for m in ("decor", "decor_trainer")))' 2>/dev/null || true
+}
+if ! /usr/bin/python3 -c 'import importlib.util as u; exit(not (u.find_spec("torch") and u.find_spec("venv")))' 2>/dev/null; then
   log "installing Debian packages (python3-torch, python3-venv)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >&2
   apt-get install -y -qq --no-install-recommends python3-torch python3-venv python3-numpy >&2
 fi
 [ "${1:-}" != --apt-only ] || exit 0
+# One pip at a time per cache: two `make` calls at once (CI runs the e2e lanes beside the scale
+# smoke run) each evaluate this script, and two editable installs into one venv race.
+mkdir -p "$cache"
+exec 9>"$cache/venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   log "creating $venv"
   rm -rf "$venv"; mkdir -p "$cache"
@@ -34,8 +43,8 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   # from an index, when it resolves decor's dependency on it.
   "$venv/bin/pip" install -q -c "$constraints" -e "$root/trainer_image" -e "$root[operator,dev,integrations]" >&2
   touch "$venv/.complete"
-else
-  # editable install points at this checkout (CI clones elsewhere)
+elif [ "$(editable_roots)" != "$root/operator/decor $root/trainer_image/decor_trainer" ]; then
+  # the editable installs point at another checkout (CI clones elsewhere): point them here
   "$venv/bin/pip" install -q --no-deps -e "$root/trainer_image" -e "$root" >&2
 fi
 echo "$venv"
