@@ -73,12 +73,13 @@ class Runtime:
     view: ClusterView = field(default_factory=ClusterView)
     loop: ControlLoop = field(init=False)
     watch: ClusterWatch | None = None
-    wake: threading.Event = field(default_factory=threading.Event)
-    """Set to end the loop's wait between periods (a job's spec changed, a term began)."""
-    stopping: threading.Event = field(default_factory=threading.Event)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
     specs_seen: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
-    thread: threading.Thread | None = None
+    task: asyncio.Task[None] | None = None
     election: LeaderElection | None = None
+    io_loop: asyncio.AbstractEventLoop | None = None
+    period_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while a control period runs (in a worker thread that outlives a cancel)."""
 
     def __post_init__(self) -> None:
         if self.config.leader_election:
@@ -89,7 +90,7 @@ class Runtime:
                 self.config.leader_identity,
                 self.config.lease_timings,
                 self.metrics,
-                on_acting=self.wake.set,
+                on_acting=self._wake_from_thread,
             )
             self.kube.may_write = self.election.acting
         else:
@@ -104,30 +105,10 @@ class Runtime:
         if self.config.watch_nodes:
             self.watch = ClusterWatch(self.view, self.kube.api_client)
 
-    def start_loop(self) -> None:
-        """Run the control loop in a thread of its own (:meth:`run_loop`)."""
-        self.thread = threading.Thread(target=self.run_loop, name="decor-control-loop", daemon=True)
-        self.thread.start()
-
-    def run_loop(self) -> None:
-        """The control loop: a period, then sleep until the next job is due, a job's spec
-        changes or the operator stops. Its own thread, not kopf's event loop: a period due
-        at once starts at once, however busy the event loop is with watch events."""
-        while not self.stopping.is_set():
-            self.wake.clear()  # a wake during the period ends the wait after it
-            try:
-                wait_s = self.loop.run_period()
-            except Exception:  # noqa: BLE001 - the loop must survive anything
-                log.exception("control period failed")
-                self.metrics.reconcile_errors.inc()
-                wait_s = IDLE_PERIOD_S
-            if wait_s > 0:
-                self.wake.wait(wait_s)
-
-    def stop_loop(self) -> None:
-        """Ask the loop to stop after its period in progress (it may outlive this call)."""
-        self.stopping.set()
-        self.wake.set()
+    def run_period(self) -> float:
+        """One control period (in a worker thread); see :meth:`ControlLoop.run_period`."""
+        with self.period_lock:
+            return self.loop.run_period()
 
     def release_lease(self) -> None:
         """Free the leader's Lease once no period and no status write is in flight any more
@@ -135,11 +116,15 @@ class Runtime:
         client's timeout."""
         if self.election is None:
             return
-        if self.thread is not None:
-            self.thread.join(self.kube.timeout_s)
-        if self.thread is None or not self.thread.is_alive():
+        if self.period_lock.acquire(timeout=self.kube.timeout_s):
             self.loop.status_writer.flush(self.kube.timeout_s)
+            self.period_lock.release()
         self.election.release()
+
+    def _wake_from_thread(self) -> None:
+        """Wake the control loop from another thread (this replica has just begun to act)."""
+        if self.io_loop is not None:
+            self.io_loop.call_soon_threadsafe(self.wake.set)
 
 
 _runtime: Runtime | None = None
@@ -199,6 +184,7 @@ async def dtj_operator_startup(settings: kopf.OperatorSettings, **_: Any) -> Non
     )
     if current.watch is not None:
         current.watch.start()
+    current.io_loop = asyncio.get_running_loop()
     if current.election is not None:
         log.info(
             "leader election: %s, Lease %s/%s",
@@ -207,7 +193,7 @@ async def dtj_operator_startup(settings: kopf.OperatorSettings, **_: Any) -> Non
             current.config.lease_name,
         )
         current.election.start()
-    current.start_loop()
+    current.task = asyncio.create_task(_run_loop(current))
 
 
 @kopf.on.cleanup()
@@ -218,9 +204,29 @@ async def dtj_operator_cleanup(**_: Any) -> None:
         await io_loop.run_in_executor(None, current.election.stop)
     if current.watch is not None:
         current.watch.stop()
-    current.stop_loop()
+    if current.task is not None:
+        current.task.cancel()
+        await asyncio.gather(current.task, return_exceptions=True)
     await io_loop.run_in_executor(None, current.release_lease)
     current.loop.close()
+
+
+async def _run_loop(current: Runtime) -> None:
+    """The control loop: a period in a worker thread, then sleep until the next job is due
+    or a job's spec changes."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            wait_s = await loop.run_in_executor(None, current.run_period)
+        except Exception:  # noqa: BLE001 - the loop must survive anything
+            log.exception("control period failed")
+            current.metrics.reconcile_errors.inc()
+            wait_s = IDLE_PERIOD_S
+        try:
+            await asyncio.wait_for(current.wake.wait(), timeout=max(0.01, wait_s))
+        except TimeoutError:
+            pass
+        current.wake.clear()
 
 
 def _spec_seen(body: Mapping[str, Any]) -> tuple[Any, ...]:
