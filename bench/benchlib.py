@@ -45,6 +45,22 @@ TARGET_REPORTER_OVERHEAD_RATIO = 0.01
 # A run during which processes outside the benchmark used more than this many cores on
 # average was measured on a busy machine; the harness repeats it.
 NOISY_OTHERS_CORES = 0.25
+# A run during which the hypervisor gave more than this share of the machine's cores to other
+# guests (steal time in /proc/stat) ran on a slower machine than the one profiled; the
+# harness repeats it. 3 % of the cores is a run about 3 % slower at all cores, beyond the
+# deviations the grid measures.
+NOISY_STEAL_SHARE = 0.03
+
+
+def disturbance(others_cores: float, steal_cores: float, machine_cores: int) -> str | None:
+    """Why a run (or the machine between runs) counts as disturbed, or None: processes
+    outside the benchmark used more than NOISY_OTHERS_CORES, or the hypervisor stole more
+    than NOISY_STEAL_SHARE of the machine's cores."""
+    if others_cores > NOISY_OTHERS_CORES:
+        return f"other processes used {others_cores:.2f} cores"
+    if steal_cores > NOISY_STEAL_SHARE * machine_cores:
+        return f"the hypervisor took {steal_cores:.2f} cores (steal time)"
+    return None
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ already there), its compact trace to ``OUT/traces.json``. Then :mod:`bench.repor
 Measurement hygiene (this is a shared 2-core machine): before the grid the harness waits
 until the 1-minute load is below ``--max-load`` and no build or test process runs; before
 every run it waits until processes outside the benchmark use almost no CPU; during every run
-it measures how much CPU those processes took (``others_cores``) and repeats a run that was
-disturbed (kept in ``discarded`` for the record). ``--no-wait`` skips the waiting (smoke).
+it measures how much CPU those processes took (``others_cores``) and how much the hypervisor
+gave to other guests (``steal_cores``, the steal time in /proc/stat: a virtual machine whose
+host is busy runs every process slower, the profile's no longer matches), and repeats a run
+that was disturbed (kept in ``discarded`` for the record; ``benchlib.disturbance``).
+``--no-wait`` skips the waiting (smoke).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import time
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from decor.api import vocabulary
 from decor.api.model import parse_job
@@ -168,18 +171,29 @@ def busy_processes() -> list[str]:
     return found
 
 
-def cpu_sample() -> tuple[float, float]:
-    """(seconds of CPU busy on the whole machine, CPU seconds of this process and its children)."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
-    # user, nice, system, irq, softirq: time this machine's processes ran. Not idle or iowait,
-    # and not steal (the hypervisor's other guests, which no process here can cause).
-    busy_s = (ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / os.sysconf("SC_CLK_TCK")
+class CpuSample(NamedTuple):
+    busy_s: float
+    """CPU seconds this machine's processes ran: user, nice, system, irq, softirq (not idle
+    or iowait, and not steal, which no process here can cause)."""
+    own_s: float
+    """CPU seconds of this process and its children."""
+    steal_s: float
+    """Seconds the hypervisor ran other guests while this machine had work to run."""
+
+
+def cpu_sample() -> CpuSample:
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
+    tick_s = os.sysconf("SC_CLK_TCK")
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return busy_s, own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return CpuSample(
+        busy_s=(ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]) / tick_s,
+        own_s=own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+        steal_s=ticks[7] / tick_s,
+    )
 
 
-def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s: float) -> float:
+def others_cores(before: CpuSample, after: CpuSample, wall_s: float) -> float:
     """Mean cores used by processes outside the benchmark between two samples.
 
     Children count once they are waited for, so sample after every child of the interval
@@ -187,7 +201,12 @@ def others_cores(before: tuple[float, float], after: tuple[float, float], wall_s
     """
     if wall_s <= 0:
         return 0.0
-    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall_s)
+    return max(0.0, ((after.busy_s - before.busy_s) - (after.own_s - before.own_s)) / wall_s)
+
+
+def steal_cores(before: CpuSample, after: CpuSample, wall_s: float) -> float:
+    """Mean cores the hypervisor gave to other guests between two samples."""
+    return max(0.0, (after.steal_s - before.steal_s) / wall_s) if wall_s > 0 else 0.0
 
 
 def wait_for_quiet(max_load: float, timeout_s: float) -> bool:
@@ -208,24 +227,34 @@ def wait_for_quiet(max_load: float, timeout_s: float) -> bool:
         time.sleep(QUIET_POLL_S)
 
 
-def others_now(sample_s: float = BETWEEN_RUNS_SAMPLE_S) -> float:
-    """Cores other processes use right now (sampled while no job of ours runs)."""
+def others_now(sample_s: float = BETWEEN_RUNS_SAMPLE_S) -> tuple[float, float]:
+    """(cores other processes use, cores the hypervisor steals) right now, sampled while no
+    job of ours runs."""
     before, t0 = cpu_sample(), time.monotonic()
     time.sleep(sample_s)
-    return others_cores(before, cpu_sample(), time.monotonic() - t0)
+    after, wall = cpu_sample(), time.monotonic() - t0
+    return others_cores(before, after, wall), steal_cores(before, after, wall)
 
 
-def wait_between_runs(enabled: bool) -> float:
-    """Wait (bounded) until other processes use under NOISY_OTHERS_CORES; return that use."""
-    used = others_now()
+def wait_between_runs(enabled: bool) -> tuple[float, float]:
+    """Wait (bounded) until neither other processes nor the hypervisor disturb the machine
+    (:func:`benchlib.disturbance`); return (others' cores, stolen cores) when it stopped."""
+    others, steal = others_now()
     if not enabled:
-        return used
+        return others, steal
+    cores = len(os.sched_getaffinity(0))
     waited_until = time.monotonic() + BETWEEN_RUNS_MAX_WAIT_S
-    while used > bl.NOISY_OTHERS_CORES and time.monotonic() < waited_until:
-        log(f"others use {used:.2f} cores; waiting")
+    while (why := bl.disturbance(others, steal, cores)) and time.monotonic() < waited_until:
+        log(f"{why}; waiting")
         time.sleep(15.0)
-        used = others_now()
-    return used
+        others, steal = others_now()
+    return others, steal
+
+
+def disturbed(notes: dict[str, Any]) -> str | None:
+    """Why a run (its notes from :func:`run_once`) was disturbed, or None."""
+    cores = len(os.sched_getaffinity(0))
+    return bl.disturbance(notes["others_cores"], notes["steal_cores"], cores)
 
 
 # ---------------------------------------------------------------------------------------
@@ -385,8 +414,8 @@ def run_once(
     disturb_processes: int = 1,
     estimate: tuple[float, float] | None = None,
 ) -> tuple[RunSummary, list[Any], dict[str, Any]]:
-    """One job through the local runtime; (summary, trace rows, notes with others_cores and
-    initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default;
+    """One job through the local runtime; (summary, trace rows, notes with others_cores,
+    steal_cores and initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default;
     ``estimate``: the job's ``spec.estimate`` (:func:`manifest`)."""
     lo, hi, initial = bounds
     steps = whole_epochs(steps)
@@ -409,7 +438,9 @@ def run_once(
     if summary.error == "interrupted":  # SIGINT/SIGTERM: the runtime stopped the trainer
         raise KeyboardInterrupt
     notes = dict(events.notes)
-    notes["others_cores"] = round(others_cores(before, cpu_sample(), wall), 3)
+    after = cpu_sample()
+    notes["others_cores"] = round(others_cores(before, after, wall), 3)
+    notes["steal_cores"] = round(steal_cores(before, after, wall), 3)
     notes["wall_s"] = round(wall, 2)
     notes["initial_cores"] = summary.start_cores
     try:
@@ -426,21 +457,17 @@ def run_once(
 def run_static_clean(
     size: bl.WorkloadSize, steps: int, cores: float, folder: Path, wait: bool
 ) -> tuple[RunSummary, list[Any], dict[str, Any]]:
-    """A static run for the profile, repeated if processes outside the benchmark disturbed it."""
+    """A static run for the profile, repeated if other processes or the hypervisor disturbed it."""
     for attempt in range(PROFILE_RETRIES_NOISY + 1):
         wait_between_runs(wait)
         where = folder.with_name(f"{folder.name}-a{attempt}")
         summary, rows, notes = run_once(size, steps, 3600.0, (cores,) * 3, "static", where)
-        quiet = notes["others_cores"] <= bl.NOISY_OTHERS_CORES
-        if not wait or quiet or attempt == PROFILE_RETRIES_NOISY:
-            if not quiet:
-                log(
-                    f"  WARNING: profile run kept although disturbed ({notes['others_cores']:.2f} cores)"
-                )
+        why = disturbed(notes)
+        if not wait or why is None or attempt == PROFILE_RETRIES_NOISY:
+            if why is not None:
+                log(f"  WARNING: profile run kept although disturbed ({why})")
             return summary, rows, notes
-        log(
-            f"  profile run disturbed by other processes ({notes['others_cores']:.2f} cores); repeating it"
-        )
+        log(f"  profile run disturbed ({why}); repeating it")
     raise AssertionError("unreachable")
 
 
@@ -523,6 +550,7 @@ def profile_workload(
         "steps": steps,
         "all_cores_s": full.finished_s,
         "all_cores_others_cores": notes["others_cores"],
+        "all_cores_steal_cores": notes["steal_cores"],
         "curve": [asdict(p) for p in points],
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -771,7 +799,8 @@ def run_grid(args: argparse.Namespace) -> int:
         log(
             f"  -> finished {record.get('finished_s') or float('nan'):.1f}s of {record['deadline_s']:.1f}s "
             f"({'n/a' if dev is None else f'{dev:+.2f}%'}), {record['core_seconds']:.1f} core-s "
-            f"(oracle {record['oracle_core_seconds']:.1f}), others {record['others_cores']:.2f} cores"
+            f"(oracle {record['oracle_core_seconds']:.1f}), others {record['others_cores']:.2f} cores, "
+            f"steal {record.get('steal_cores', 0.0):.2f} cores"
         )
     results.data["wall_s"]["runs"] = round(time.monotonic() - runs_started, 1) + results.data[
         "wall_s"
@@ -816,7 +845,7 @@ def execute(
     estimate = None if run.policy in STATIC else profile_estimate(all_cores_s, steps, max_cores)
     record: dict[str, Any] = {}
     for attempt in range(MAX_RETRIES_NOISY + 1):
-        before_others = wait_between_runs(wait)
+        before_others, before_steal = wait_between_runs(wait)
         load = load_1m()
         out_dir = workdir / "runs" / run.run_id / f"a{attempt}"
         summary, rows, notes = run_once(
@@ -866,20 +895,20 @@ def execute(
             "date": _now(),
             "load_1m": load,
             "others_cores_before": round(before_others, 3),
+            "steal_cores_before": round(before_steal, 3),
             "attempt": attempt,
             "grid": grid.name,
             "code_hash": results.data["code_hash"],
             "error": summary.error,
             **notes,
         }
-        if (
-            notes["others_cores"] <= bl.NOISY_OTHERS_CORES
-            or not wait
-            or attempt == MAX_RETRIES_NOISY
-        ):
-            record["noisy"] = notes["others_cores"] > bl.NOISY_OTHERS_CORES
+        why = disturbed(notes)
+        if why is None or not wait or attempt == MAX_RETRIES_NOISY:
+            record["noisy"] = why is not None
+            record["disturbed_by"] = why
             break
-        log(f"  run disturbed by other processes ({notes['others_cores']:.2f} cores); repeating it")
+        log(f"  run disturbed ({why}); repeating it")
+        record["disturbed_by"] = why
         results.data["discarded"].append(record)
     trace = compact_trace(rows, record.get("moved_at_s")) if rows else None
     results.add(record, trace)

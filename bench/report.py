@@ -48,6 +48,15 @@ def summarize(results: dict[str, Any], traces: dict[str, Any] | None = None) -> 
         per_workload[workload] = bl.aggregate(mine)
     loads = [float(r["load_1m"]) for r in records if r.get("load_1m") is not None]
     others = [float(r["others_cores"]) for r in records if r.get("others_cores") is not None]
+    steal = [float(r["steal_cores"]) for r in records if r.get("steal_cores") is not None]
+    # static MAX on the d1.0 setting runs exactly the profile's all-cores run again: how far
+    # it lands from the profile's time is how much the machine's speed moved since.
+    speed_moves = [
+        100.0 * (float(r["finished_s"]) / float(r["all_cores_s"]) - 1.0)
+        for r in records
+        if r["policy"] == "static-max" and r["scenario"] == "d1.0"
+        if r.get("finished_s") and r.get("all_cores_s")
+    ]
     quiet = bl.aggregate([r for r in records if not r.get("noisy")], "local")
     return {
         "local": local,
@@ -64,6 +73,9 @@ def summarize(results: dict[str, Any], traces: dict[str, Any] | None = None) -> 
         "load_max": max(loads) if loads else None,
         "others_median": median(others) if others else None,
         "others_max": max(others) if others else None,
+        "steal_median": median(steal) if steal else None,
+        "steal_max": max(steal) if steal else None,
+        "static_max_vs_profile": (min(speed_moves), max(speed_moves)) if speed_moves else None,
     }
 
 
@@ -314,9 +326,23 @@ def _header(results: dict[str, Any], summary: dict[str, Any]) -> list[str]:
         f"- **Quietness**: 1-minute load at run start median {_pct(summary['load_median'])}, max "
         f"{_pct(summary['load_max'])} (our own previous run included); CPU used by processes outside "
         f"the benchmark during a run median {_pct(summary['others_median'])}, max "
-        f"{_pct(summary['others_max'])} cores; {summary['discarded']} runs repeated because other "
-        f"processes disturbed them, {summary['noisy']} kept although disturbed",
+        f"{_pct(summary['others_max'])} cores"
+        + (
+            f"; steal time (the hypervisor running other guests) median "
+            f"{_pct(summary['steal_median'])}, max {_pct(summary['steal_max'])} cores"
+            if summary["steal_max"] is not None
+            else "; steal time not recorded"
+        )
+        + f"; {summary['discarded']} runs repeated because other processes or the hypervisor "
+        f"disturbed them, {summary['noisy']} kept although disturbed",
     ]
+    if summary["static_max_vs_profile"] is not None:
+        low, high = summary["static_max_vs_profile"]
+        out.append(
+            f"- **Machine speed**: static MAX on the d1.0 setting (the profile's all-cores run "
+            f"again) finished {low:+.1f} % to {high:+.1f} % of the profile's time; the further "
+            "from 0, the more the machine's speed moved between the profile and the runs"
+        )
     if results.get("code_hash"):
         out.append(
             f"- **Code measured**: git `{results.get('git_head', '?')}`, hash of the controller, "
@@ -347,10 +373,9 @@ def _targets_section(summary: dict[str, Any]) -> list[str]:
         ]
         out += [
             "",
-            f"Without the {summary['noisy']} runs that other processes disturbed (others > "
-            f"{bl.NOISY_OTHERS_CORES} cores), mean |deviation| over the feasible settings: "
-            + ("; ".join(parts) or "no runs left")
-            + ".",
+            f"Without the {summary['noisy']} disturbed runs (others > {bl.NOISY_OTHERS_CORES} "
+            f"cores, or steal > {bl.NOISY_STEAL_SHARE:.0%} of the cores), mean |deviation| "
+            f"over the feasible settings: " + ("; ".join(parts) or "no runs left") + ".",
         ]
     return out
 
@@ -594,7 +619,7 @@ def _records_section(results: dict[str, Any]) -> list[str]:
         out += ["", "## Every run", "", "<details><summary>all records</summary>", ""]
         out += _table(
             ["runtime", "workload", "scenario", "policy", "rep", "deadline s", "finished s", "dev %",
-             "core-s", "oracle core-s", "actuations", "load", "others"],
+             "core-s", "oracle core-s", "actuations", "load", "others", "steal"],
             [
                 [r.get("runtime", "local"), r["workload"], r["scenario"], r["policy"], str(r["repetition"]),
                  f"{r['deadline_s']:.1f}",
@@ -602,7 +627,7 @@ def _records_section(results: dict[str, Any]) -> list[str]:
                  _pct(r.get("deviation_pct"), signed=True),
                  f"{r.get('core_seconds_to_finish') or r['core_seconds']:.1f}",
                  _num(r.get("oracle_core_seconds")), str(r["actuations"]),
-                 _pct(r.get("load_1m")), _pct(r.get("others_cores"))]
+                 _pct(r.get("load_1m")), _pct(r.get("others_cores")), _pct(r.get("steal_cores"))]
                 for r in records
             ],
         )  # fmt: skip

@@ -176,3 +176,21 @@ def test_a_run_manifest_carries_the_estimate_it_is_given() -> None:
     assert job.estimate == (0.024, 2.0)
     assert job.resources.initial_given is False
     assert "estimate" not in harness.manifest(size, 1000, 24.0, 0.5, 2.0, None, "decor")["spec"]
+
+
+def test_others_and_steal_cores_come_from_two_samples() -> None:
+    from bench import harness
+
+    before = harness.CpuSample(busy_s=100.0, own_s=10.0, steal_s=50.0)
+    after = harness.CpuSample(busy_s=108.0, own_s=14.0, steal_s=51.0)
+    assert harness.others_cores(before, after, 10.0) == pytest.approx(0.4)  # 8 busy, 4 ours
+    assert harness.steal_cores(before, after, 10.0) == pytest.approx(0.1)
+    assert harness.steal_cores(before, after, 0.0) == 0.0
+
+
+def test_a_cpu_sample_reads_this_machine() -> None:
+    from bench import harness
+
+    first = harness.cpu_sample()
+    second = harness.cpu_sample()
+    assert second.busy_s >= first.busy_s and second.steal_s >= first.steal_s >= 0.0

@@ -245,7 +245,7 @@ def rec(
         "late": dev > 0, "core_seconds": cs + 1, "core_seconds_to_finish": cs,
         "oracle_core_seconds": 100.0, "oracle_cores": 0.8, "actuations": 5, "machine_cores": 2,
         "machine_model": "test cpu", "date": "2026-11-22T10:00:00+00:00", "load_1m": 0.3,
-        "others_cores": 0.02, "limiter": "cgroup-v1", **extra,
+        "others_cores": 0.02, "limiter": "cgroup-v1", "all_cores_s": 40.0, **extra,
     }  # fmt: skip
 
 
@@ -546,7 +546,9 @@ def test_render_markdown_has_tables_targets_and_machine() -> None:
     assert "1 failed" in text
     assert "![deviation per policy and scenario](deviation.png)" in text
     assert "![decor](trace-decor.png)" in text
-    assert "1 runs repeated because other processes disturbed them" in text
+    assert "1 runs repeated because other processes or the hypervisor disturbed them" in text
+    assert "steal time not recorded" in text  # FAKE's records predate it
+    assert "static MAX on the d1.0 setting" in text and "+0.4 % to +0.4 %" in text
     assert "| resnet | width 8, batch 16 | 160 | 23.0 |" in text
     assert "0.0020%" in text  # reporter / step of the resnet workload
 
@@ -593,3 +595,36 @@ def test_record_key_identifies_a_run() -> None:
 
 def asdict_point(point: bl.SpeedPoint) -> dict[str, float]:
     return {"cores": point.cores, "steps_per_s": point.steps_per_s, "startup_s": point.startup_s}
+
+
+@pytest.mark.parametrize(
+    ("others", "steal", "why"),
+    [
+        (0.02, 0.0, None),
+        (0.02, 0.06, None),  # 3 % of 2 cores is the edge
+        (0.3, 0.0, "other processes used 0.30 cores"),
+        (0.02, 0.07, "the hypervisor took 0.07 cores (steal time)"),
+    ],
+)
+def test_a_run_is_disturbed_by_other_processes_or_by_steal(
+    others: float, steal: float, why: str | None
+) -> None:
+    assert bl.disturbance(others, steal, machine_cores=2) == why
+
+
+def test_report_gives_steal_time_and_counts_a_run_it_disturbed() -> None:
+    records = [
+        rec("decor", "d1.5", -0.5, steal_cores=0.01),
+        rec("decor", "d1.5", 3.0, rep=1, steal_cores=0.2, noisy=True),
+        rec("static-max", "d1.0", -2.0, steal_cores=0.0),
+        rec("static-max", "d1.0", 5.0, rep=1, steal_cores=0.0),
+    ]
+    results = {"grid": "quick", "machine": {"cores": 2}, "records": records, "discarded": []}
+    summary = report.summarize(results)
+    assert summary["steal_max"] == pytest.approx(0.2)
+    assert summary["static_max_vs_profile"] == pytest.approx((-2.0, 5.0))
+    text = report.render_markdown(results, summary, {})
+    assert "steal time (the hypervisor running other guests) median 0.01, max 0.20 cores" in text
+    assert "1 kept although disturbed" in text
+    assert "finished -2.0 % to +5.0 % of the profile's time" in text
+    assert "Without the 1 disturbed runs" in text and "decor 0.50% (1 runs)" in text
