@@ -8,7 +8,13 @@ from typing import Any
 from decor.core.views import ClusterView, Key, Snapshot
 from decor.service.config import OperatorConfig
 from decor.service.job import STATUS_WRITES_PER_S
-from decor.service.loop import IDLE_PERIOD_S, PERIOD_JOBS, ControlLoop
+from decor.service.loop import (
+    IDLE_PERIOD_S,
+    LAGGING_PERIOD_JOBS,
+    LAGGING_S,
+    PERIOD_JOBS,
+    ControlLoop,
+)
 from decor.service.operator_metrics import OperatorMetrics
 from prometheus_client import CollectorRegistry
 
@@ -69,9 +75,10 @@ def test_a_period_runs_at_most_its_share_of_due_jobs_the_longest_overdue_first()
     loop = _loop(names, now)
     snapshot = loop.view.snapshot()
     _due(loop, snapshot, now[0])
-    # j000 is due last, j<last> first: the order of their periods, not of their names.
+    # j000 is due last, j<last> first: the order of their periods, not of their names; the
+    # longest overdue is less than LAGGING_S late (the loop keeps up).
     for i, name in enumerate(names):
-        loop.controllers["ns", name].next_due_s = 2000.0 - i
+        loop.controllers["ns", name].next_due_s = 3000.0 - i * (LAGGING_S / 2 / len(names))
     ran: list[tuple[str, str]] = []
     while batch := _due(loop, snapshot, 3000.0):
         assert len(batch) <= PERIOD_JOBS
@@ -79,6 +86,25 @@ def test_a_period_runs_at_most_its_share_of_due_jobs_the_longest_overdue_first()
         for key in batch:
             loop.controllers[key].next_due_s = 3010.0
     assert [k[1] for k in ran] == names[::-1]  # every job once, the longest overdue first
+
+
+def test_a_loop_that_has_fallen_behind_runs_more_jobs_a_period_until_it_catches_up() -> None:
+    names = [f"j{i:03d}" for i in range(3 * LAGGING_PERIOD_JOBS)]
+    now = [1000.0]
+    loop = _loop(names, now)
+    snapshot = loop.view.snapshot()
+    _due(loop, snapshot, now[0])
+    # Due over the last 3 s, the longest overdue first: the first periods find it behind.
+    for i, name in enumerate(names):
+        loop.controllers["ns", name].next_due_s = 3000.0 - 3.0 * i / len(names)
+    sizes = []
+    while batch := _due(loop, snapshot, 3000.0):
+        sizes.append(len(batch))
+        for key in batch:
+            loop.controllers[key].next_due_s = 3010.0
+    # Behind while its longest overdue is at least LAGGING_S late (the first two thirds of
+    # the jobs), then the jobs due within the last second, one period's share at a time.
+    assert sizes == [LAGGING_PERIOD_JOBS] * 2 + [PERIOD_JOBS] * (LAGGING_PERIOD_JOBS // PERIOD_JOBS)
 
 
 def test_a_wave_of_changed_jobs_is_split_over_periods() -> None:

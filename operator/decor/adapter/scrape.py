@@ -125,7 +125,7 @@ def prometheus_progress_all(
 
 QUERY_MAX_PODS = 200
 """A query names at most this many pods; for more it asks for every pod's series (a period
-reads the pods of at most ``loop.PERIOD_JOBS`` jobs)."""
+reads the pods of at most ``loop.LAGGING_PERIOD_JOBS`` jobs)."""
 
 
 def progress_query(pods: list[PodKey] | None = None) -> str:
