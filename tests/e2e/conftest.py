@@ -41,6 +41,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # test_frameworks.py, run their jobs on it too).
 TRAINER_IMAGE = os.environ.get("DECOR_TRAINER_IMAGE", "localhost/decor/trainer:0.1.0")
 OPERATOR_IMAGE = os.environ.get("DECOR_OPERATOR_IMAGE", "localhost/decor/operator:0.1.0")
+E2E_NAMESPACE_LABEL = "decor.dev/e2e"
+"""Every namespace a test makes carries this label (``true``)."""
 # Multiplies every timeout (slow machines, cold image caches).
 TIMEOUT_SCALE = float(os.environ.get("DECOR_E2E_TIMEOUT_SCALE", "1"))
 
@@ -215,7 +217,7 @@ def fresh_namespace(kube: Kube, slug: str) -> Iterator[str]:
     name = f"e2e-{slug}-{uuid.uuid4().hex[:6]}"
     kube.core.create_namespace(
         client.V1Namespace(
-            metadata=client.V1ObjectMeta(name=name, labels={"decor.dev/e2e": "true"})
+            metadata=client.V1ObjectMeta(name=name, labels={E2E_NAMESPACE_LABEL: "true"})
         )
     )
     try:
@@ -231,6 +233,32 @@ def fresh_namespace(kube: Kube, slug: str) -> Iterator[str]:
             kube.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
         except Exception as exc:  # noqa: BLE001 - cleanup must not mask the test's result
             print(f"warning: could not delete namespace {name}: {exc}")
+
+
+@pytest.fixture(autouse=True)
+def whole_node(request: pytest.FixtureRequest) -> None:
+    """A test marked ``alone`` starts once the tests before it have left the node: no pod
+    is left in an e2e namespace being deleted (a trainer checkpointing on SIGTERM, say,
+    holds its cores until it is gone)."""
+    if request.node.get_closest_marker("alone") is None:
+        return
+    kube: Kube = request.getfixturevalue("kube")
+
+    def leftovers() -> list[str]:
+        listed = kube.core.list_namespace(label_selector=f"{E2E_NAMESPACE_LABEL}=true").items
+        return [
+            f"{n.metadata.name}/{p.metadata.name}"
+            for n in listed
+            if n.status.phase == "Terminating"
+            for p in kube.core.list_namespaced_pod(n.metadata.name).items
+        ]
+
+    wait_for(
+        lambda: not leftovers(),
+        300,
+        "the pods of the tests before to be gone",
+        describe=lambda: f"still there: {', '.join(leftovers())}",
+    )
 
 
 @pytest.fixture
