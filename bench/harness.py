@@ -127,6 +127,10 @@ def git_head() -> str:
         return "unknown"
 
 
+def machine_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
 def machine_info() -> dict[str, Any]:
     model = "unknown"
     try:
@@ -137,7 +141,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cores": len(os.sched_getaffinity(0)),
+        "cores": machine_cores(),
         "model": model,
         "kernel": platform.release(),
         "python": platform.python_version(),
@@ -242,7 +246,7 @@ def wait_between_runs(enabled: bool) -> tuple[float, float]:
     others, steal = others_now()
     if not enabled:
         return others, steal
-    cores = len(os.sched_getaffinity(0))
+    cores = machine_cores()
     waited_until = time.monotonic() + BETWEEN_RUNS_MAX_WAIT_S
     while (why := bl.disturbance(others, steal, cores)) and time.monotonic() < waited_until:
         log(f"{why}; waiting")
@@ -253,8 +257,7 @@ def wait_between_runs(enabled: bool) -> tuple[float, float]:
 
 def disturbed(notes: dict[str, Any]) -> str | None:
     """Why a run (its notes from :func:`run_once`) was disturbed, or None."""
-    cores = len(os.sched_getaffinity(0))
-    return bl.disturbance(notes["others_cores"], notes["steal_cores"], cores)
+    return bl.disturbance(notes["others_cores"], notes["steal_cores"], machine_cores())
 
 
 # ---------------------------------------------------------------------------------------
@@ -415,8 +418,8 @@ def run_once(
     estimate: tuple[float, float] | None = None,
 ) -> tuple[RunSummary, list[Any], dict[str, Any]]:
     """One job through the local runtime; (summary, trace rows, notes with others_cores,
-    steal_cores and initial_cores). ``bounds``: (min, max, initial) cores, initial None for the spec's default;
-    ``estimate``: the job's ``spec.estimate`` (:func:`manifest`)."""
+    steal_cores and initial_cores). ``bounds``: (min, max, initial) cores, initial None for
+    the spec's default; ``estimate``: the job's ``spec.estimate`` (:func:`manifest`)."""
     lo, hi, initial = bounds
     steps = whole_epochs(steps)
     doc = manifest(
@@ -747,7 +750,7 @@ def run_grid(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["DECOR_STATE_DIR"] = str(workdir / "state")
     os.environ.pop("DECOR_CHECKPOINT_DIR", None)
-    max_cores = float(len(os.sched_getaffinity(0)))
+    max_cores = float(machine_cores())
     results = Results(out, grid, args.sizes, args.resume)
     wait = not args.no_wait
     if wait and not wait_for_quiet(args.max_load, args.quiet_timeout_s):
@@ -800,7 +803,7 @@ def run_grid(args: argparse.Namespace) -> int:
             f"  -> finished {record.get('finished_s') or float('nan'):.1f}s of {record['deadline_s']:.1f}s "
             f"({'n/a' if dev is None else f'{dev:+.2f}%'}), {record['core_seconds']:.1f} core-s "
             f"(oracle {record['oracle_core_seconds']:.1f}), others {record['others_cores']:.2f} cores, "
-            f"steal {record.get('steal_cores', 0.0):.2f} cores"
+            f"steal {record['steal_cores']:.2f} cores"
         )
     results.data["wall_s"]["runs"] = round(time.monotonic() - runs_started, 1) + results.data[
         "wall_s"
@@ -902,13 +905,11 @@ def execute(
             "error": summary.error,
             **notes,
         }
-        why = disturbed(notes)
+        why = record["disturbed_by"] = disturbed(notes)
         if why is None or not wait or attempt == MAX_RETRIES_NOISY:
             record["noisy"] = why is not None
-            record["disturbed_by"] = why
             break
         log(f"  run disturbed ({why}); repeating it")
-        record["disturbed_by"] = why
         results.data["discarded"].append(record)
     trace = compact_trace(rows, record.get("moved_at_s")) if rows else None
     results.add(record, trace)

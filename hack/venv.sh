@@ -30,7 +30,7 @@ exec 9>"$cache/venv.lock"
 flock 9
 if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/.complete" ]; then
   log "creating $venv"
-  rm -rf "$venv"; mkdir -p "$cache"
+  rm -rf "$venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
   "$venv/bin/pip" install -q --upgrade pip >&2
   # numpy<2: Debian's torch 1.13 is built against NumPy 1.x and cannot use NumPy 2.
