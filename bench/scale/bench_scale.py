@@ -626,8 +626,9 @@ def patch_details(run: Run) -> list[dict[str, Any]]:
 
 def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any]:
     """The control loop in the window: its job commits, plans and periods (count, mean and
-    total s), the periods' p50/p99 and the commits slower than 1 s and 5 s; its status
-    writes still waiting at the window's end."""
+    total s), the periods' p50/p99 and the commits slower than 1 s and 5 s, each step of
+    the periods (count, total, mean, p99); its status writes still waiting at the window's
+    end."""
     costs: dict[str, Any] = {}
     for key, name in (
         ("commit", vocabulary.METRIC_RECONCILE_DURATION),
@@ -647,6 +648,13 @@ def loop_costs(before: measure.Metrics, after: measure.Metrics) -> dict[str, Any
     for bound in (1.0, 5.0):
         within = next((count for le, count in commits if le == bound), total)
         costs[f"commits_over_{bound:g}s"] = int(total - within)
+    # Where the periods' time went: each step's (the replicas added up; a standby runs none).
+    costs["steps"] = {
+        step: measure.histogram_summary(
+            before, after, vocabulary.METRIC_PERIOD_STEP_DURATION, step=step
+        )
+        for step in vocabulary.PERIOD_STEPS
+    }
     # Status writes sent in the background and not yet answered, at the window's end.
     costs["status_writes_waiting_at_end"] = int(
         measure.metric_sum(after, vocabulary.METRIC_STATUS_WRITES_WAITING)

@@ -304,11 +304,18 @@ def histogram_delta(
     before: Mapping[str, list[tuple[dict[str, str], float]]],
     after: Mapping[str, list[tuple[dict[str, str], float]]],
     name: str,
+    **match: str,
 ) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of ``name``'s buckets between two reads."""
+    """(upper bound, cumulative count) of ``name``'s buckets between two reads (those whose
+    labels include ``match``, added up)."""
 
     def buckets(m: Mapping[str, list[tuple[dict[str, str], float]]]) -> dict[float, float]:
-        return {float(labels["le"]): v for labels, v in m.get(f"{name}_bucket", [])}
+        out: dict[float, float] = {}
+        for labels, value in m.get(f"{name}_bucket", []):
+            if all(labels.get(k) == v for k, v in match.items()):
+                le = float(labels["le"])
+                out[le] = out.get(le, 0.0) + value
+        return out
 
     b, a = buckets(before), buckets(after)
     return sorted((le, a[le] - b.get(le, 0.0)) for le in a)
@@ -318,10 +325,14 @@ def histogram_mean_delta(
     before: Mapping[str, list[tuple[dict[str, str], float]]],
     after: Mapping[str, list[tuple[dict[str, str], float]]],
     name: str,
+    **match: str,
 ) -> tuple[float, float]:
-    """(count, sum) of histogram ``name`` observed between two reads."""
-    count = metric_sum(after, f"{name}_count") - metric_sum(before, f"{name}_count")
-    total = metric_sum(after, f"{name}_sum") - metric_sum(before, f"{name}_sum")
+    """(count, sum) of histogram ``name`` observed between two reads (the samples whose
+    labels include ``match``)."""
+    count = metric_sum(after, f"{name}_count", **match) - metric_sum(
+        before, f"{name}_count", **match
+    )
+    total = metric_sum(after, f"{name}_sum", **match) - metric_sum(before, f"{name}_sum", **match)
     return count, total
 
 
@@ -344,6 +355,25 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
             )
         previous_bound, previous_count = bound, count
     return previous_bound
+
+
+def histogram_summary(
+    before: Mapping[str, list[tuple[dict[str, str], float]]],
+    after: Mapping[str, list[tuple[dict[str, str], float]]],
+    name: str,
+    **match: str,
+) -> dict[str, Any]:
+    """Histogram ``name`` between two reads (its samples whose labels include ``match``):
+    how many observations, their total and mean seconds, and the p99 as Prometheus
+    interpolates it within a bucket."""
+    count, total = histogram_mean_delta(before, after, name, **match)
+    p99 = histogram_quantile(0.99, histogram_delta(before, after, name, **match))
+    return {
+        "count": int(count),
+        "s_total": round(total, 3),
+        "s_mean": round(total / count, 5) if count else None,
+        "s_p99": rounded(p99),
+    }
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -30,6 +30,7 @@ from bench.scale.measure import (
     Metrics,
     ProcSample,
     cores_mean,
+    histogram_summary,
     metric_sum,
     per_second_by_kind,
     rounded,
@@ -124,8 +125,8 @@ def acting_samples(reads: Sequence[ReplicaRead], leader: str | None) -> list[Pro
 
 def replica_summary(read: ReplicaRead, leader: str | None, window_s: float) -> dict[str, Any]:
     """One replica's figures over the window: cores (mean), RSS MiB (max), API requests/s in
-    all, by verb and resource and of writes (:data:`WRITE_VERBS`, the Lease's included), and
-    what it said of its leadership."""
+    all, by verb and resource and of writes (:data:`WRITE_VERBS`, the Lease's included),
+    what it said of its leadership, and its garbage collector's pauses by generation."""
     total = sum(read.requests.values())
     return {
         "identity": read.identity,
@@ -140,6 +141,15 @@ def replica_summary(read: ReplicaRead, leader: str | None, window_s: float) -> d
         "leader_gauge_start": read.leader_gauge(after=False),
         "leader_gauge_end": read.leader_gauge(after=True),
         "takeovers_in_window": read.takeovers(),
+        "gc_pauses": {
+            generation: histogram_summary(
+                read.metrics_before,
+                read.metrics_after,
+                vocabulary.METRIC_GC_PAUSE,
+                generation=generation,
+            )
+            for generation in ("0", "1", "2")
+        },
     }
 
 

@@ -100,6 +100,7 @@ def replica_lines(record: Mapping[str, Any]) -> list[str]:
             f"cores (mean), {fmt(replica.get('rss_mib_max'))} MiB RSS (max), "
             f"{fmt(replica.get('api_requests_per_s'))} API req/s"
             + (" (" + ", ".join(f"`{k}` {fmt(v)}" for k, v in busiest) + ")" if busiest else "")
+            + gc_text(replica)
         )
     return lines
 
@@ -313,7 +314,30 @@ def loop_lines(r: Mapping[str, Any]) -> list[str]:
                 f"job commits over 1 s: {loop.get('commits_over_1s')}, over 5 s: "
                 f"{loop.get('commits_over_5s')}"
             )
+        out.extend(step_lines(loop.get("steps") or {}))
     return out
+
+
+def step_lines(steps: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Where the periods' wall time went, step by step (records from 2026-11-28 on)."""
+    parts = [
+        f"{step} {1000 * s['s_mean']:.1f} ms mean, p99 {fmt(s.get('s_p99'))} s"
+        for step, s in steps.items()
+        if s.get("s_mean") is not None
+    ]
+    return ["- the periods' steps: " + "; ".join(parts)] if parts else []
+
+
+def gc_text(replica: Mapping[str, Any]) -> str:
+    """A replica's garbage collections in the window by generation: how many, how long in
+    all and at p99 (records from 2026-11-28 on; empty before)."""
+    parts = [
+        f"gen {generation} {g['count']} x {1000 * g['s_mean']:.1f} ms mean "
+        f"(p99 {fmt(g.get('s_p99'))} s, {fmt(g.get('s_total'))} s in all)"
+        for generation, g in (replica.get("gc_pauses") or {}).items()
+        if g.get("count")
+    ]
+    return "; garbage collection: " + ", ".join(parts) if parts else ""
 
 
 def _record_section(r: Mapping[str, Any]) -> list[str]:

@@ -338,3 +338,44 @@ def test_the_machine_s_busy_cores_come_from_proc_stat() -> None:
     assert measure.machine_busy_cores(after, after, 2) is None
     with pytest.raises(ValueError):
         measure.parse_machine_cpu("intr 1 2 3")
+
+
+STEPS_BEFORE = """
+s_bucket{step="plan",le="0.1"} 1
+s_bucket{step="plan",le="+Inf"} 1
+s_count{step="plan"} 1
+s_sum{step="plan"} 0.05
+s_bucket{step="read",le="0.1"} 4
+s_bucket{step="read",le="+Inf"} 4
+s_count{step="read"} 4
+s_sum{step="read"} 0.2
+"""
+STEPS_AFTER = """
+s_bucket{step="plan",le="0.1"} 3
+s_bucket{step="plan",le="+Inf"} 5
+s_count{step="plan"} 5
+s_sum{step="plan"} 2.05
+s_bucket{step="read",le="0.1"} 14
+s_bucket{step="read",le="+Inf"} 14
+s_count{step="read"} 14
+s_sum{step="read"} 0.7
+"""
+
+
+def test_a_labelled_histogram_is_summed_per_label_value() -> None:
+    before, after = measure.parse_metrics(STEPS_BEFORE), measure.parse_metrics(STEPS_AFTER)
+    assert measure.histogram_delta(before, after, "s", step="plan") == [
+        (0.1, 2.0),
+        (float("inf"), 4.0),
+    ]
+    assert measure.histogram_summary(before, after, "s", step="plan") == {
+        "count": 4,
+        "s_total": 2.0,
+        "s_mean": 0.5,
+        "s_p99": 0.1,  # in +Inf: the last finite bound
+    }
+    read = measure.histogram_summary(before, after, "s", step="read")
+    assert (read["count"], read["s_mean"]) == (10, 0.05)
+    # Without a label to match, the label values' buckets are added up.
+    assert measure.histogram_delta(before, after, "s")[-1] == (float("inf"), 14.0)
+    assert measure.histogram_summary({}, {}, "s", step="plan")["s_mean"] is None

@@ -228,3 +228,34 @@ def test_the_smoke_check_wants_a_leader_and_the_standby_measured() -> None:
         "standby_cores_mean not measured",
         "standby_rss_mib_max not measured",
     ]
+
+
+def test_the_report_gives_each_replicas_garbage_collections_and_the_periods_steps() -> None:
+    gc_metrics = (
+        'decor_operator_gc_pause_seconds_count{generation="2"} 3\n'
+        'decor_operator_gc_pause_seconds_sum{generation="2"} 0.6\n'
+        'decor_operator_gc_pause_seconds_bucket{generation="2",le="0.25"} 3\n'
+        'decor_operator_gc_pause_seconds_bucket{generation="2",le="+Inf"} 3\n'
+    )
+    leader = read(LEADER, (1, 1))
+    leader = replicas.ReplicaRead(
+        leader.identity,
+        leader.proc,
+        leader.requests,
+        leader.metrics_before,
+        {**leader.metrics_after, **measure.parse_metrics(gc_metrics)},
+    )
+    fields = replicas.replica_fields(
+        [leader, two_replicas()[1]], lease(LEADER), lease(LEADER), window_s=20.0
+    )
+    gen2 = fields["replicas"][0]["gc_pauses"]["2"]
+    assert (gen2["count"], gen2["s_mean"]) == (3, 0.2)
+    assert fields["replicas"][1]["gc_pauses"]["2"]["count"] == 0
+    lines = report.replica_lines({"jobs": 50, **fields})
+    assert lines[1].endswith(
+        "; garbage collection: gen 2 3 x 200.0 ms mean (p99 0.247 s, 0.6 s in all)"
+    )
+    assert "garbage collection" not in lines[2]  # the standby collected nothing in the window
+    steps = {"plan": {"count": 4, "s_total": 2.0, "s_mean": 0.5, "s_p99": 0.1}}
+    assert report.step_lines(steps) == ["- the periods' steps: plan 500.0 ms mean, p99 0.1 s"]
+    assert report.step_lines({}) == []

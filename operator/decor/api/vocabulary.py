@@ -187,6 +187,11 @@ METRIC_RECONCILE_DURATION = "decor_operator_reconcile_duration_seconds"
 METRIC_PERIOD_LATENESS = "decor_operator_period_lateness_seconds"
 METRIC_PLAN_DURATION = "decor_operator_plan_duration_seconds"
 METRIC_PERIOD_DURATION = "decor_operator_period_duration_seconds"
+METRIC_PERIOD_STEP_DURATION = "decor_operator_period_step_duration_seconds"
+METRIC_GC_PAUSE = "decor_operator_gc_pause_seconds"
+PERIOD_STEPS = ("snapshot", "read", "prepare", "plan", "commit")
+"""The control period's steps, in order (the ``step`` label of the step duration metric;
+:mod:`decor.service.loop`)."""
 METRIC_STATUS_WRITES_WAITING = "decor_operator_status_writes_waiting"
 METRIC_LEADER = "decor_operator_leader"
 METRIC_LEADER_TAKEOVERS = "decor_operator_leader_takeovers"

@@ -349,7 +349,8 @@ def run_operator(
     if not os.environ.get(ENV_LEADER_LEASE_NAMESPACE):  # (the chart sets it: its own namespace)
         config = dataclasses.replace(config, lease_namespace=served[0] if served else "default")
     registry = CollectorRegistry()
-    set_runtime(Runtime(config=config, kube=kube, metrics=OperatorMetrics(registry)))
+    metrics = OperatorMetrics(registry)
+    set_runtime(Runtime(config=config, kube=kube, metrics=metrics))
     if not config.watch_nodes:
         register_pod_events()
     if metrics_port is None:
@@ -361,6 +362,7 @@ def run_operator(
         health_port = int(os.environ[ENV_HEALTH_PORT])
     health_address = os.environ.get(ENV_HEALTH_ADDRESS) or "0.0.0.0"
     liveness = f"http://{health_address}:{health_port}/healthz" if health_port else None
+    stop_watching_gc = metrics.watch_garbage_collection()
     try:
         kopf.run(
             standalone=standalone,
@@ -372,6 +374,7 @@ def run_operator(
             ready_flag=ready_flag,
         )
     finally:
+        stop_watching_gc()
         if server is not None:
             server.shutdown()
 

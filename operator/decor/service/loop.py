@@ -82,6 +82,23 @@ LIMIT_RANGES_TTL_S = 30.0
 listed at most this often: they change seldom, and a new one is obeyed within this time."""
 
 
+class _StepTimes:
+    """The wall time of a period's steps (:data:`vocabulary.PERIOD_STEPS`), each from the
+    end of the one before."""
+
+    def __init__(self) -> None:
+        self.started_s = self.last_s = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def end(self, step: str) -> None:
+        now_s = time.perf_counter()
+        self.seconds[step] = now_s - self.last_s
+        self.last_s = now_s
+
+    def total_s(self) -> float:
+        return self.last_s - self.started_s
+
+
 class ControlLoop:
     """The operator's single control loop over a :class:`ClusterView`."""
 
@@ -138,7 +155,7 @@ class ControlLoop:
         (0 when more are due than one period runs); a standby runs none."""
         if not self._acting() or not self._pods_known():
             return IDLE_PERIOD_S
-        started_s = time.perf_counter()
+        steps = _StepTimes()
         now = self.clock()
         # The woken set before the snapshot: a spec change is in the view before its wake
         # (handlers.dtj_event), so a wake taken here is one whose change the snapshot holds;
@@ -146,10 +163,13 @@ class ControlLoop:
         woken = self._take_woken()
         snapshot = self.view.snapshot()
         due = self._due_jobs(snapshot, now, woken)
+        steps.end("snapshot")
         reader = self.read_progress or self._read_progress
         progress = reader(snapshot, due) if due else {}
+        steps.end("read")
         for key in due:
             self._prepare(snapshot, key, progress, now)
+        steps.end("prepare")
         decor_pods = set(snapshot.trainer_pods())
         free = (
             capacity.free_capacity(snapshot.nodes, snapshot.loads, decor_pods)
@@ -157,10 +177,14 @@ class ControlLoop:
             else None
         )
         grants = self._plan(snapshot, decor_pods, free, now)
+        steps.end("plan")
         room = capacity.grow_room(free, snapshot.loads, decor_pods)
         self._commit_all(sorted(due, key=self._commit_order), grants, room, now)
+        steps.end("commit")
         if due:
-            self.metrics.period_seconds.observe(time.perf_counter() - started_s)
+            self.metrics.period_seconds.observe(steps.total_s())
+            for step, seconds in steps.seconds.items():
+                self.metrics.period_steps.labels(step=step).observe(seconds)
         self.metrics.jobs_total.set(len(self.controllers))
         self.metrics.status_writes_waiting.set(self.status_writer.backlog())
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
@@ -321,7 +345,6 @@ class ControlLoop:
             for pod in pods
             if (key[0], pod["metadata"]["name"]) in progress
         }
-        controller.next_due_s = now + controller.period_s
         try:
             limit_ranges = self._limit_ranges(snapshot, key[0], now)
             controller.prepare(body, pods, by_pod, now, limit_ranges)

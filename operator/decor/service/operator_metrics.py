@@ -4,6 +4,8 @@
 ``decor_operator_jobs`` {phase}, ``decor_operator_jobs_tracked``,
 ``decor_operator_reconcile_duration_seconds``, ``decor_operator_period_lateness_seconds``,
 ``decor_operator_plan_duration_seconds``, ``decor_operator_period_duration_seconds``,
+``decor_operator_period_step_duration_seconds`` {step}, ``decor_operator_gc_pause_seconds``
+{generation},
 ``decor_operator_status_writes_waiting``,
 ``decor_operator_leader``,
 ``decor_operator_leader_takeovers_total``.
@@ -11,7 +13,11 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -29,6 +35,10 @@ class OperatorMetrics:
         self._add_view_and_leadership(registry)
         for kind in vocabulary.ACTUATIONS:
             self.actuations.labels(kind=kind)
+        for step in vocabulary.PERIOD_STEPS:
+            self.period_steps.labels(step=step)
+        for generation in range(3):
+            self.gc_pauses.labels(generation=str(generation))
         self._phases: dict[tuple[str, str], str] = {}
         self._counts = dict.fromkeys(vocabulary.PHASES, 0)  # jobs per phase in ``_phases``
         self._lock = threading.Lock()
@@ -84,6 +94,23 @@ class OperatorMetrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=registry,
         )
+        self.period_steps = Histogram(
+            vocabulary.METRIC_PERIOD_STEP_DURATION,
+            "Wall time of each step of a control period that ran jobs, by step (snapshot, "
+            "read, prepare, plan, commit).",
+            ["step"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        )
+        self.gc_pauses = Histogram(
+            vocabulary.METRIC_GC_PAUSE,
+            "Wall time of each of the Python garbage collector's collections in the operator "
+            "process, by generation (every thread waits for it; counted once "
+            "watch_garbage_collection has been called).",
+            ["generation"],
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=registry,
+        )
 
     def _add_view_and_leadership(self, registry: CollectorRegistry) -> None:
         """The jobs in view, and whether this replica acts (leader election)."""
@@ -111,6 +138,21 @@ class OperatorMetrics:
             "(free, released, expired, or its own after its renewals lapsed).",
             registry=registry,
         )
+
+    def watch_garbage_collection(self) -> Callable[[], None]:
+        """Time the process's garbage collections into ``gc_pauses`` (once per process: the
+        collector's callbacks are global). Returns the function that stops it."""
+        started: list[float] = []
+
+        def on_collection(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                started[:] = [time.perf_counter()]
+            elif started:
+                pause_s = time.perf_counter() - started.pop()
+                self.gc_pauses.labels(generation=str(info["generation"])).observe(pause_s)
+
+        gc.callbacks.append(on_collection)
+        return lambda: gc.callbacks.remove(on_collection)
 
     def job_phase(self, key: tuple[str, str], phase: str | None) -> None:
         """Record a job's phase (None: the job is gone)."""
