@@ -430,6 +430,7 @@ class Window:
     proc: list[list[measure.ProcSample]] = field(default_factory=list)
     patches: list[tuple[str, float, float]] = field(default_factory=list)
     machine_busy_cores: float | None = None  # the whole machine's, from /proc/stat
+    machine_steal_cores: float | None = None  # the hypervisor's, from /proc/stat
 
 
 def plan_size(
@@ -593,9 +594,9 @@ def measure_window(run: Run) -> None:
     time.sleep(max(0.0, window.start_s + run.size.window_s - time.time()))  # the window
     window.end_s = time.time()
     machine_after = measure.parse_machine_cpu(Path("/proc/stat").read_text())
-    window.machine_busy_cores = measure.machine_busy_cores(
-        machine_before, machine_after, os.cpu_count() or 1
-    )
+    cores = os.cpu_count() or 1
+    window.machine_busy_cores = measure.machine_busy_cores(machine_before, machine_after, cores)
+    window.machine_steal_cores = measure.machine_steal_cores(machine_before, machine_after, cores)
     window.proc = sampler.stop()
     window.replicas_after, window.api_after, window.prom_after = read_counters(run)
     window.lease_after = run.driver.lease(run.lease_namespace, LEASE_NAME)
@@ -719,6 +720,7 @@ def build_size_record(
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
             "machine_busy_cores_mean": measure.rounded(window.machine_busy_cores, 3),
+            "machine_steal_cores_mean": measure.rounded(window.machine_steal_cores, 3),
             "loop": loop_costs(operator_before, operator_after),
             "deviation_by_group": measure.deviation_by_group(
                 deviation_of, plans, (job for job, _, _ in window.patches)

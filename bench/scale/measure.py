@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from decor.api import vocabulary
 
@@ -447,24 +447,37 @@ def parse_proc_stat(stat: str, clock_ticks_per_s: int) -> float:
     return (int(fields[11]) + int(fields[12])) / clock_ticks_per_s
 
 
-def parse_machine_cpu(stat: str) -> tuple[float, float]:
-    """(busy, total) CPU time of the whole machine, in clock ticks, from the text of
-    /proc/stat (its ``cpu`` line: busy is everything but idle and iowait; guest time is
-    already in user time and is not counted twice)."""
+class MachineCpu(NamedTuple):
+    """The whole machine's CPU time from /proc/stat, in clock ticks."""
+
+    busy: float
+    """user, nice, system, irq and softirq (guest time is already in user time)."""
+    steal: float
+    """The hypervisor ran other guests while this machine had work to run."""
+    total: float
+    """Every kind of time, idle, iowait and steal included."""
+
+
+def parse_machine_cpu(stat: str) -> MachineCpu:
+    """The whole machine's CPU time from the text of /proc/stat (its ``cpu`` line)."""
     fields = stat.splitlines()[0].split()
     if fields[0] != "cpu":
         raise ValueError(f"not /proc/stat: {stat[:40]!r}")
-    ticks = [float(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    total = sum(ticks)
-    return total - ticks[3] - ticks[4], total
+    user, nice, system, idle, iowait, irq, softirq, steal = (float(v) for v in fields[1:9])
+    busy = user + nice + system + irq + softirq
+    return MachineCpu(busy, steal, busy + idle + iowait + steal)
 
 
-def machine_busy_cores(
-    before: tuple[float, float], after: tuple[float, float], cores: int
-) -> float | None:
-    """Mean busy cores of the whole machine between two :func:`parse_machine_cpu` reads."""
-    total = after[1] - before[1]
-    return None if total <= 0 else cores * (after[0] - before[0]) / total
+def machine_busy_cores(before: MachineCpu, after: MachineCpu, cores: int) -> float | None:
+    """Mean cores the machine's own processes kept busy between two reads."""
+    total = after.total - before.total
+    return None if total <= 0 else cores * (after.busy - before.busy) / total
+
+
+def machine_steal_cores(before: MachineCpu, after: MachineCpu, cores: int) -> float | None:
+    """Mean cores the hypervisor gave other guests between two reads (steal time)."""
+    total = after.total - before.total
+    return None if total <= 0 else cores * (after.steal - before.steal) / total
 
 
 def parse_proc_rss(status: str) -> int:

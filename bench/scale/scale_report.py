@@ -318,6 +318,18 @@ def loop_lines(r: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def machine_text(r: Mapping[str, Any]) -> str:
+    """How busy the whole machine was over the window: its own processes, and the cores the
+    hypervisor took (steal time: counted apart from 2026-11-28 on, in "busy" before)."""
+    busy, steal = r.get("machine_busy_cores_mean"), r.get("machine_steal_cores_mean")
+    if busy is None:
+        return "."
+    text = f", {busy} of them busy on average over the window (the whole machine: the bed, both replicas and the driver"
+    if steal is None:
+        return text + "; steal time included)."
+    return text + f"), {steal} taken by the hypervisor for other guests (steal time)."
+
+
 def step_lines(steps: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Where the periods' wall time went, step by step (records from 2026-11-28 on)."""
     parts = [
@@ -352,13 +364,7 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
         f"its start; {r.get('periods_in_window')} job periods in it; deadline patches "
         f"{r.get('deadline_patches')} ({r.get('deadline_patches_without_resize')} not "
         f"followed by a resize within the timeout); outcomes {r.get('outcomes')}; "
-        f"measured {r.get('date')} on {r.get('machine_cores')} cores"
-        + (
-            f", {r['machine_busy_cores_mean']} of them busy on average over the window (the "
-            "whole machine: the bed, both replicas and the driver)."
-            if r.get("machine_busy_cores_mean") is not None
-            else "."
-        )
+        f"measured {r.get('date')} on {r.get('machine_cores')} cores" + machine_text(r)
     )
     if r.get("note"):
         out += ["", f"*{r['note']}.*"]

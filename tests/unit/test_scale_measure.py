@@ -332,10 +332,13 @@ def test_loop_costs_count_slow_commits_and_time_the_periods() -> None:
 
 def test_the_machine_s_busy_cores_come_from_proc_stat() -> None:
     before = measure.parse_machine_cpu("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n")
-    after = measure.parse_machine_cpu("cpu  250 0 100 900 50 0 0 0 10 0\ncpu0 1 2 3 4\n")
-    assert before == (150.0, 1000.0) and after == (350.0, 1300.0)
-    assert measure.machine_busy_cores(before, after, 2) == pytest.approx(2 * 200 / 300)
+    # guest time (the 9th number) is in user time already; steal (the 8th) is not busy
+    after = measure.parse_machine_cpu("cpu  250 0 100 900 50 0 0 30 10 0\ncpu0 1 2 3 4\n")
+    assert before == (150.0, 0.0, 1000.0) and after == (350.0, 30.0, 1330.0)
+    assert measure.machine_busy_cores(before, after, 2) == pytest.approx(2 * 200 / 330)
+    assert measure.machine_steal_cores(before, after, 2) == pytest.approx(2 * 30 / 330)
     assert measure.machine_busy_cores(after, after, 2) is None
+    assert measure.machine_steal_cores(after, after, 2) is None
     with pytest.raises(ValueError):
         measure.parse_machine_cpu("intr 1 2 3")
 

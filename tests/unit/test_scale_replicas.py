@@ -259,3 +259,11 @@ def test_the_report_gives_each_replicas_garbage_collections_and_the_periods_step
     steps = {"plan": {"count": 4, "s_total": 2.0, "s_mean": 0.5, "s_p99": 0.1}}
     assert report.step_lines(steps) == ["- the periods' steps: plan 500.0 ms mean, p99 0.1 s"]
     assert report.step_lines({}) == []
+
+
+def test_the_report_gives_the_machines_steal_time_apart_from_its_busy_cores() -> None:
+    assert report.machine_text({}) == "."
+    older = report.machine_text({"machine_busy_cores_mean": 1.7})
+    assert older.startswith(", 1.7 of them busy") and older.endswith("steal time included).")
+    newer = report.machine_text({"machine_busy_cores_mean": 1.5, "machine_steal_cores_mean": 0.2})
+    assert newer.endswith("), 0.2 taken by the hypervisor for other guests (steal time).")
