@@ -838,6 +838,7 @@ def execute(
     oracle_cs = oracle_cores * min(
         final_deadline_s, bl.predicted_time_s(curve, steps, oracle_cores, staircase)
     )
+    bounds: tuple[float, float, float | None]
     if run.policy == "static-max":
         bounds = (max_cores, max_cores, max_cores)
     elif run.policy == "static-oracle":

@@ -34,7 +34,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from decor.api import model, vocabulary
 from decor.core import build
@@ -239,16 +239,18 @@ class Cluster:
         """Allocatable CPU of the (single) node."""
         nodes = self.core.list_node().items
         return max(
-            build.parse_allocation("cpu", n.status.allocatable.get("cpu")) or 0.0 for n in nodes
+            build.parse_allocation("cpu", ((n.status and n.status.allocatable) or {}).get("cpu"))
+            or 0.0
+            for n in nodes
         )
 
     def other_requests(self) -> float:
         """CPU requested by the pods that run now (they keep it from a benchmark job)."""
         total = 0.0
         for pod in self.core.list_pod_for_all_namespaces().items:
-            if pod.status.phase in ("Succeeded", "Failed"):
+            if pod.status and pod.status.phase in ("Succeeded", "Failed"):
                 continue
-            for c in pod.spec.containers:
+            for c in pod.spec.containers if pod.spec else []:
                 requests = (c.resources and c.resources.requests) or {}
                 total += build.parse_allocation("cpu", requests.get("cpu")) or 0.0
         return total
@@ -276,8 +278,11 @@ class Cluster:
         return name
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(
-            vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name
+        return cast(
+            dict[str, Any],
+            self.custom.get_namespaced_custom_object(
+                vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL, name
+            ),
         )
 
     def trainer_pod(self, namespace: str, name: str, pod_name: str | None) -> dict[str, Any] | None:
@@ -288,7 +293,7 @@ class Cluster:
             except Exception:  # noqa: BLE001 - replaced or gone: look it up by label
                 pass
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"decor.dev/job={name}")
-        live = [p for p in pods.items if p.metadata.deletion_timestamp is None]
+        live = [p for p in pods.items if p.metadata and p.metadata.deletion_timestamp is None]
         return self.api_client.sanitize_for_serialization(live[0]) if live else None
 
     def delete_namespace(self, namespace: str, job: str) -> None:
@@ -302,10 +307,10 @@ class Cluster:
             pass
 
         def gone() -> bool:
-            items = self.custom.list_namespaced_custom_object(
+            listed = self.custom.list_namespaced_custom_object(
                 vocabulary.API_GROUP, vocabulary.API_VERSION, namespace, vocabulary.PLURAL
-            )["items"]
-            return not items
+            )
+            return not cast(dict[str, Any], listed)["items"]
 
         try:
             wait(gone, 60, "job deletion")

@@ -788,7 +788,7 @@ def write_report(out: Path) -> Path:
     by_key = {bl.record_key(r): r for r in records}
     for policy in bl.POLICIES:
         key = None if traces is None else pick_trace(records, traces, policy)
-        if key is not None:
+        if traces is not None and key is not None:
             name = f"trace-{policy}.png"
             plot_trace(traces[key], by_key[key], out / name)
             images[f"trace:{policy}"] = name

@@ -595,7 +595,7 @@ def worst_jobs(
     jobs: Iterable[Mapping[str, Any]], mode_of: Mapping[str, str], count: int = 5
 ) -> list[dict[str, Any]]:
     """The ``count`` jobs farthest from their deadlines, with what they did (to see why)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for job in jobs:
         status = job.get("status") or {}
         deviation = (status.get("outcome") or {}).get("deviationPercent")
