@@ -36,7 +36,7 @@ crds: ## copy the CRD (single source: crds/) into the chart
 lint: ## ruff + mypy + the import contract (.importlinter)
 	$(VENV)/bin/ruff check operator trainer_image tests bench
 	$(VENV)/bin/ruff format --check operator trainer_image tests bench
-	$(VENV)/bin/mypy operator/decor bench
+	MYPYPATH=operator:trainer_image $(VENV)/bin/mypy operator/decor bench  # bench against this checkout's decor
 	$(VENV)/bin/mypy --python-version 3.10 trainer_image/decor_trainer  # decor-trainer supports 3.10
 	PYTHONPATH=operator:trainer_image $(VENV)/bin/lint-imports
 

@@ -287,7 +287,7 @@ def manifest(
     resources = {"mode": "cpu", "min": f"{round(lo * 1000)}m", "max": f"{round(hi * 1000)}m"}
     if initial is not None:
         resources["initial"] = f"{round(initial * 1000)}m"
-    doc = {
+    doc: dict[str, Any] = {
         "apiVersion": f"{vocabulary.API_GROUP}/{vocabulary.API_VERSION}",
         "kind": vocabulary.KIND,
         "metadata": {"name": JOB_NAME},
@@ -521,16 +521,15 @@ def profile_workload(
         full, rows, notes = run_static_clean(size, steps, max_cores, folder / f"max{attempt}", wait)
         if full.error or full.finished_s is None:
             raise RuntimeError(f"all-cores run of {size.name} failed: {full.error}")
+        all_cores_s = full.finished_s
         try:
             rate, startup = bl.rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
         except ValueError:  # keep the probe's rate; the start-up follows from the measured T
-            startup = max(0.0, full.finished_s - steps / rate)
-        if abs(full.finished_s - target_s) <= grid.sizing_tolerance * target_s:
+            startup = max(0.0, all_cores_s - steps / rate)
+        if abs(all_cores_s - target_s) <= grid.sizing_tolerance * target_s:
             break
-        log(f"profile {size.name}: T = {full.finished_s:.1f}s, not ~{target_s:g}s; resizing")
-    points = [
-        bl.time_point(max_cores, steps, full.finished_s, [(r.t_s, r.steps_done) for r in rows])
-    ]
+        log(f"profile {size.name}: T = {all_cores_s:.1f}s, not ~{target_s:g}s; resizing")
+    points = [bl.time_point(max_cores, steps, all_cores_s, [(r.t_s, r.steps_done) for r in rows])]
     for fraction in grid.profile_fractions:
         # The whole job at each allocation: a short window's rate does not carry over to a
         # full run (warm-up, throttling pattern), and the oracle must predict full runs.
@@ -544,14 +543,14 @@ def profile_workload(
         )
     points.sort(key=lambda p: p.cores)
     log(
-        f"profile {size.name}: T = {full.finished_s:.1f}s; curve "
+        f"profile {size.name}: T = {all_cores_s:.1f}s; curve "
         + ", ".join(f"{p.cores:g}c {p.steps_per_s:.2f}/s" for p in points)
     )
     return {
         "workload": size.name,
         "size": asdict(size),
         "steps": steps,
-        "all_cores_s": full.finished_s,
+        "all_cores_s": all_cores_s,
         "all_cores_others_cores": notes["others_cores"],
         "all_cores_steal_cores": notes["steal_cores"],
         "curve": [asdict(p) for p in points],
