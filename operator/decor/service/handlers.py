@@ -314,6 +314,15 @@ def check_crd_revision(kube: Kube) -> bool:
     return verdict.action != REFUSE
 
 
+def _liveness_endpoint(health_port: int | None) -> str | None:
+    """kopf's liveness endpoint: on ``health_port`` (default ``$DECOR_HEALTH_PORT``; none
+    without either), at ``$DECOR_HEALTH_ADDRESS`` (default all addresses)."""
+    if health_port is None and os.environ.get(ENV_HEALTH_PORT):
+        health_port = int(os.environ[ENV_HEALTH_PORT])
+    health_address = os.environ.get(ENV_HEALTH_ADDRESS) or "0.0.0.0"
+    return f"http://{health_address}:{health_port}/healthz" if health_port else None
+
+
 def run_operator(
     namespaces: Sequence[str] | None = None,
     prometheus_url: str | None = None,
@@ -348,20 +357,16 @@ def run_operator(
     log.info("serving %s", ", ".join(served) if served else "all namespaces")
     if not os.environ.get(ENV_LEADER_LEASE_NAMESPACE):  # (the chart sets it: its own namespace)
         config = dataclasses.replace(config, lease_namespace=served[0] if served else "default")
-    registry = CollectorRegistry()
-    metrics = OperatorMetrics(registry)
+    metrics = OperatorMetrics(CollectorRegistry())
     set_runtime(Runtime(config=config, kube=kube, metrics=metrics))
     if not config.watch_nodes:
         register_pod_events()
     if metrics_port is None:
         metrics_port = int(os.environ.get(ENV_METRICS_PORT) or DEFAULT_OPERATOR_METRICS_PORT)
     server = start_metrics_server(
-        metrics_port, registry, os.environ.get(ENV_METRICS_ADDRESS) or "0.0.0.0"
+        metrics_port, metrics.registry, os.environ.get(ENV_METRICS_ADDRESS) or "0.0.0.0"
     )
-    if health_port is None and os.environ.get(ENV_HEALTH_PORT):
-        health_port = int(os.environ[ENV_HEALTH_PORT])
-    health_address = os.environ.get(ENV_HEALTH_ADDRESS) or "0.0.0.0"
-    liveness = f"http://{health_address}:{health_port}/healthz" if health_port else None
+    liveness = _liveness_endpoint(health_port)
     stop_watching_gc = metrics.watch_garbage_collection()
     try:
         kopf.run(
