@@ -141,15 +141,22 @@ class OperatorMetrics:
 
     def watch_garbage_collection(self) -> Callable[[], None]:
         """Time the process's garbage collections into ``gc_pauses`` (once per process: the
-        collector's callbacks are global). Returns the function that stops it."""
+        collector's callbacks are global). Returns the function that stops it.
+
+        The callback observes into children looked up here, not through ``labels()``: that
+        takes the metric's lock, which the /metrics thread holds while it copies the children
+        (an allocation that can start a collection in that thread: it would wait for itself)."""
         started: list[float] = []
+        by_generation = {g: self.gc_pauses.labels(generation=str(g)) for g in range(3)}
 
         def on_collection(phase: str, info: dict[str, Any]) -> None:
             if phase == "start":
                 started[:] = [time.perf_counter()]
             elif started:
                 pause_s = time.perf_counter() - started.pop()
-                self.gc_pauses.labels(generation=str(info["generation"])).observe(pause_s)
+                child = by_generation.get(info["generation"])
+                if child is not None:
+                    child.observe(pause_s)
 
         gc.callbacks.append(on_collection)
         return lambda: gc.callbacks.remove(on_collection)
