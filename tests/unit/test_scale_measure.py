@@ -343,26 +343,18 @@ def test_the_machine_s_busy_cores_come_from_proc_stat() -> None:
         measure.parse_machine_cpu("intr 1 2 3")
 
 
-STEPS_BEFORE = """
-s_bucket{step="plan",le="0.1"} 1
-s_bucket{step="plan",le="+Inf"} 1
-s_count{step="plan"} 1
-s_sum{step="plan"} 0.05
-s_bucket{step="read",le="0.1"} 4
-s_bucket{step="read",le="+Inf"} 4
-s_count{step="read"} 4
-s_sum{step="read"} 0.2
-"""
-STEPS_AFTER = """
-s_bucket{step="plan",le="0.1"} 3
-s_bucket{step="plan",le="+Inf"} 5
-s_count{step="plan"} 5
-s_sum{step="plan"} 2.05
-s_bucket{step="read",le="0.1"} 14
-s_bucket{step="read",le="+Inf"} 14
-s_count{step="read"} 14
-s_sum{step="read"} 0.7
-"""
+def steps_histogram(**by_step: tuple[int, int, float]) -> str:
+    """Histogram ``s``'s exposition, per step: (count <= 0.1 s, count, sum)."""
+    return "".join(
+        f's_bucket{{step="{step}",le="0.1"}} {low}\n'
+        f's_bucket{{step="{step}",le="+Inf"}} {count}\n'
+        f's_count{{step="{step}"}} {count}\ns_sum{{step="{step}"}} {total}\n'
+        for step, (low, count, total) in by_step.items()
+    )
+
+
+STEPS_BEFORE = steps_histogram(plan=(1, 1, 0.05), read=(4, 4, 0.2))
+STEPS_AFTER = steps_histogram(plan=(3, 5, 2.05), read=(14, 14, 0.7))
 
 
 def test_a_labelled_histogram_is_summed_per_label_value() -> None:
