@@ -140,6 +140,27 @@ def test_slim_views_keep_what_accounting_reads() -> None:
     assert view.snapshot().pods[("ns", "t")]["spec"]["volumes"]  # DECOR's own are kept whole
 
 
+def test_trainer_pods_and_jobs_are_kept_whole_but_their_field_ownership() -> None:
+    managed = [{"manager": "kubelet", "fieldsV1": {"f:status": {"f:phase": {}}}}]
+    trainer = _pod("t", "a", "1", job="j")
+    trainer["metadata"]["managedFields"] = managed
+    job = {
+        "apiVersion": "decor.dev/v1alpha1",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "managedFields": managed},
+        "spec": {"template": {"spec": {"containers": [{"name": "main"}]}}},
+        "status": {"phase": "Running"},
+    }
+    view = ClusterView()
+    view.put_pod(trainer)
+    view.put_job(job)
+    snapshot = view.snapshot()
+    for kept, came in ((snapshot.pods[("ns", "t")], trainer), (snapshot.jobs[("ns", "j")], job)):
+        assert "managedFields" not in kept["metadata"]
+        assert kept == {**came, "metadata": {k: v for k, v in came["metadata"].items()
+                                             if k != "managedFields"}}  # fmt: skip
+    assert trainer["metadata"]["managedFields"] == managed  # what came is not changed
+
+
 def test_a_cordoned_node_is_not_offered() -> None:
     node = _node("a", "2")
     node["spec"]["unschedulable"] = True
