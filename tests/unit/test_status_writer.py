@@ -1,7 +1,7 @@
-"""The jobs' status writes off the period's path (decor.service.status_writer): in order per
-job, two waiting writes merged only where that is exact, gone and failed told back, never
-sent in another leader term; and a controller whose background write failed writes its
-whole status again."""
+"""The jobs' status writes and Events off the period's path (decor.service.status_writer):
+in order per job, two waiting writes merged only where that is exact, gone and failed told
+back, never sent in another leader term, Events bounded; a controller whose background write
+failed writes its whole status again; and a period waits for no write or Event."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from decor.adapter.kube import Fenced, KubeError
-from decor.service import job
+from decor.service import job, status_writer
 from decor.service.config import OperatorConfig
 from decor.service.operator_metrics import OperatorMetrics
 from decor.service.status_writer import StatusWriter, compose
@@ -92,6 +92,14 @@ class SlowKube:
             raise self.answer
         self.sent.append({"uid": uid, **status})
         return bool(self.answer)
+
+    def post_event(self, body: Mapping[str, Any]) -> None:
+        self.entered.set()
+        if self.hold.is_set():
+            assert self.release.wait(5)
+        if body["reason"] == "Broken":
+            raise RuntimeError("no route to the API server")
+        self.sent.append({"event": body["reason"], "thread": threading.current_thread().name})
 
 
 def test_with_no_workers_a_write_is_sent_at_once() -> None:
@@ -186,6 +194,87 @@ def test_a_write_is_never_sent_in_another_term() -> None:
     assert [s.get("phase", s.get("allocation")) for s in kube.sent] == ["Running", "2"]
 
 
+def event(reason: str) -> dict[str, Any]:
+    return {"involvedObject": {"name": KEY[1]}, "reason": reason}
+
+
+def test_with_no_workers_an_event_is_posted_at_once_in_the_callers_thread() -> None:
+    kube = SlowKube()
+    writer = StatusWriter(kube, workers=0)  # type: ignore[arg-type]
+    writer.post_event(KEY, event("PodCreated"))
+    assert kube.sent == [{"event": "PodCreated", "thread": threading.current_thread().name}]
+
+
+def test_a_jobs_events_and_writes_are_sent_in_the_order_it_made_them() -> None:
+    kube = SlowKube()
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=4)  # type: ignore[arg-type]
+    writer.post_event(KEY, event("PodCreated"))
+    assert kube.entered.wait(5)  # in flight, held
+    writer.write(KEY, "u1", {"phase": "Pending"})
+    writer.post_event(KEY, event("Resized"))
+    writer.write(KEY, "u1", {"allocation": "2"})  # not merged over the Event between them
+    writer.write(KEY, "u1", {"eta": "t1"})  # merged with the write before it
+    assert writer.backlog() == 4  # one in flight, three waiting
+    kube.release.set()
+    writer.close()
+    assert [{k: v for k, v in s.items() if k != "thread"} for s in kube.sent] == [
+        {"event": "PodCreated"},
+        {"uid": "u1", "phase": "Pending"},
+        {"event": "Resized"},
+        {"uid": "u1", "allocation": "2", "eta": "t1"},
+    ]
+    assert threading.current_thread().name not in {s.get("thread") for s in kube.sent}
+
+
+def test_an_event_made_in_one_term_is_not_sent_in_another() -> None:
+    kube, term = SlowKube(), [1]
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=2, term=lambda: term[0])  # type: ignore[arg-type]
+    writer.post_event(KEY, event("First"))
+    assert kube.entered.wait(5)
+    writer.post_event(KEY, event("Second"))
+    term[0] = 2  # this replica lost the lease and won it again meanwhile
+    kube.release.set()
+    assert writer.flush()
+    writer.post_event(KEY, event("Third"))
+    writer.close()
+    assert [s["event"] for s in kube.sent] == ["First", "Third"]
+
+
+def test_beyond_the_bound_an_event_is_dropped_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(status_writer, "MAX_EVENTS_WAITING", 3)
+    kube, dropped = SlowKube(), []
+    kube.hold.set()
+    writer = StatusWriter(kube, workers=2, on_event_dropped=lambda: dropped.append(1))  # type: ignore[arg-type]
+    writer.post_event(KEY, event("R0"))
+    assert kube.entered.wait(5)  # in flight: no longer waiting
+    for n in range(1, 6):
+        writer.post_event(KEY, event(f"R{n}"))
+    writer.write(KEY, "u1", {"phase": "Running"})  # status writes are not bounded by it
+    assert len(dropped) == 2  # R4 and R5
+    kube.release.set()
+    assert writer.flush()
+    sent = [s.get("event", s.get("phase")) for s in kube.sent]
+    assert sent == ["R0", "R1", "R2", "R3", "Running"]
+    writer.post_event(KEY, event("R6"))  # room again once they were sent
+    writer.close()
+    assert len(dropped) == 2 and kube.sent[-1]["event"] == "R6"
+
+
+def test_an_event_that_fails_costs_nothing_after_it() -> None:
+    kube = SlowKube()
+    writer = StatusWriter(kube, workers=1)  # type: ignore[arg-type]
+    for reason in ("Broken", "Resized"):
+        writer.post_event(KEY, event(reason))
+    writer.write(KEY, "u1", {"phase": "Succeeded"})
+    writer.close()
+    assert [s.get("event", s.get("phase")) for s in kube.sent] == ["Resized", "Succeeded"]
+    assert writer.backlog() == 0
+
+
 def _controller(
     kube: SlowKube, writer: StatusWriter, clock: Callable[[], float]
 ) -> job.JobController:
@@ -255,10 +344,32 @@ def test_a_period_with_several_commit_workers_does_not_wait_for_a_status_write()
     assert bench.phase("resnet") == "Pending"
 
 
+def test_a_period_with_several_commit_workers_does_not_wait_for_an_event() -> None:
+    bench = Bench({"node-a": (8.0, 0)}, scenario_config(commit_workers=4))
+    post, held, entered = bench.kube.post_event, threading.Event(), threading.Event()
+
+    def slow_post(body: Mapping[str, Any]) -> None:
+        entered.set()
+        assert held.wait(10)
+        post(body)
+
+    bench.kube.post_event = slow_post  # type: ignore[method-assign]
+    bench.apply(job_body("resnet", initial="2"), FakeTrainer(1000, 100, linear_speed(1.0)))
+    bench.period()  # the period creates the trainer and returns; its Event is held
+    assert entered.wait(5)
+    assert len(bench.pods("resnet")) == 1
+    assert bench.kube.events == [] and bench.loop.status_writer.backlog() >= 1
+    held.set()
+    assert bench.loop.status_writer.flush()
+    assert [e["reason"] for e in bench.kube.events] == ["PodCreated"]
+    assert bench.phase("resnet") == "Pending"  # its status, written after it
+    bench.loop.close()
+
+
 def _closed_loops(workers: int) -> dict[str, Any]:
     """Three jobs on a node with room for all (no job's commit takes another's room), one
     deadline patched mid-run, until every job ends; with ``workers`` > 1 the status writes
-    are sent in the background and waited for after each period."""
+    and Events are sent in the background and waited for after each period."""
     bench = Bench({"node-a": (32.0, 0)}, scenario_config(commit_workers=workers))
     for name, duration in (("resnet", "700s"), ("bert", "900s"), ("llm", "1200s")):
         bench.apply(

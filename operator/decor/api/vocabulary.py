@@ -193,5 +193,6 @@ PERIOD_STEPS = ("snapshot", "read", "prepare", "plan", "commit")
 """The control period's steps, in order (the ``step`` label of the step duration metric;
 :mod:`decor.service.loop`)."""
 METRIC_STATUS_WRITES_WAITING = "decor_operator_status_writes_waiting"
+METRIC_EVENTS_DROPPED = "decor_operator_events_dropped"
 METRIC_LEADER = "decor_operator_leader"
 METRIC_LEADER_TAKEOVERS = "decor_operator_leader_takeovers"

@@ -1,6 +1,7 @@
 """Carries out what a period decided about one job (``lifecycle`` actions) through the
 :class:`~decor.adapter.kube.Kube` facade, in the order decided: pods deleted or resized, Events
-posted, actuations counted; and creates the trainer's pods (its checkpoint claim, the
+posted (by the loop's ``StatusWriter``, in order with the job's status writes),
+actuations counted; and creates the trainer's pods (its checkpoint claim, the
 rendezvous Service of a several-pod trainer, the pods judged once more against the admin's
 policy, a free name found). Status is written by the job controller, not here.
 """
@@ -26,6 +27,7 @@ from decor.core.lifecycle import (
 )
 from decor.service.config import OperatorConfig
 from decor.service.operator_metrics import OperatorMetrics
+from decor.service.status_writer import StatusWriter
 
 log = logging.getLogger("decor.operator")
 
@@ -58,19 +60,24 @@ class Actuator:
         kube: Kube,
         config: OperatorConfig,
         operator_metrics: OperatorMetrics,
+        writer: StatusWriter | None = None,
     ) -> None:
+        """``writer``: posts the job's Events (the loop's, shared by its jobs, which sends them
+        in order with the job's status writes); None posts at once."""
         self.namespace = namespace
         self.name = name
         self.kube = kube
         self.config = config
         self.metrics = operator_metrics
+        self.writer = writer or StatusWriter(kube, workers=0)
 
     def perform(self, action: Action, body: Mapping[str, Any], now_s: float) -> None:
         """Carry out one action (not a status write: the controller's) about the job
         ``body`` at ``now_s``."""
         if isinstance(action, PostEvent):
             log.info("%s/%s: %s %s", self.namespace, self.name, action.reason, action.message)
-            self.kube.post_event(
+            self.writer.post_event(
+                (self.namespace, self.name),
                 build.build_event(
                     body,
                     action.type,
@@ -78,7 +85,7 @@ class Actuator:
                     action.message,
                     now_s=now_s,
                     instance=self.config.instance,
-                )
+                ),
             )
         elif isinstance(action, DeletePod):
             self.kube.delete_pod(self.namespace, action.name, grace_period_s=action.grace_period_s)

@@ -111,9 +111,9 @@ class Runtime:
             return self.loop.run_period()
 
     def release_lease(self) -> None:
-        """Free the leader's Lease once no period and no status write is in flight any more
-        (shutdown; the fence is up, so nothing new is sent): each waited for at most the API
-        client's timeout."""
+        """Free the leader's Lease once no period, no status write and no Event is in flight
+        any more (shutdown; the fence is up, so nothing new is sent): each waited for at most
+        the API client's timeout."""
         if self.election is None:
             return
         if self.period_lock.acquire(timeout=self.kube.timeout_s):

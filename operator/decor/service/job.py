@@ -85,7 +85,8 @@ class JobController:
         clock: Callable[[], float] = time.time,
         status_writer: StatusWriter | None = None,
     ) -> None:
-        """``status_writer``: the loop's (shared by its jobs); None writes at once."""
+        """``status_writer``: the loop's (shared by its jobs; it also posts their Events);
+        None writes and posts at once."""
         self.namespace = namespace
         self.name = name
         self.uid = uid
@@ -93,9 +94,6 @@ class JobController:
         self.config = config
         self.metrics = operator_metrics
         self.clock = clock
-        self.actuator = Actuator(
-            namespace, name, kube=kube, config=config, operator_metrics=operator_metrics
-        )
         self.settings = LifecycleSettings(
             startup_grace_s=config.startup_grace_s,
             max_pod_failures=config.max_pod_failures,
@@ -105,6 +103,14 @@ class JobController:
             template_policy=config.template_policy,
         )
         self.status_writer = status_writer or StatusWriter(kube, workers=0)
+        self.actuator = Actuator(
+            namespace,
+            name,
+            kube=kube,
+            config=config,
+            operator_metrics=operator_metrics,
+            writer=self.status_writer,
+        )
         self.status: dict[str, Any] = {}
         self.memory = Memory()
         self.written: dict[str, Any] | None = None

@@ -14,7 +14,9 @@ Each period, in named steps:
                   (``capacity.Room``: the planner's placement, reserved on the same model),
                   and writes status when something a user sees changed (with several
                   commit workers the write is sent in the background, in order per job:
-                  :mod:`decor.service.status_writer`; the period waits for none).
+                  :mod:`decor.service.status_writer`; the period waits for none). The
+                  jobs' Events, from both prepare and commit, go the same way, in order
+                  with their status writes.
 
 A job is due when its own period (``spec.control.periodSeconds``, at least the operator's
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
@@ -132,15 +134,28 @@ class ControlLoop:
         self._term: int | None = None
         self._waiting_logged = False  # the wait for the pod list is logged once
         self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-        # With several commit workers the jobs' status writes leave the period's path.
-        workers = config.commit_workers if config.commit_workers > 1 else 0
-        self.status_writer = StatusWriter(kube, workers, acting_term)
+        # With several commit workers the jobs' status writes and Events leave the period's
+        # path, and the commit workers are kept from one period to the next.
+        background = config.commit_workers > 1
+        self.status_writer = StatusWriter(
+            kube,
+            config.commit_workers if background else 0,
+            acting_term,
+            operator_metrics.events_dropped.inc,
+        )
+        self._commit_pool = (
+            ThreadPoolExecutor(config.commit_workers, thread_name_prefix="decor-commit")
+            if background
+            else None
+        )
 
     def close(self) -> None:
         """Stop the background reads and send the status writes still waiting (the
         operator is shutting down)."""
         if self._scraper is not None:
             self._scraper.close()
+        if self._commit_pool is not None:
+            self._commit_pool.shutdown(wait=False, cancel_futures=True)
         self.status_writer.close()
 
     def wake(self, key: Key) -> None:
@@ -423,14 +438,13 @@ class ControlLoop:
         spread_s = sum(1 for c in self.controllers.values() if not c.done) / STATUS_WRITES_PER_S
         for key in due:
             self.controllers[key].status_spread_s = spread_s
-        workers = min(self.config.commit_workers, len(due))
-        if workers <= 1:
+        pool = self._commit_pool
+        if pool is None or len(due) <= 1:
             for key in due:
                 self._commit(key, grants, room, now)
             return
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="decor-commit") as pool:
-            for future in [pool.submit(self._commit, key, grants, room, now) for key in due]:
-                future.result()
+        for future in [pool.submit(self._commit, key, grants, room, now) for key in due]:
+            future.result()
 
     def _commit(
         self,

@@ -6,7 +6,7 @@
 ``decor_operator_plan_duration_seconds``, ``decor_operator_period_duration_seconds``,
 ``decor_operator_period_step_duration_seconds`` {step}, ``decor_operator_gc_pause_seconds``
 {generation},
-``decor_operator_status_writes_waiting``,
+``decor_operator_status_writes_waiting``, ``decor_operator_events_dropped_total``,
 ``decor_operator_leader``,
 ``decor_operator_leader_takeovers_total``.
 """
@@ -121,9 +121,14 @@ class OperatorMetrics:
         )
         self.status_writes_waiting = Gauge(
             vocabulary.METRIC_STATUS_WRITES_WAITING,
-            "Jobs' status writes waiting or in flight at the end of a control period (sent "
-            "in the background with several commit workers; a backlog that grows: the API "
-            "server answers them slower than the jobs make them).",
+            "Jobs' status writes and Events waiting or in flight at the end of a control "
+            "period (sent in the background with several commit workers; a backlog that "
+            "grows: the API server answers them slower than the jobs make them).",
+            registry=registry,
+        )
+        self.events_dropped = Counter(
+            vocabulary.METRIC_EVENTS_DROPPED,
+            "Jobs' Events dropped because too many were waiting for the API server.",
             registry=registry,
         )
         self.leader = Gauge(

@@ -1,29 +1,39 @@
-"""Jobs' status writes, off the control period's path.
+"""Jobs' status writes and Events, off the control period's path.
 
 A period commits its due jobs on several workers and waits for all of them (the planner's
 room is shared, and the next period's plan must see what this one did). A job's status write
-changes no capacity, so with several commit workers (``OperatorConfig.commit_workers`` > 1)
-the period hands it here and goes on: :class:`StatusWriter` sends it on workers of its own.
-Without that, the API server's latency for every job's status patch (most of a period's
-calls) was added to the period, and a thousand jobs at a 10 s period fell behind their
-periods on a slow API server.
+and its Events change no capacity, so with several commit workers
+(``OperatorConfig.commit_workers`` > 1) the period hands them here and goes on:
+:class:`StatusWriter` sends them on workers of its own. Without that, the API server's
+latency for every job's status patch and Event (most of a period's calls) was added to the
+period: a thousand jobs at a 10 s period fell behind their periods on a slow API server (a
+stack sample of the leader at 1,000 jobs: Events were 43 % of the commit workers' time, and
+the prepare step's Events, posted one after another in the loop's thread, 20 % of its wall
+time, while status writes were already sent here).
 
 What stays true of the writes:
 
-* **Order, per job.** One write of a job is in flight at a time; a write the job makes
-  meanwhile waits, and two waiting writes become one when that is exactly the same as sending
-  both (:func:`compose`: a merge patch after a merge patch).
-* **The job's own object.** Each write carries the job's uid as a precondition
+* **Order, per job.** One write of a job is in flight at a time; a write or Event the job
+  makes meanwhile waits, in the order made, so its status never shows what an Event it
+  posted before has not said yet. Two waiting status writes become one when that is exactly
+  the same as sending both (:func:`compose`: a merge patch after a merge patch).
+* **The job's own object.** Each status write carries the job's uid as a precondition
   (``Kube.patch_job_status``).
 * **Gone is told.** A job the API server no longer has (404, or another uid) is remembered;
   the controller learns it at its next write (:meth:`StatusWriter.gone`) and stops.
 * **A failed write is written again.** Any other error is logged, and the controller's next
-  period writes its whole status again (:meth:`StatusWriter.take_failed`).
-* **Fenced.** A write made in one leader term is never sent in another (``term``); a write
-  the fence refuses is dropped (the new leader reads the job from the status it finds).
+  period writes its whole status again (:meth:`StatusWriter.take_failed`). An Event is
+  advisory: one the API server refuses is logged (``Kube.post_event``), not sent again.
+* **Fenced.** A write or Event made in one leader term is never sent in another (``term``);
+  a write the fence refuses is dropped (the new leader reads the job from the status it
+  finds).
+* **Bounded Events.** At most :data:`MAX_EVENTS_WAITING` Events wait; one more is dropped,
+  logged and counted (``on_event_dropped``). Status writes need no bound: a job's waiting
+  writes compose into one.
 
-With one commit worker (tests, the scenario records) every write is sent at once, in the
-period, as before; :meth:`StatusWriter.close` sends what is waiting when the operator stops.
+With one commit worker (tests, the scenario records) every write and Event is sent at once,
+in the period, as before; :meth:`StatusWriter.close` sends what is waiting when the operator
+stops.
 """
 
 from __future__ import annotations
@@ -41,6 +51,12 @@ log = logging.getLogger("decor.operator")
 
 Key = tuple[str, str]
 Term = Callable[[], int | None]
+STATUS, EVENT = "status", "event"
+Entry = tuple[str, str, dict[str, Any], int | None]
+"""A waiting write: its kind (STATUS or EVENT), the job's uid, the patch or Event, the term."""
+
+MAX_EVENTS_WAITING = 10_000
+"""Events waiting at most, all jobs together; more are dropped (and counted)."""
 
 CLOSE_WAIT_S = 5.0
 """How long :meth:`StatusWriter.close` waits for the writes still waiting or in flight."""
@@ -71,11 +87,19 @@ class StatusWriter:
     """Sends jobs' status merge patches (see the module docstring). ``workers``: 0 sends
     each write at once, in the caller's thread; more sends them in the background."""
 
-    def __init__(self, kube: Kube, workers: int, term: Term | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        workers: int,
+        term: Term | None = None,
+        on_event_dropped: Callable[[], None] | None = None,
+    ) -> None:
         self.kube = kube
         self.term = term
+        self.on_event_dropped = on_event_dropped
         self._lock = threading.Lock()
-        self._waiting: dict[Key, deque[tuple[str, dict[str, Any], int | None]]] = {}
+        self._waiting: dict[Key, deque[Entry]] = {}
+        self._events_waiting = 0
         self._busy: set[Key] = set()
         self._gone: dict[Key, str] = {}
         self._failed: set[Key] = set()
@@ -98,20 +122,43 @@ class StatusWriter:
                 with self._lock:
                     self._gone[key] = uid
             return found
-        entry = (uid, dict(status), self.term() if self.term is not None else None)
+        entry = (STATUS, uid, dict(status), self.term() if self.term is not None else None)
         with self._lock:
-            waiting = self._waiting.setdefault(key, deque())
-            if waiting and waiting[-1][0] == uid and waiting[-1][2] == entry[2]:
-                merged = compose(waiting[-1][1], entry[1])
+            waiting = self._waiting.get(key)
+            if waiting and waiting[-1][:2] == entry[:2] and waiting[-1][3] == entry[3]:
+                merged = compose(waiting[-1][2], entry[2])
                 if merged is not None:
-                    waiting[-1] = (uid, merged, entry[2])
+                    waiting[-1] = (STATUS, uid, merged, entry[3])
                     return True
-            waiting.append(entry)
-            if key in self._busy:
-                return True  # the worker sending this job's write sends this one next
-            self._busy.add(key)
-        self._pool.submit(self._send_all, key)
+            self._put(key, entry)
         return True
+
+    def post_event(self, key: Key, event: Mapping[str, Any]) -> None:
+        """Post ``event`` (``build.build_event``) about job ``key``, after the job's writes
+        and Events made before it."""
+        if self._pool is None:
+            self.kube.post_event(event)
+            return
+        with self._lock:
+            dropped = self._events_waiting >= MAX_EVENTS_WAITING
+            if not dropped:
+                self._events_waiting += 1
+                term = self.term() if self.term is not None else None
+                self._put(key, (EVENT, "", dict(event), term))
+        if dropped:
+            log.warning("%s/%s: Event %s dropped: %d Events wait for the API server",
+                        key[0], key[1], event.get("reason"), MAX_EVENTS_WAITING)  # fmt: skip
+            if self.on_event_dropped is not None:
+                self.on_event_dropped()
+
+    def _put(self, key: Key, entry: Entry) -> None:
+        """Queue ``entry`` behind ``key``'s waiting ones; a worker takes the job's queue
+        when none has it (the lock held)."""
+        self._waiting.setdefault(key, deque()).append(entry)
+        if key not in self._busy:
+            self._busy.add(key)
+            assert self._pool is not None
+            self._pool.submit(self._send_all, key)
 
     def gone(self, key: Key, uid: str) -> bool:
         """Whether a write found job ``key`` (this uid) gone."""
@@ -137,7 +184,7 @@ class StatusWriter:
                 self._forgotten.add(key)
 
     def backlog(self) -> int:
-        """Writes waiting or in flight."""
+        """Writes and Events waiting or in flight."""
         with self._lock:
             return sum(len(w) for w in self._waiting.values()) + len(self._busy)
 
@@ -169,12 +216,23 @@ class StatusWriter:
                         self._failed.discard(key)
                     self._idle.notify_all()
                     return
-                uid, status, term = waiting.popleft()
-            self._send(key, uid, status, term)
+                kind, uid, body, term = waiting.popleft()
+                if kind == EVENT:
+                    self._events_waiting -= 1
+            if self.term is not None and self.term() != term:
+                continue  # made in another term: the acting leader writes from what it read
+            if kind == EVENT:
+                self._post(body)
+            else:
+                self._send(key, uid, body)
 
-    def _send(self, key: Key, uid: str, status: dict[str, Any], term: int | None) -> None:
-        if self.term is not None and self.term() != term:
-            return  # made in another term: the acting leader writes from what it read
+    def _post(self, event: dict[str, Any]) -> None:
+        try:
+            self.kube.post_event(event)  # logs what the API server refuses
+        except Exception:  # noqa: BLE001 - a worker must outlive anything
+            log.exception("Event %s not posted", event.get("reason"))
+
+    def _send(self, key: Key, uid: str, status: dict[str, Any]) -> None:
         try:
             found = self.kube.patch_job_status(key[0], key[1], status, uid=uid)
         except Fenced:
