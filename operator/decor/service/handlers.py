@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import threading
@@ -323,6 +324,17 @@ def _liveness_endpoint(health_port: int | None) -> str | None:
     return f"http://{health_address}:{health_port}/healthz" if health_port else None
 
 
+def _freeze_what_lives_forever() -> None:
+    """Keep what exists before the operator serves (modules, classes, the API client's
+    models, kopf: about 70,000 objects) out of every later garbage collection: none of it
+    becomes garbage, and a full collection walks every object it tracks while the whole
+    operator waits (on the scale bed at 1,000 jobs a full collection of the leader took 0.2
+    to 0.5 s, about every 8 s)."""
+    gc.collect()
+    gc.freeze()
+    log.info("%d objects kept out of garbage collection", gc.get_freeze_count())
+
+
 def run_operator(
     namespaces: Sequence[str] | None = None,
     prometheus_url: str | None = None,
@@ -368,6 +380,7 @@ def run_operator(
     )
     liveness = _liveness_endpoint(health_port)
     stop_watching_gc = metrics.watch_garbage_collection()
+    _freeze_what_lives_forever()
     try:
         kopf.run(
             standalone=standalone,
