@@ -863,7 +863,15 @@ def test_lost_pod_is_recreated_from_its_checkpoint(
         return pods[0] if pods else None
 
     kube.wait_for(recreated, 90, "a replacement trainer pod")
-    assert ("Warning", "PodLost") in {(t, r) for t, r, _m in job_events(kube, namespace, name)}
+    # The PodLost Event is sent beside the periods (in order with the job's status writes,
+    # not with its pods): it may land a moment after the replacement pod.
+    kube.wait_for(
+        lambda: (
+            ("Warning", "PodLost") in {(t, r) for t, r, _m in job_events(kube, namespace, name)}
+        ),
+        10,
+        "the PodLost Event",
+    )
     final = wait_succeeded(kube, namespace, name, timeout=300)
     report(name, final)
     assert final["podFailures"] == 1
