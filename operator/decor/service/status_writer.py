@@ -139,12 +139,12 @@ class StatusWriter:
         if self._pool is None:
             self.kube.post_event(event)
             return
+        entry = (EVENT, "", dict(event), self.term() if self.term is not None else None)
         with self._lock:
             dropped = self._events_waiting >= MAX_EVENTS_WAITING
             if not dropped:
                 self._events_waiting += 1
-                term = self.term() if self.term is not None else None
-                self._put(key, (EVENT, "", dict(event), term))
+                self._put(key, entry)
         if dropped:
             log.warning("%s/%s: Event %s dropped: %d Events wait for the API server",
                         key[0], key[1], event.get("reason"), MAX_EVENTS_WAITING)  # fmt: skip
