@@ -132,7 +132,7 @@ def bounded_job(body: Mapping[str, Any]) -> dict[str, Any]:
     size = template_bytes(template)
     if size <= MAX_TEMPLATE_BYTES:
         return unmanaged_copy(body)
-    slim = {k: v for k, v in unmanaged_copy({**body, "spec": {}}).items() if k != "spec"}
+    slim = unmanaged_copy({k: v for k, v in body.items() if k != "spec"})
     spec = {k: tree_copy(v) for k, v in (body.get("spec") or {}).items() if k != "template"}
     slim["spec"] = {**spec, "template": {OVERSIZED_TEMPLATE_KEY: size}}
     return slim

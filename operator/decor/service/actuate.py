@@ -60,16 +60,16 @@ class Actuator:
         kube: Kube,
         config: OperatorConfig,
         operator_metrics: OperatorMetrics,
-        writer: StatusWriter | None = None,
+        writer: StatusWriter,
     ) -> None:
-        """``writer``: posts the job's Events (the loop's, shared by its jobs, which sends them
-        in order with the job's status writes); None posts at once."""
+        """``writer``: posts the job's Events (the job controller's, which sends them in order
+        with the job's status writes)."""
         self.namespace = namespace
         self.name = name
         self.kube = kube
         self.config = config
         self.metrics = operator_metrics
-        self.writer = writer or StatusWriter(kube, workers=0)
+        self.writer = writer
 
     def perform(self, action: Action, body: Mapping[str, Any], now_s: float) -> None:
         """Carry out one action (not a status write: the controller's) about the job

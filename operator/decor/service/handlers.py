@@ -326,7 +326,7 @@ def _liveness_endpoint(health_port: int | None) -> str | None:
 
 def _freeze_what_lives_forever() -> None:
     """Keep what exists before the operator serves (modules, classes, the API client's
-    models, kopf: about 70,000 objects) out of every later garbage collection: none of it
+    models, kopf: about 150,000 objects on the scale bed) out of every later garbage collection: none of it
     becomes garbage, and a full collection walks every object it tracks while the whole
     operator waits (on the scale bed at 1,000 jobs a full collection of the leader took 0.2
     to 0.5 s, about every 8 s)."""

@@ -84,7 +84,7 @@ def compose(first: Mapping[str, Any], then: Mapping[str, Any]) -> dict[str, Any]
 
 
 class StatusWriter:
-    """Sends jobs' status merge patches (see the module docstring). ``workers``: 0 sends
+    """Sends jobs' status merge patches and Events (see the module docstring). ``workers``: 0 sends
     each write at once, in the caller's thread; more sends them in the background."""
 
     def __init__(
