@@ -520,8 +520,28 @@ def run_size(size: Size, args: argparse.Namespace) -> dict[str, Any]:
                 state / f"logs/operator-{index}.log",
                 args.keep_logs / f"operator-{size.jobs}-{index}.log",
             )
+        keep_jobs_and_events(driver, jobs, args.keep_logs / f"jobs-{size.jobs}.json")
     subprocess.run(["bash", "cluster/scale/scale-down.sh"], cwd=REPO, env=bed, check=True)
     return record
+
+
+def keep_jobs_and_events(driver: Api, jobs: Sequence[Mapping[str, Any]], path: Path) -> None:
+    """The jobs as they ended and their Events (what each period changed, and why), for a
+    look at single jobs after the run."""
+    events = driver.raw(driver.core.list_namespaced_event, NAMESPACE).get("items") or []
+    kept = [
+        {
+            "job": e["involvedObject"].get("name"),
+            "kind": e["involvedObject"].get("kind"),
+            "reason": e.get("reason"),
+            "message": e.get("message"),
+            "count": e.get("count"),
+            "first": e.get("firstTimestamp") or e.get("eventTime"),
+            "last": e.get("lastTimestamp") or e.get("eventTime"),
+        }
+        for e in events
+    ]
+    path.write_text(json.dumps({"jobs": list(jobs), "events": kept}, indent=1))
 
 
 def drive(run: Run) -> list[dict[str, Any]]:

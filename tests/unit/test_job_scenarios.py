@@ -143,9 +143,11 @@ def test_a_moved_deadline_is_followed_in_the_next_period() -> None:
 
 
 def gpu_count_changes() -> Bench:
-    """A GPU job starts with 4 GPUs and is ahead: it is restarted with 2, then with 1 (each
-    time its pod is deleted with a grace period, seen terminating, and created anew with the
-    new ``nvidia.com/gpu`` request); its checkpoint claim is created with the first pod."""
+    """A GPU job starts with 4 GPUs and is ahead, its need between 1 and 2: it is restarted
+    with 1 (fewer first, measured while it runs), then with 2 for the rest, each time its
+    pod deleted with a grace period, seen terminating, and created anew with the new
+    ``nvidia.com/gpu`` request (the law's count, not the curve's need rounded up); its
+    checkpoint claim is created with the first pod."""
     bench = Bench(GPU_NODE)
     trainer = FakeTrainer(400, 100, linear_speed(0.5), mode="gpu")
     bench.apply(
@@ -158,7 +160,7 @@ def gpu_count_changes() -> Bench:
 def test_gpu_count_changes_by_checkpoint_and_restart() -> None:
     bench = recorded(gpu_count_changes)
     gpu = "nvidia.com/gpu"
-    assert created(bench) == [("llm-0", {gpu: "4"}), ("llm-1", {gpu: "2"}), ("llm-2", {gpu: "1"})]
+    assert created(bench) == [("llm-0", {gpu: "4"}), ("llm-1", {gpu: "1"}), ("llm-2", {gpu: "2"})]
     assert [(e["name"], e["grace_period_s"]) for e in calls(bench, "delete_pod")] == [
         ("llm-0", 30),
         ("llm-1", 30),
@@ -168,7 +170,7 @@ def test_gpu_count_changes_by_checkpoint_and_restart() -> None:
     ]
     assert calls(bench, "resize_pod_cpu") == []
     status = bench.status("llm")
-    assert (status["phase"], status["restarts"], status["allocation"]) == ("Succeeded", 2, "1")
+    assert (status["phase"], status["restarts"], status["allocation"]) == ("Succeeded", 2, "2")
     assert bench.events("llm").count("Restarting") == 2
 
 

@@ -212,6 +212,28 @@ def test_a_job_still_to_start_needs_what_its_estimate_says() -> None:
     assert job_demand(job_doc()).need == 2.0  # no curve: the law's start
 
 
+def test_a_trainer_restarted_for_a_change_of_count_gets_the_laws_count() -> None:
+    """The law may run fewer GPUs than its curve's need on purpose (fewer first, the count
+    above for the rest): the pod made for that change gets the law's count, and the planner
+    still holds the count planned for later, while a first pod gets the curve's need."""
+    doc = job_doc(estimate={"stepSeconds": 0.5, "allocation": "1"}, checkpoint={"path": "/ckpt"})
+    doc["spec"]["resources"] = {"mode": "gpu", "min": 1, "max": 4}  # 480 steps in 90 s
+    spec = parse_job(doc)
+    settings = jobperiod.law_settings(spec, START_S)
+    state = jobperiod.law_start(spec, settings, START_S)
+    args: dict[str, Any] = dict(key="ns/a", need=None, starting=True, remaining=480.0,
+                                current=0.0, arrival_s=START_S, admitted=True)  # fmt: skip
+    first = jobperiod.job_demand(spec, settings, state, START_S, **args)
+    assert 2.6 < first.need < 2.7  # the curve's need: 240 s of steps at 1 GPU in 90 s
+    changed = replace(
+        state, allocation=2.0, change_pending_since_s=START_S - 20.0, planned_peak=3.0
+    )
+    restarted = jobperiod.job_demand(spec, settings, changed, START_S, **args)
+    assert restarted.need == 2.0
+    assert restarted.planned_peak == 3.0  # the switch up planned is still held meanwhile
+    assert first.planned_peak == 0.0
+
+
 def test_the_laws_decision_is_the_need_under_a_cap_and_a_moved_deadline_counts() -> None:
     doc = job_doc(estimate={"stepSeconds": 0.15, "allocation": "1"})
     capped = job_demand(doc, need=1.7, starting=False, most=1.5, node="n1")

@@ -109,6 +109,16 @@ class Settings:
     # the deadline needs is always taken. Four: from MAX to the count above the need, to the
     # one below it, one more shrink after a deadline moved later or a fast phase, and a spare.
     gpu_max_restarts: int = 4
+    # decor, GPU: a switch up by one is put off while one period later still makes it with
+    # this fraction of a restart to spare. A whole restart made every switch up land about a
+    # restart early; none, and a noisy dip in the speed estimate in the last period before
+    # it asked for two GPUs more (and a switch back down after).
+    gpu_grow_spare_ratio: float = 0.25
+    # decor, GPU: "fewer first" (the count below the need now, the one above it for the
+    # rest) only while MAX could still do the rest after the planned switch up in this share
+    # of the time then left. Fewer first puts the work late; a deadline moved earlier (or a
+    # slow-down) must still find MAX fast enough.
+    gpu_fewer_first_max_share: float = 0.7
 
     @property
     def quantum(self) -> float:
@@ -253,9 +263,10 @@ class State:
     decisions: int = 0
     level_credit_s: float = 0.0  # decor CPU: seconds owed at the upper whole-core level
     level_fit: SpeedFit = field(default_factory=SpeedFit)  # decor CPU: at whole cores
-    # decor CPU: b / a of the whole-core fit when its samples last spanned two levels. The fit
-    # forgets with time, levels alike: after half a minute at one level the other's samples
-    # fade below the spread a and b need, and the staircase's shape is kept from here.
+    # decor: b / a of the fit when its samples last spanned two levels (CPU: the whole-core
+    # fit; GPU: the fit over counts). The fit forgets with time, levels alike: after half a
+    # minute at one level the other's samples fade below the spread a and b need, and the
+    # shape is kept from here.
     level_shape: float | None = None
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
@@ -264,11 +275,15 @@ class State:
     # GPU: the changes of count asked for so far (each a restart); None (not stored) before
     # the first one and on CPU
     gpu_restarts: int | None = None
+    # GPU: the count of the switch up the last decision planned (None: none; not stored),
+    # still asked of the planner while a change of count is carried out
+    planned_peak: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         raw = asdict(self)
-        if raw["gpu_restarts"] is None:
-            del raw["gpu_restarts"]
+        for optional in ("gpu_restarts", "planned_peak"):
+            if raw[optional] is None:
+                del raw[optional]
         return raw
 
     @staticmethod
@@ -522,6 +537,8 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
             sample = (dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
             if settings.mode != "cpu" or cores <= 1.0:
                 fit = fit.add(1.0 / cores, *sample)
+            if settings.mode != "cpu":
+                level_shape = _shape_of(fit, level_shape)
             if settings.mode == "cpu" and cores >= 1.0:
                 level_fit = level_fit.add(1.0 / cores, *sample)
                 level_shape = _shape_of(level_fit, level_shape)
@@ -955,19 +972,21 @@ def _step_time_model(
 ) -> Callable[[float], float] | None:
     """Seconds per step at an allocation, from what was measured; None before any sample.
 
-    GPU: one fit, a/g + b. CPU: below one core the sub-core fit (one thread, throttled:
+    GPU: one fit, a/g + b, with the ``level_shape`` last measured across counts once its
+    samples span one count only. CPU: below one core the sub-core fit (one thread, throttled:
     proportional to the quota when only the whole-core fit exists), at whole cores the
     whole-core fit (proportional to cores from one core when only the sub-core fit exists),
     with the ``level_shape`` last measured once its samples no longer span two levels.
     Without that, half a minute at one core made VGG's second core look 1.6x as useful as
     measured (78 steps/s at two cores, against 61.5), and the job stayed at one core.
     """
-    sub, whole = fit.coefficients(), level_fit.coefficients(level_shape)
     if settings.mode != "cpu":
+        sub = fit.coefficients(level_shape)
         if sub is None:
             return None
         a, b = sub
         return lambda g: a / g + b
+    sub, whole = fit.coefficients(), level_fit.coefficients(level_shape)
     if sub is None and whole is None:
         return None
 
@@ -1032,7 +1051,10 @@ def _decide_gpu(
     current = base.allocation
     if obs.pending or base.change_pending_since_s is not None:
         eta = obs.time_s + remaining * step_time(current)
-        return Decision(current, base, vocabulary.CONDITION_ON_TRACK, "GPU change pending", eta)
+        return Decision(
+            current, base, vocabulary.CONDITION_ON_TRACK, "GPU change pending", eta,
+            planned_peak=base.planned_peak or 0.0,
+        )  # fmt: skip
     target_s = settings.target_s
 
     def finish(g: float) -> float:
@@ -1044,10 +1066,13 @@ def _decide_gpu(
     )
     spare_restart = (base.gpu_restarts or 0) + 2 <= settings.gpu_max_restarts
     may_shrink = dwell_ok and spare_restart
-    choice, note, peak = _gpu_count(
-        current, settings, obs.time_s, remaining, step_time, restart_cost, finish, may_shrink,
-        replan,
+    may_plan_two = may_shrink and (base.gpu_restarts or 0) + 3 <= settings.gpu_max_restarts
+    weighed = _GpuChoice(
+        current=current, time_s=obs.time_s, remaining=remaining, step_time=step_time,
+        restart_cost=restart_cost, finish=finish, may_shrink=may_shrink,
+        may_plan_two=may_plan_two, replan=replan,
     )  # fmt: skip
+    choice, note, peak = _gpu_count(weighed, settings)
     condition = (
         vocabulary.CONDITION_AT_RISK
         if choice >= settings.max_allocation and finish(choice) > target_s
@@ -1056,67 +1081,113 @@ def _decide_gpu(
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
     decision = _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
-    return replace(decision, planned_peak=peak) if peak > decision.allocation else decision
+    if peak <= decision.allocation:
+        return replace(decision, state=replace(decision.state, planned_peak=None))
+    return replace(decision, planned_peak=peak, state=replace(decision.state, planned_peak=peak))
 
 
-def _gpu_count(
-    current: float,
-    settings: Settings,
-    time_s: float,
-    remaining: float,
-    step_time: Any,
-    restart_cost: float,
-    finish: Callable[[float], float],
-    may_shrink: bool,
-    replan: bool,
-) -> tuple[float, str, float]:
-    """The GPU count to run at (``finish(g)``: when the job would finish at ``g`` GPUs, a
-    restart included for a change; ``time_s``: the observation's time), a note for the
-    message, and the count of a switch up planned for later (0: none): hold, shrink when it
-    pays (and ``may_shrink``: the minimum dwell is over and a change is left for a step back
-    up), grow when needed and waiting does not pay (then the larger count is planned)."""
+@dataclass(frozen=True)
+class _GpuChoice:
+    """What one GPU period weighs: where it stands and which changes it may make."""
+
+    current: float
+    time_s: float  # the observation's
+    remaining: float  # steps
+    step_time: Callable[[float], float]
+    restart_cost: float
+    finish: Callable[[float], float]  # when the job would finish at g GPUs, a restart included
+    may_shrink: bool  # the minimum dwell is over and a change is left for a step back up
+    may_plan_two: bool  # and two more (fewer first: down now, up later) still leave one
+    replan: bool  # the deadline moved: no waiting
+
+
+def _gpu_count(c: _GpuChoice, settings: Settings) -> tuple[float, str, float]:
+    """The GPU count to run at, a note for the message, and the count of a switch up
+    planned for later (0: none): on track, hold or shrink (:func:`_on_track_count`); behind,
+    grow when needed and waiting does not pay (then the larger count is planned)."""
     target_s = settings.target_s
     candidates = [
         float(g) for g in range(int(settings.min_allocation), int(settings.max_allocation) + 1)
     ]
-    meeting = [g for g in candidates if finish(g) <= target_s]
-
-    # Each change costs a restart, so changes need hysteresis. Shrink only when it pays: the
-    # GPUs given back, over the rest of the run, outweigh the new pod's GPUs idle during the
-    # restart (no restart for the last moments of a job), and only to a count that keeps a
-    # small reserve, so that a slow-down after it needs no restart back. Grow
-    # by one only once waiting would not leave a spare restart: a noisy dip in the speed
+    meeting = [g for g in candidates if c.finish(g) <= target_s]
+    if c.finish(c.current) <= target_s:
+        return _on_track_count(c, settings, meeting)
+    if not meeting:
+        return min(candidates, key=c.finish), "", 0.0
+    # Behind at this count, but a larger one still makes it. One GPU more, started one
+    # period later, still leaving part of a restart to spare: wait. A noisy dip in the speed
     # estimate then costs no restart, and a grow is not followed by a shrink back.
-    reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, target_s - time_s)
-    note, peak = "", 0.0
-    if finish(current) <= target_s:
-        # On track: shrink when a smaller count still makes it, keeping the reserve.
-        smaller = [
-            g
-            for g in meeting
-            if g < current
-            and shrink_pays(current, g, remaining * step_time(g), restart_cost)
-            and finish(g) + reserve_s <= target_s
-        ]
-        choice = min(smaller) if smaller and may_shrink else current
-        if choice < current and _one_switch_later(
-            current, choice, settings, time_s, remaining, step_time, restart_cost, reserve_s
-        ):
-            note = f"; holding {current:g} for one switch to {choice - 1:g} later"
-            choice = current
-    elif meeting:
-        # Behind at this count, but a larger one still makes it. One GPU more, started one
-        # period later, still leaving a spare restart: wait.
-        larger = min(meeting)
-        spare_s = target_s - (finish(larger) + settings.period_s)
-        if larger - current <= 1 and spare_s >= restart_cost and not replan:
-            choice, peak = current, larger
-            note = f"; switching to {larger:g} later still makes it"
-        else:
-            choice = larger
-    else:
-        choice = min(candidates, key=finish)
-    return choice, note, peak
+    larger = min(meeting)
+    spare_s = target_s - (c.finish(larger) + settings.period_s)
+    waits = spare_s >= settings.gpu_grow_spare_ratio * c.restart_cost
+    if larger - c.current <= 1 and waits and not c.replan:
+        return c.current, f"; switching to {larger:g} later still makes it", larger
+    return larger, "", 0.0
+
+
+def _on_track_count(
+    c: _GpuChoice, settings: Settings, meeting: list[float]
+) -> tuple[float, str, float]:
+    """On track at the current count (``meeting``: the counts that make it alone). Each
+    change costs a restart, so changes need hysteresis. Shrink only when it pays: the GPUs
+    given back, over the rest of the run, outweigh the new pod's GPUs idle during the
+    restart (no restart for the last moments of a job), and only to a count that keeps a
+    small reserve, so that a slow-down after it needs no restart back. Where the need lies
+    between two counts, run the lower one first and the upper one for the rest
+    (:func:`_fewer_first`), else hold for one switch later (:func:`_one_switch_later`)."""
+    reserve_s = settings.gpu_shrink_reserve_ratio * max(0.0, settings.target_s - c.time_s)
+    smaller = [
+        g
+        for g in meeting
+        if g < c.current
+        and shrink_pays(c.current, g, c.remaining * c.step_time(g), c.restart_cost)
+        and c.finish(g) + reserve_s <= settings.target_s
+    ]
+    choice = min(smaller) if smaller and c.may_shrink else c.current
+    first = _fewer_first(c, choice, min(meeting), settings, reserve_s) if c.may_plan_two else None
+    if first is not None:
+        return first, f"; {first:g} first, then {first + 1:g} for the rest", first + 1.0
+    if choice < c.current and _one_switch_later(
+        c.current, choice, settings, c.time_s, c.remaining, c.step_time, c.restart_cost,
+        reserve_s,
+    ):  # fmt: skip
+        return c.current, f"; holding {c.current:g} for one switch to {choice - 1:g} later", 0.0
+    return choice, "", 0.0
+
+
+def _fewer_first(
+    c: _GpuChoice, choice: float, upper: float, settings: Settings, reserve_s: float
+) -> float | None:
+    """The count one below ``upper`` (the smallest that makes it alone) to run now, when the
+    need lies between the two: the lower count first, measured while it runs, then ``upper``
+    for the rest (a planned switch up, taken in the last period that still leaves part of a
+    restart to spare). The job then ends at a count measured or interpolated between
+    measured ones, not one extrapolated from faster counts, which overstates a sub-linear
+    job's step time at fewer GPUs and made it end early. None unless the lower count runs
+    long enough to be measured (the minimum dwell, a restart and two periods); MAX could
+    still do the rest after the switch up within ``gpu_fewer_first_max_share`` of the time
+    then left; and the switches pay as a shrink does: the GPUs given back against
+    ``choice`` (what the law would run otherwise) while the lower count runs outweigh the
+    GPUs idle through both restarts."""
+    lower = upper - 1.0
+    if lower < settings.min_allocation or lower >= c.current:
+        return None
+    t_u, t_l = c.step_time(upper), c.step_time(lower)
+    if t_l <= t_u:
+        return None
+    avail_s = settings.target_s - c.time_s - reserve_s
+    at_lower_s = (avail_s - 2.0 * c.restart_cost - c.remaining * t_u) / (1.0 - t_u / t_l)
+    if at_lower_s < settings.min_dwell_s + c.restart_cost + 2.0 * settings.period_s:
+        return None
+    rest_steps = c.remaining - at_lower_s / t_l
+    if rest_steps <= 0.0:
+        return None  # the lower count alone makes it: a plain shrink's case
+    switch_s = c.time_s + c.restart_cost + at_lower_s
+    at_max_s = c.restart_cost + rest_steps * c.step_time(settings.max_allocation)
+    if at_max_s > settings.gpu_fewer_first_max_share * (settings.target_s - switch_s):
+        return None
+    pays = (choice - lower) * at_lower_s >= (lower + upper) * c.restart_cost
+    return lower if pays else None
 
 
 def _one_switch_later(

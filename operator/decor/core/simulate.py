@@ -25,7 +25,7 @@ from decor.core.control import (
 
 @dataclass(frozen=True)
 class Plant:
-    """Step time (s) = (a / min(cores(u), saturation) + b) * slowdown, times noise.
+    """Step time (s) = (a / min(cores(u), saturation) ** scaling + b) * slowdown, times noise.
 
     ``cores(u)`` is what the trainer can use of a limit of ``u`` cores: ``u`` below one core,
     and from one core up the whole cores only when ``whole_threads`` (the reference trainer
@@ -34,6 +34,8 @@ class Plant:
     ``slowdowns``: (from_s, until_s, factor) windows relative to the start, factor > 1 slower.
     ``noise``: relative standard deviation of each step's time.
     ``restart_s``: progress-free seconds for a GPU change (checkpoint + restart).
+    ``scaling``: below 1, a sub-linear speed-up (data-parallel GPUs: twice the GPUs, less
+    than twice the speed), which no a / u + b fit follows exactly.
     """
 
     a: float
@@ -43,12 +45,14 @@ class Plant:
     slowdowns: tuple[tuple[float, float, float], ...] = ()
     restart_s: float = 0.0
     whole_threads: bool = False
+    scaling: float = 1.0
 
     def usable_cores(self, allocation: float) -> float:
         return thread_cores(allocation) if self.whole_threads else allocation
 
     def mean_step_time_s(self, allocation: float, elapsed_s: float) -> float:
-        base = self.a / min(self.usable_cores(allocation), self.saturation) + self.b
+        usable = min(self.usable_cores(allocation), self.saturation)
+        base = self.a / usable**self.scaling + self.b
         for start, until, factor in self.slowdowns:
             if start <= elapsed_s < until:
                 base *= factor
