@@ -310,6 +310,14 @@ def demand(
     )
 
 
+def _restarting_for_the_law(spec: JobSpec, state: control.State) -> bool:
+    """A change of GPU count the law made is being carried out (pending until progress
+    resumes): the trainer created for it gets that count, not the curve's need rounded up
+    (the law may run fewer on purpose, the count above later), and the planner still holds
+    the count planned for later."""
+    return spec.resources.mode == "gpu" and state.change_pending_since_s is not None
+
+
 def job_demand(
     spec: JobSpec,
     settings: control.Settings,
@@ -333,25 +341,20 @@ def job_demand(
     """What a job of ``spec`` asks of this period's planner (:func:`demand`).
 
     ``need``: the law's decision (None: it did not decide: the law's allocation, or for a
-    job ``starting`` its trainer other than for a change of GPU count the law made, the
-    least its speed curve finishes ``remaining`` steps with by the deadline:
-    ``settings.deadline_s``, moved or not). The curve is the law's fit, else ``spec.estimate`` (linear speed-up).
+    job ``starting`` its trainer, unless :func:`_restarting_for_the_law`, the least its
+    speed curve finishes ``remaining`` steps with by the deadline, moved or not; the curve
+    is the law's fit, else ``spec.estimate``, linear speed-up).
     ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
-    ``planned_peak``: the GPUs of a switch up the law planned for later
-    (``control.Decision.planned_peak``; 0: none).
+    ``planned_peak``: the switch up the law planned (``Decision.planned_peak``; 0: none).
     """
     high = settings.max_allocation if most is None else most
     curve = control.step_time_curve(state, settings)
     if curve is None and spec.estimate is not None:
         curve = estimated_curve(*spec.estimate)
     deadline_s = math.inf if spec.best_effort else settings.deadline_s
-    # A trainer created for a change of GPU count the law made (pending until progress
-    # resumes) gets that count: the law may have chosen fewer than the curve's need on
-    # purpose, running the count above it later, whose GPUs the planner still holds.
-    restarting = spec.resources.mode == "gpu" and state.change_pending_since_s is not None
-    if restarting and not planned_peak:
-        planned_peak = state.planned_peak or 0.0
-    if need is None and starting and not restarting and curve is not None and remaining > 0:
+    if _restarting_for_the_law(spec, state):
+        planned_peak = planned_peak or state.planned_peak or 0.0
+    elif need is None and starting and curve is not None and remaining > 0:
         need = need_from_curve(curve, remaining, deadline_s - now_s, settings.min_allocation, high)
     return demand(
         key=key,
