@@ -875,7 +875,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, help=f"results file (default {RESULTS})")
     parser.add_argument(
-        "--keep-logs", type=Path, help="copy each size's operator log here before scale-down"
+        "--keep-logs",
+        type=Path,
+        help="copy each size's operator logs here before scale-down, with the jobs as they "
+        "ended and their Events (jobs-N.json)",
     )
     parser.add_argument("--no-report", action="store_true")
     parser.add_argument(
