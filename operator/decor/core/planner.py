@@ -275,15 +275,10 @@ class _Cluster(Book):
 
     def place(self, d: Demand, amount: float) -> Pods | None:
         """Where ``amount`` of ``d`` would run now; None when it does not fit. A one-pod job:
-        on its pod's node, else the best fit; a GPU job whose count changes (its pod is
-        made anew anyway) on the best fit when its node has no room. A job that spans pods:
-        the pods of ``pod_gpu_counts``, where they run while the count is unchanged, else
-        packed."""
+        on its pod's node, else the best fit. A job that spans pods: the pods of
+        ``pod_gpu_counts``, where they run while the count is unchanged, else packed."""
         if not _spans_pods(d):
-            node = self.home(d)
-            moves = _is_gpu(d) and abs(amount - d.current) > EPS
-            if node is None or (moves and self.free(node, d) < amount - EPS):
-                node = self.best_fit(_is_gpu(d), amount)
+            node = self.home(d) or self.best_fit(_is_gpu(d), amount)
             if node is None or self.free(node, d) < amount - EPS:
                 return None
             return ((node, amount),)

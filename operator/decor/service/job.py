@@ -269,7 +269,7 @@ class JobController:
             held = lifecycle.hold(period, self.status, self.memory, grant)
             return self._perform(held, period.body, now)
         wanted = lifecycle.growth_wanted(period, self.memory, grant)
-        grown_by = self._reserve_growth(period, wanted, room, grant)
+        grown_by = self._reserve_growth(period, wanted, room)
         before = self.status
         ran = lifecycle.run(period, before, self.memory, grant, grown_by, self.settings)
         try:
@@ -324,13 +324,10 @@ class JobController:
         return room.take_new(placed, cores=allocation + build.job_overhead_cpu_cores(spec))
 
     @staticmethod
-    def _reserve_growth(
-        period: Period, amount: float, room: Room, grant: planner.Grant | None = None
-    ) -> float:
+    def _reserve_growth(period: Period, amount: float, room: Room) -> float:
         """Reserve ``amount`` more for a running trainer: GPUs all or nothing (on its node,
-        else, the pod being made anew for its new count, the whole count where the planner
-        placed it; for a job that spans pods, in pods of at most ``gpusPerPod`` on any
-        nodes), cores as far as its node has room. Returns what was reserved."""
+        or, for a job that spans pods, in pods of at most ``gpusPerPod`` on any nodes),
+        cores as far as its node has room. Returns what was reserved."""
         if amount <= 0 or period.pod is None:
             return 0.0
         spec, node = period.spec, node_of(period.pod)
@@ -339,10 +336,7 @@ class JobController:
         if spec.resources.gpus_per_pod > 0:
             fits = room.take_pods(group.pod_counts(spec, amount))
         else:
-            elsewhere = grant is not None and grant.pods and grant.node not in (None, node)
-            fits = room.take(node, gpus=amount) or bool(
-                elsewhere and room.take_placement(grant.pods)  # type: ignore[union-attr]
-            )
+            fits = room.take(node, gpus=amount)
         return amount if fits else 0.0
 
     # --- carrying a step out ---------------------------------------------------------------------
