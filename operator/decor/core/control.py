@@ -275,8 +275,8 @@ class State:
     # GPU: the changes of count asked for so far (each a restart); None (not stored) before
     # the first one and on CPU
     gpu_restarts: int | None = None
-    # GPU: the count of the switch up the last decision planned (None: none; not stored),
-    # still asked of the planner while a change of count is carried out
+    # GPU: the count of the switch up the last decision planned (None: none; not stored);
+    # the job's demand still asks it of the planner while a change of count is carried out
     planned_peak: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -1051,10 +1051,7 @@ def _decide_gpu(
     current = base.allocation
     if obs.pending or base.change_pending_since_s is not None:
         eta = obs.time_s + remaining * step_time(current)
-        return Decision(
-            current, base, vocabulary.CONDITION_ON_TRACK, "GPU change pending", eta,
-            planned_peak=base.planned_peak or 0.0,
-        )  # fmt: skip
+        return Decision(current, base, vocabulary.CONDITION_ON_TRACK, "GPU change pending", eta)
     target_s = settings.target_s
 
     def finish(g: float) -> float:
@@ -1081,9 +1078,10 @@ def _decide_gpu(
     late_s = finish(choice) - settings.deadline_s
     message = f"{choice:g} GPU(s) finish at {late_s:+.0f}s vs deadline{note}"
     decision = _hold_or_change(base, settings, choice, now, obs, condition, message, finish(choice))
-    if peak <= decision.allocation:
-        return replace(decision, state=replace(decision.state, planned_peak=None))
-    return replace(decision, planned_peak=peak, state=replace(decision.state, planned_peak=peak))
+    planned = peak if peak > decision.allocation else None
+    return replace(
+        decision, planned_peak=planned or 0.0, state=replace(decision.state, planned_peak=planned)
+    )
 
 
 @dataclass(frozen=True)
