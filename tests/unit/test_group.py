@@ -12,6 +12,7 @@ from decor_trainer import contract
 from test_build_workers import job_body
 
 SPREAD = {"mode": "gpu", "min": 1, "max": 6, "initial": 1, "gpusPerPod": 2}
+GPU_ONE = {"mode": "gpu", "min": 1, "max": 4, "initial": 1}
 
 
 def pods_for(resources: dict[str, Any], allocation: float) -> list[dict[str, Any]]:
@@ -181,3 +182,77 @@ def test_role_and_leader_come_from_the_pods_name_not_its_labels() -> None:
         "metadata": {"name": "a-w1-0", "labels": {vocabulary.LABEL_ROLE: vocabulary.ROLE_WORKER}}
     }
     assert not group.is_worker(one)  # a job named a-w1: its pod a-w1-0 is no worker
+
+
+CPU = {"mode": "cpu", "min": "100m", "max": "2", "initial": "1"}
+
+
+@pytest.mark.parametrize(
+    ("resources", "allocation", "placed", "nodes"),
+    [
+        (SPREAD, 5.0, (("n1", 2.0), ("n2", 2.0), ("n1", 1.0)), ("n1", "n2", "n1")),
+        (SPREAD, 2.0, (("n3", 2.0),), ("n3",)),
+        (CPU, 0.75, (("n1", 0.75),), ("n1",)),
+        # not the group's pods one by one: the scheduler's choice
+        (SPREAD, 5.0, (("n1", 2.0), ("n2", 3.0)), ()),
+        (SPREAD, 3.0, (("n1", 2.0), ("n2", 2.0)), ()),
+        (SPREAD, 2.0, (), ()),
+        (CPU, 0.75, (), ()),
+    ],
+)
+def test_each_new_pod_is_given_the_node_the_planner_placed_it_on(
+    resources: dict[str, Any],
+    allocation: float,
+    placed: tuple[tuple[str, float], ...],
+    nodes: tuple[str, ...],
+) -> None:
+    assert group.planned_nodes(parse_job(job_body(resources)), allocation, placed) == nodes
+
+
+def _preferred(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    return list(affinity["preferredDuringSchedulingIgnoredDuringExecution"])
+
+
+def test_a_planned_node_is_preferred_beside_the_templates_affinity_not_required() -> None:
+    body = job_body(CPU)
+    own = {
+        "weight": 5,
+        "preference": {
+            "matchExpressions": [{"key": "pool", "operator": "In", "values": ["train"]}]
+        },
+    }
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}
+    body["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": required,
+            "preferredDuringSchedulingIgnoredDuringExecution": [own],
+        },
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+    }
+    pod = build.build_trainer_pod(body, parse_job(body), 0.75, "lm-0")
+    placed = build.with_planned_node(pod, "n7")
+    assert _preferred(placed) == [
+        own,
+        {
+            "weight": build.PLANNED_NODE_WEIGHT,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n7"]}]
+            },
+        },
+    ]
+    affinity = placed["spec"]["affinity"]
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == required
+    assert affinity["podAntiAffinity"] == {"preferredDuringSchedulingIgnoredDuringExecution": []}
+    assert _preferred(pod) == [own]  # the pod built is not changed
+    # Everything else is the pod as built.
+    del placed["spec"]["affinity"], pod["spec"]["affinity"]
+    assert placed == pod
+
+
+def test_a_planned_node_on_a_pod_without_affinity() -> None:
+    body = job_body(GPU_ONE)
+    pod = build.build_trainer_pod(body, parse_job(body), 1.0, "lm-0")
+    assert "affinity" not in pod["spec"]
+    (term,) = _preferred(build.with_planned_node(pod, "gpu-node"))
+    assert term["preference"]["matchFields"][0]["values"] == ["gpu-node"]

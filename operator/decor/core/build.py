@@ -320,6 +320,36 @@ def build_trainer_pod(
     }
 
 
+PLANNED_NODE_WEIGHT = 100
+"""The weight of a new trainer pod's preference for the node the planner placed it on (the
+most a preferred term may have): with the default scheduler profile it outweighs the spread
+by free CPU and memory, which knows nothing of GPUs."""
+
+
+def with_planned_node(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
+    """``pod`` preferring ``node`` (a preferred node affinity on the node's name, beside any the
+    template has): the kube-scheduler puts it where the planner booked its room when that
+    room is there, and anywhere else it fits when not. Without it the scheduler spreads new
+    pods over the emptiest nodes, and the planner's books and the cluster disagree until the
+    next period: on the scale bed a GPU job restarting for a new count was booked on one
+    node, scheduled on another, and shorted there by jobs the planner had put on it."""
+    placed = copy.deepcopy(dict(pod))
+    spec = placed["spec"]
+    affinity = spec["affinity"] = dict(spec.get("affinity") or {})
+    node_affinity = affinity["nodeAffinity"] = dict(affinity.get("nodeAffinity") or {})
+    key = "preferredDuringSchedulingIgnoredDuringExecution"
+    node_affinity[key] = [
+        *(node_affinity.get(key) or []),
+        {
+            "weight": PLANNED_NODE_WEIGHT,
+            "preference": {
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]
+            },
+        },
+    ]
+    return placed
+
+
 def _cpu_resized_in_place(trainer: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The trainer's ``resizePolicy`` with ``cpu: NotRequired`` first (its CPU is resized in
     place), the template's other entries after it."""

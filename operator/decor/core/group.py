@@ -61,6 +61,17 @@ def pod_counts(spec: JobSpec, allocation: float) -> list[int]:
     return capacity.pod_gpu_counts(total, spec.resources.gpus_per_pod)
 
 
+def planned_nodes(spec: JobSpec, allocation: float, placed: capacity.Pods) -> tuple[str, ...]:
+    """The node of each trainer pod for ``allocation``, in the group's order, from where the
+    planner placed them (``placed``: its ``Grant.pods``); () when the placement is not the
+    group's pods one by one (no plan, or a count the planner did not grant)."""
+    if spec.resources.mode != "gpu":
+        return (placed[0][0],) if len(placed) == 1 else ()
+    if [round(amount) for _node, amount in placed] != pod_counts(spec, allocation):
+        return ()
+    return tuple(node for node, _amount in placed)
+
+
 def build_trainer_group(
     job: Mapping[str, Any],
     spec: JobSpec,

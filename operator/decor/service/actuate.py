@@ -123,11 +123,17 @@ class Actuator:
         )
 
     def create_trainer(
-        self, body: Mapping[str, Any], spec: JobSpec, allocation: float, index: int
+        self,
+        body: Mapping[str, Any],
+        spec: JobSpec,
+        allocation: float,
+        index: int,
+        nodes: Sequence[str] = (),
     ) -> TrainerCreated | list[policy.Violation]:
         """Create the trainer's pods with ``allocation``, the first name tried from
-        ``index``; or what the policy refuses in them (nothing created). Raises
-        :class:`KubeError` when the API server refuses a pod."""
+        ``index``, each preferring its node in ``nodes`` (where the planner booked its room,
+        one per pod: :func:`group.planned_nodes`; none: the scheduler's choice); or what the policy refuses in them (nothing created).
+        Raises :class:`KubeError` when the API server refuses a pod."""
         taken = self._claim_taken(body, spec, index)
         if taken:
             return taken
@@ -140,6 +146,8 @@ class Actuator:
             pods = self.build_pods(
                 body, spec, allocation, rendezvous_ip, build.pod_name(self.name, index)
             )
+            if len(nodes) == len(pods):
+                pods = [build.with_planned_node(p, n) for p, n in zip(pods, nodes, strict=True)]
             if attempt == 0 and (refused := self._judge(pods)):
                 return refused
             try:

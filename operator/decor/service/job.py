@@ -295,8 +295,13 @@ class JobController:
             return written
         create = outcome.create
         try:
+            placed = grant.pods if grant is not None else ()
             made = self.actuator.create_trainer(
-                period.body, period.spec, create.allocation, create.index
+                period.body,
+                period.spec,
+                create.allocation,
+                create.index,
+                group.planned_nodes(period.spec, create.allocation, placed),
             )
         except KubeError as exc:
             if exc.status not in REFUSALS:
