@@ -177,6 +177,19 @@ def test_a_pod_still_saving_its_checkpoint_is_waited_for_on_its_node() -> None:
     assert (outcome.plan.period.step, outcome.plan.node) == (lifecycle.STEP_HOLD, "node-a")
 
 
+def test_the_pod_made_again_asks_for_the_node_its_last_pod_was_on() -> None:
+    period, status = period_of({**RUNNING, "phase": vocabulary.PHASE_RESTARTING})
+    going = trainer_pod(period)
+    going["metadata"]["deletionTimestamp"] = format_time(NOW_S + 20)
+    held = pods_outcome(period, status, [going])
+    assert held.memory.last_node == "node-a"
+    assert held.plan is not None and held.plan.last_node is None  # it is on its node still
+    outcome = pods_outcome(period, held.status, [], held.memory)  # the pod is gone
+    assert outcome.plan is not None and outcome.plan.period.step == lifecycle.STEP_CREATE
+    assert (outcome.plan.node, outcome.plan.last_node) == (None, "node-a")
+    assert pods_outcome(period, held.status, []).plan.last_node is None  # nothing remembered
+
+
 def test_only_one_trainer_runs_an_extra_pod_is_deleted() -> None:
     period, status = period_of(RUNNING)
     extra = trainer_pod(period, "resnet-7")

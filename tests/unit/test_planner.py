@@ -391,6 +391,26 @@ def test_a_pod_still_to_be_created_does_not_take_a_running_trainers_node(policy:
     assert g["restarting"].allocation <= 2.0 and g["restarting"].node != "g1", g
 
 
+@pytest.mark.parametrize("policy", [pl.POLICY_DECOR, pl.POLICY_ELASTICFLOW])
+def test_a_restart_goes_back_to_its_last_node_when_its_room_is_there(policy: str) -> None:
+    # "restarting" left 4 GPUs on g1 (its new count 3); g2 has exactly 3 free, the best fit.
+    # It goes back to g1, where its pod was; with room for fewer than 3 there, best fit.
+    demands = [
+        gpu_job("other", admitted=True, node="g2", need=5.0, current=5.0, deadline_s=500.0),
+        gpu_job("restarting", admitted=True, need=3.0, last_node="g1", deadline_s=800.0),
+    ]
+    nodes = [Node("g1", 0.0, 4.0), Node("g2", 0.0, 8.0)]
+
+    def where(ds: Sequence[Demand]) -> tuple[str | None, float]:
+        grant = grants(ds, nodes, policy)["restarting"]
+        return grant.node, grant.allocation
+
+    assert where(demands) == ("g1", 3.0 if policy == pl.POLICY_DECOR else 4.0)
+    assert where([replace(d, last_node=None) for d in demands]) == ("g2", 3.0)
+    assert where([*demands, gpu_job("g1's", admitted=True, node="g1", current=2.0)]) == ("g2", 3.0)
+    assert where([replace(d, last_node="g9") for d in demands]) == ("g2", 3.0)  # a node gone
+
+
 @pytest.mark.parametrize("wanted", [False, True])
 def test_a_gpu_job_above_its_need_gets_its_need_whether_or_not_others_want_the_gpus(
     wanted: bool,

@@ -273,6 +273,7 @@ def demand(
     admitted: bool,
     priority: int = 0,
     node: str | None = None,
+    last_node: str | None = None,
     step_time_s: Callable[[float], float] | None = None,
     restart_cost_s: float = 0.0,
     gpus_per_pod: int = 0,
@@ -299,6 +300,7 @@ def demand(
         priority=priority,
         admitted=admitted,
         node=node,
+        last_node=last_node,
         step_time_s=step_time_s,
         restart_cost_s=restart_cost_s,
         gpus_per_pod=gpus_per_pod,
@@ -318,6 +320,17 @@ def _restarting_for_the_law(spec: JobSpec, state: control.State) -> bool:
     return spec.resources.mode == "gpu" and state.change_pending_since_s is not None
 
 
+def _speed_curve(
+    spec: JobSpec, settings: control.Settings, state: control.State
+) -> Callable[[float], float] | None:
+    """The job's step time at an allocation: the law's fit, else ``spec.estimate`` (linear
+    speed-up); None when neither exists."""
+    curve = control.step_time_curve(state, settings)
+    if curve is None and spec.estimate is not None:
+        curve = estimated_curve(*spec.estimate)
+    return curve
+
+
 def job_demand(
     spec: JobSpec,
     settings: control.Settings,
@@ -334,23 +347,21 @@ def job_demand(
     admitted: bool,
     most: float | None = None,
     node: str | None = None,
+    last_node: str | None = None,
     nodes: tuple[str, ...] = (),
     pod_charge: quota.Amounts = (),
     pod_facts: quota.PodFacts = quota.ANY_POD,
 ) -> planner.Demand:
     """What a job of ``spec`` asks of this period's planner (:func:`demand`).
 
-    ``need``: the law's decision (None: it did not decide: the law's allocation, or for a
-    job ``starting`` its trainer, unless :func:`_restarting_for_the_law`, the least its
-    speed curve finishes ``remaining`` steps with by the deadline, moved or not; the curve
-    is the law's fit, else ``spec.estimate``, linear speed-up).
-    ``most``: ``settings.max_allocation`` under a cap that lasts a while (None: no cap).
-    ``planned_peak``: the switch up the law planned (``Decision.planned_peak``; 0: none).
-    """
+    ``need``: the law's decision (None: it did not decide: the law's allocation, or for a job
+    ``starting`` its trainer, unless :func:`_restarting_for_the_law`, the least its speed curve
+    finishes ``remaining`` steps with by the deadline, moved or not; the curve is the law's fit,
+    else ``spec.estimate``, linear speed-up). ``most``: ``settings.max_allocation`` under a cap
+    that lasts a while (None: no cap). ``planned_peak``: the switch up the law planned
+    (``Decision.planned_peak``; 0: none)."""
     high = settings.max_allocation if most is None else most
-    curve = control.step_time_curve(state, settings)
-    if curve is None and spec.estimate is not None:
-        curve = estimated_curve(*spec.estimate)
+    curve = _speed_curve(spec, settings, state)
     deadline_s = math.inf if spec.best_effort else settings.deadline_s
     if _restarting_for_the_law(spec, state):
         planned_peak = planned_peak or state.planned_peak or 0.0
@@ -370,6 +381,7 @@ def job_demand(
         priority=spec.priority,
         admitted=admitted,
         node=node,
+        last_node=last_node,
         gpus_per_pod=spec.resources.gpus_per_pod,
         nodes=nodes,
         step_time_s=curve,

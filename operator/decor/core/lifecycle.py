@@ -228,6 +228,7 @@ class Memory:
     # After an unschedulable pod: (the allocation fallen back to, until when it caps); kept
     # in the status too (FALLBACK_HOLD), read back by begin() after an operator restart.
     ceiling: tuple[float, float] | None = None
+    last_node: str | None = None  # the node its trainer pod was last seen on
 
 
 @dataclass(frozen=True)
@@ -268,13 +269,15 @@ class Period:
 class PlanRequest:
     """The job takes part in the plan: ``current`` it holds (None while unknown) on
     ``node``; ``need``: what the law asks (None: by its state or its estimate);
-    ``planned_peak``: the GPUs of a switch up the law planned for later (0: none)."""
+    ``planned_peak``: the GPUs of a switch up the law planned for later (0: none);
+    ``last_node``: with no pod (``node`` None), the node its last pod was on."""
 
     period: Period
     current: float | None
     node: str | None
     need: float | None = None
     planned_peak: float = 0.0
+    last_node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,10 @@ class _Decision:
         need: float | None = None,
         planned_peak: float = 0.0,
     ) -> Outcome:
-        return self.finish(plan=PlanRequest(period, current, node, need, planned_peak))
+        if node is not None:
+            self.remember(last_node=node)
+        last = None if node is not None else self.memory.last_node
+        return self.finish(plan=PlanRequest(period, current, node, need, planned_peak, last))
 
 
 # --- a spec that cannot run -------------------------------------------------------------------

@@ -69,6 +69,9 @@ class Demand:
     priority: int = 0  # higher gives way last
     admitted: bool = False  # admitted in an earlier period (its deadline is promised)
     node: str | None = None  # where its pod runs; None: not placed yet
+    # A one-pod job with no pod now (a restart for a new count, a resume): the node its last
+    # pod ran on. It goes back there when its room is there (``_Cluster.place``).
+    last_node: str | None = None
     step_time_s: Callable[[float], float] | None = None
     restart_cost_s: float = 0.0  # GPU: measured seconds from stop to the first step after resume
     # GPU: the most GPUs one pod holds. 0: one pod on one node holds every GPU of the job;
@@ -256,6 +259,17 @@ class _Cluster(Book):
         spans pods: it has no one node)."""
         return None if _spans_pods(d) or d.node not in self.free_cpu else d.node
 
+    def back(self, d: Demand, amount: float) -> str | None:
+        """The node a one-pod job with no pod ran on last (``Demand.last_node``), when
+        ``amount`` fits there: a restart for a new count or a resume goes back to the room
+        its own pod left, before any best fit. *Why*: its checkpoint may be on that node (a
+        hostPath), its image is, and a restart by best fit took another node's tight hole
+        and left its own room empty for others to be moved into."""
+        node = d.last_node
+        if _spans_pods(d) or node is None or node not in self.free_cpu:
+            return None
+        return node if self.free(node, d) >= amount - EPS else None
+
     def runs_on(self, d: Demand) -> tuple[str, ...]:
         """The known nodes of the job's pods now, one per pod."""
         if not _spans_pods(d):
@@ -278,7 +292,7 @@ class _Cluster(Book):
         on its pod's node, else the best fit. A job that spans pods: the pods of
         ``pod_gpu_counts``, where they run while the count is unchanged, else packed."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(_is_gpu(d), amount)
+            node = self.home(d) or self.back(d, amount) or self.best_fit(_is_gpu(d), amount)
             if node is None or self.free(node, d) < amount - EPS:
                 return None
             return ((node, amount),)
@@ -297,7 +311,12 @@ class _Cluster(Book):
         placed ((0, ()) when none): every count from ``want`` down is tried, as more GPUs can
         fit where fewer do not (4 in pods of at most 3 are 2 + 2; 3 are one pod of 3)."""
         if not _spans_pods(d):
-            node = self.home(d) or self.best_fit(_is_gpu(d), want) or self.most_free(_is_gpu(d))
+            node = (
+                self.home(d)
+                or self.back(d, want)
+                or self.best_fit(_is_gpu(d), want)
+                or self.most_free(_is_gpu(d))
+            )
             if node is None:
                 return 0.0, ()
             got = _fit(d, self.free(node, d), want, s)

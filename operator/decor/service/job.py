@@ -247,6 +247,7 @@ class JobController:
             admitted=jobperiod.admitted(creating, self.status.get("admission")),
             most=lifecycle.capped(spec.resources.max, self.memory, now),
             node=request.node,
+            last_node=request.last_node,
             nodes=_pod_nodes(period.pod, period.workers),
             pod_charge=self.pod_charge,
             pod_facts=self.pod_facts,
