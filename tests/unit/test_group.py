@@ -192,7 +192,7 @@ CPU = {"mode": "cpu", "min": "100m", "max": "2", "initial": "1"}
     [
         (SPREAD, 5.0, (("n1", 2.0), ("n2", 2.0), ("n1", 1.0)), ("n1", "n2", "n1")),
         (SPREAD, 2.0, (("n3", 2.0),), ("n3",)),
-        (CPU, 0.75, (("n1", 0.75),), ("n1",)),
+        (CPU, 0.75, (("n1", 0.75),), ()),  # a CPU job grows in place: the scheduler spreads
         # not the group's pods one by one: the scheduler's choice
         (SPREAD, 5.0, (("n1", 2.0), ("n2", 3.0)), ()),
         (SPREAD, 3.0, (("n1", 2.0), ("n2", 2.0)), ()),

@@ -332,7 +332,8 @@ def with_planned_node(pod: Mapping[str, Any], node: str) -> dict[str, Any]:
     room is there, and anywhere else it fits when not. Without it the scheduler spreads new
     pods over the emptiest nodes, and the planner's books and the cluster disagree until the
     next period: on the scale bed a GPU job restarting for a new count was booked on one
-    node, scheduled on another, and shorted there by jobs the planner had put on it."""
+    node, scheduled on another, and shorted there by jobs the planner had put on it. Given
+    to GPU pods only (:func:`group.planned_nodes` says why)."""
     placed = copy.deepcopy(dict(pod))
     spec = placed["spec"]
     affinity = spec["affinity"] = dict(spec.get("affinity") or {})
