@@ -208,13 +208,13 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
         return status if status.get("stepsDone", 0) > 0 else None
 
     kube.wait_for(running_with_progress, 180, "the first pod to report progress")
-    taints = list(kube.core.read_node(node.metadata.name).spec.taints or [])
+    taints = list(map(_taint_dict, kube.core.read_node(node.metadata.name).spec.taints or []))
     # An admin's maintenance taint: the running pod stays, nothing new is placed. The
-    # planner counts the node's GPUs and still grants the second one.
-    kube.core.patch_node(
-        node.metadata.name, {"spec": {"taints": [*map(_taint_dict, taints), TAINT]}}
-    )
+    # planner counts the node's GPUs and still grants the second one. Set and taken back
+    # inside the try: an API server answering 500 ("etcdserver: request timed out") to the
+    # patch that set it once left the node tainted for every later test.
     try:
+        _set_taints(kube, node.metadata.name, [*taints, TAINT])
 
         def fell_back() -> str | None:
             for kind, reason, message in job_events(kube, namespace, name):
@@ -231,9 +231,7 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
 
         kube.wait_for(at_risk, 10, "AtRisk (Unschedulable)")
     finally:
-        kube.core.patch_node(
-            node.metadata.name, {"spec": {"taints": [_taint_dict(t) for t in taints] or None}}
-        )
+        _set_taints(kube, node.metadata.name, taints)
     final = wait_succeeded(kube, namespace, name, timeout=300)
     report(name, final)
     assert final["podsCreated"] >= 3, final  # first, the unschedulable one, the fallback
@@ -246,6 +244,18 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
 
 def _taint_dict(taint: Any) -> dict[str, Any]:
     return {"key": taint.key, "value": taint.value, "effect": taint.effect}
+
+
+def _set_taints(kube: Any, node: str, taints: list[dict[str, Any]]) -> None:
+    """Make ``taints`` the node's, trying again while the API server fails (a patch it
+    answered with an error may have landed: the node is read back)."""
+
+    def done() -> bool:
+        kube.core.patch_node(node, {"spec": {"taints": taints or None}})
+        now = kube.core.read_node(node).spec.taints or []
+        return sorted(map(str, map(_taint_dict, now))) == sorted(map(str, taints))
+
+    kube.wait_for(done, 60, f"the taints of node {node} to be {taints}", interval=2.0)
 
 
 def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
