@@ -132,8 +132,9 @@ class Actuator:
     ) -> TrainerCreated | list[policy.Violation]:
         """Create the trainer's pods with ``allocation``, the first name tried from
         ``index``, each preferring its node in ``nodes`` (where the planner booked its room,
-        one per pod: :func:`group.planned_nodes`; none: the scheduler's choice); or what the policy refuses in them (nothing created).
-        Raises :class:`KubeError` when the API server refuses a pod."""
+        one per pod: :func:`group.planned_nodes`; none: the scheduler's choice); or what
+        the policy refuses in them (nothing created). Raises :class:`KubeError` when the
+        API server refuses a pod."""
         taken = self._claim_taken(body, spec, index)
         if taken:
             return taken
@@ -146,7 +147,7 @@ class Actuator:
             pods = self.build_pods(
                 body, spec, allocation, rendezvous_ip, build.pod_name(self.name, index)
             )
-            if len(nodes) == len(pods):
+            if nodes:
                 pods = [build.with_planned_node(p, n) for p, n in zip(pods, nodes, strict=True)]
             if attempt == 0 and (refused := self._judge(pods)):
                 return refused
