@@ -1,4 +1,4 @@
-"""The cluster-wide watches (decor.adapter.watch): list, then watch from the list's
+"""The watches (decor.adapter.watch): list, then watch from the list's
 resourceVersion, events parsed as they come (a line may arrive in pieces), bookmarks move
 the resourceVersion only, an expired watch (an ERROR event) lists again. The API server is a
 fake lister that answers as the client does with ``_preload_content=False``."""
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from decor.adapter import watch as watch_module
-from decor.adapter.watch import ClusterWatch, watch_events
+from decor.adapter.watch import Watches, watch_events
 from decor.core.views import ClusterView
 from kubernetes import client
 
@@ -64,7 +64,7 @@ def test_list_then_watch_from_its_version_and_list_again_when_the_watch_expires(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(watch_module, "RETRY_S", 0.01)
-    cluster = ClusterWatch(ClusterView(), client.ApiClient())
+    cluster = Watches.cluster(ClusterView(), client.ApiClient())
     listed = {"metadata": {"resourceVersion": "10"}, "items": [_pod("a", "9")]}
     watches = [
         Response(
@@ -103,3 +103,52 @@ def test_list_then_watch_from_its_version_and_list_again_when_the_watch_expires(
     assert watch_versions == ["10", "16"]
     assert lists == [["a"], ["a"]]
     assert all(c["_preload_content"] is False for c in calls)
+
+
+def test_without_the_capacity_view_only_trainer_pods_are_watched_in_each_namespace_served(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def recorder(name: str) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Response:
+            calls.append((name, args, kwargs))
+            return Response(
+                [json.dumps({"metadata": {"resourceVersion": "1"}, "items": []}).encode()]
+            )
+
+        return call
+
+    for name in ("list_namespaced_pod", "list_pod_for_all_namespaces"):
+        monkeypatch.setattr(client.CoreV1Api, name, recorder(name))
+    view = ClusterView()
+    served = Watches.trainer_pods(view, client.ApiClient(), ("ml", "ml-dev"))
+    assert [t.name for t in served.threads] == [
+        "decor-watch-trainer-pods-ml",
+        "decor-watch-trainer-pods-ml-dev",
+    ]
+    for thread in served.threads:
+        what, lister, replace, _ = thread._args  # type: ignore[attr-defined]
+        lister(_preload_content=False)
+        replace([])
+        assert view.pods_listed == (what.endswith("ml-dev"))  # both namespaces, in turn
+    assert calls == [
+        (
+            "list_namespaced_pod",
+            ("ml",),
+            {"label_selector": "decor.dev/job", "_preload_content": False},
+        ),
+        (
+            "list_namespaced_pod",
+            ("ml-dev",),
+            {"label_selector": "decor.dev/job", "_preload_content": False},
+        ),
+    ]
+    everywhere = Watches.trainer_pods(ClusterView(), client.ApiClient(), ())
+    (thread,) = everywhere.threads
+    thread._args[1](_preload_content=False)  # type: ignore[attr-defined]
+    assert calls[-1] == (
+        "list_pod_for_all_namespaces",
+        (),
+        {"label_selector": "decor.dev/job", "_preload_content": False},
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from decor.core.views import ClusterView, Key, Snapshot
 from decor.service.config import OperatorConfig
 from decor.service.job import STATUS_WRITES_PER_S
@@ -151,15 +152,18 @@ def test_a_wake_that_comes_after_the_snapshot_waits_for_the_next_period() -> Non
     assert _due(loop, loop.view.snapshot(), now[0] + 0.1) == [("ns", "a")]
 
 
-def test_no_period_runs_before_the_pod_watch_has_listed_every_pod() -> None:
-    """With the cluster-wide watches a job's trainer may exist unseen until the pod LIST has
-    answered (a watch the API refuses never does): no period runs, so none creates a pod."""
+@pytest.mark.parametrize("watch_nodes", [True, False], ids=["cluster-wide", "trainer-pods"])
+def test_no_period_runs_before_the_pod_watch_has_listed_every_pod(watch_nodes: bool) -> None:
+    """A job's trainer may exist unseen until the pod LIST has answered (a watch the API
+    refuses never does), with the cluster-wide watches and with the namespaced watch of
+    trainer pods alike (an operator just restarted saw its job before its pod, took the pod
+    for lost and made a second): no period runs, so none creates a pod."""
     view = ClusterView()
     view.put_job(_body("a"))
     loop = ControlLoop(
         view,
         kube=None,  # type: ignore[arg-type]  # no period runs: no call
-        config=OperatorConfig(),
+        config=OperatorConfig(watch_nodes=watch_nodes),
         operator_metrics=OperatorMetrics(CollectorRegistry()),
         clock=lambda: 1000.0,
     )
@@ -167,6 +171,25 @@ def test_no_period_runs_before_the_pod_watch_has_listed_every_pod() -> None:
     assert loop.run_period() == IDLE_PERIOD_S
     assert not loop.controllers
     view.replace_pods([])
+    loop.run_period()
+    assert set(loop.controllers) == {("ns", "a")}
+
+
+def test_a_namespaced_operator_waits_for_the_pod_list_of_every_namespace_it_serves() -> None:
+    view = ClusterView()
+    view.expect_pod_lists(["ns", "other"])
+    view.put_job(_body("a"))
+    loop = ControlLoop(
+        view,
+        kube=None,  # type: ignore[arg-type]  # no period runs: no call
+        config=OperatorConfig(watch_nodes=False),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: 1000.0,
+    )
+    view.replace_pods([], namespace="ns")
+    assert loop.run_period() == IDLE_PERIOD_S
+    assert not loop.controllers
+    view.replace_pods([], namespace="other")
     loop.run_period()
     assert set(loop.controllers) == {("ns", "a")}
 

@@ -126,6 +126,27 @@ def test_each_pod_s_load_is_worked_out_as_it_comes_and_follows_its_events() -> N
     assert dict(view.snapshot().loads) == {("other", "x"): PodLoad("a", 0.5, 0.0, 0.0)}
 
 
+def test_a_namespace_s_pod_list_replaces_its_pods_alone() -> None:
+    def trainer(name: str) -> dict[str, Any]:
+        pod = _pod(name, "a", "1", job="j")
+        pod["metadata"]["ownerReferences"] = [{"kind": vocabulary.KIND, "uid": "uid-j"}]
+        return pod
+
+    view = ClusterView()
+    view.expect_pod_lists(["ns", "other"])
+    view.put_pod(trainer("t"))
+    view.put_pod(trainer("gone"))  # deleted while the watch was down
+    view.put_pod(_pod("o", "b", "2", namespace="other"))
+    view.replace_pods([trainer("t"), trainer("new")], "ns")
+    snapshot = view.snapshot()
+    assert set(snapshot.pods) == set(snapshot.loads) == {("ns", "t"), ("ns", "new"), ("other", "o")}
+    assert set(snapshot.by_owner.get("uid-j", ())) == {("ns", "t"), ("ns", "new")}
+    assert not view.pods_listed  # "other" has not been listed yet
+    view.replace_pods([], "other")
+    assert view.pods_listed
+    assert set(view.snapshot().pods) == {("ns", "t"), ("ns", "new")}
+
+
 def test_slim_views_keep_what_accounting_reads() -> None:
     view = ClusterView()
     big = _pod("other", "a", "750m", applied="1", allocated="1")

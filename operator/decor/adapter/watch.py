@@ -1,15 +1,21 @@
-"""Cluster-wide watches of nodes, pods, ResourceQuotas and LimitRanges that feed the :class:`views.ClusterView`.
+"""The watches of pods (and nodes, ResourceQuotas and LimitRanges) that feed the :class:`views.ClusterView`.
 
-Capacity accounting needs every pod on a node, in every namespace, and the nodes
-themselves, even when the operator serves some namespaces; kopf serves only what it handles
-in its namespaces, so these watches run beside it, each in a thread: list, then watch
-from the list's resourceVersion, re-list when the watch expires (410 Gone) or fails. The
-planner reads every namespace's ResourceQuotas as capacity too, and a job's settings the
-LimitRanges of its namespace (they clip its bounds). Each event is parsed as JSON and put
-in the view as it is: the client's watch helper would also build a model object of it (and
-dump and parse it again to do so), which in a busy cluster cost more than the rest.
-Needs ``list``/``watch`` on nodes, pods, resourcequotas and limitranges cluster-wide (the chart's
-``planner.watchNodes``).
+Each runs beside kopf in a thread: list, then watch from the list's resourceVersion,
+re-list when the watch expires (410 Gone) or fails. Until the first list has answered, the
+view does not claim to hold every trainer pod (``pods_listed``), and the control loop waits:
+a period that saw a job before its pod would take the pod for lost and create another.
+
+- :meth:`Watches.cluster`: capacity accounting needs every pod on a node, in every
+  namespace, and the nodes themselves, even when the operator serves some namespaces. The
+  planner reads every namespace's ResourceQuotas as capacity too, and a job's settings the
+  LimitRanges of its namespace (they clip its bounds). Needs ``list``/``watch`` on nodes,
+  pods, resourcequotas and limitranges cluster-wide (the chart's ``planner.watchNodes``).
+- :meth:`Watches.trainer_pods`: without that view, only DECOR's trainer pods, in the
+  namespaces served (``list``/``watch`` on pods there).
+
+Each event is parsed as JSON and put in the view as it is: the client's watch helper would
+also build a model object of it (and dump and parse it again to do so), which in a busy
+cluster cost more than the rest.
 """
 
 from __future__ import annotations
@@ -17,9 +23,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from decor.api import vocabulary
 from decor.core.views import ClusterView
 
 log = logging.getLogger("decor.operator")
@@ -43,37 +52,80 @@ def watch_events(response: Any) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-class ClusterWatch:
-    """Four threads keeping ``view``'s nodes, pods, ResourceQuotas and LimitRanges current until
-    :meth:`stop`."""
+@dataclass(frozen=True)
+class Watched:
+    """One list-and-watch: what it is (for the log), the client's lister (list when called
+    plainly, watch with ``watch=True``), and the view's callbacks for a list and an event."""
 
-    def __init__(self, view: ClusterView, api_client: Any) -> None:
-        from kubernetes import client
+    what: str
+    lister: Callable[..., Any]
+    replace: Callable[[list[dict[str, Any]]], None]
+    put: Callable[..., None]
 
-        self.view = view
-        self.core = client.CoreV1Api(api_client)
-        self.api_client = api_client
+
+class Watches:
+    """Threads keeping the view current, one per :class:`Watched`, until :meth:`stop`."""
+
+    def __init__(self, watched: Sequence[Watched]) -> None:
         self.stopped = threading.Event()
-        watched = (
-            ("nodes", self.core.list_node, view.replace_nodes, view.put_node),
-            ("pods", self.core.list_pod_for_all_namespaces, view.replace_pods, view.put_pod),
-            (
-                "resourcequotas",
-                self.core.list_resource_quota_for_all_namespaces,
-                view.replace_quotas,
-                view.put_quota,
-            ),
-            (
-                "limitranges",
-                self.core.list_limit_range_for_all_namespaces,
-                view.replace_limit_ranges,
-                view.put_limit_range,
-            ),
-        )
         self.threads = [
-            threading.Thread(target=self._run, args=w, name=f"decor-watch-{w[0]}", daemon=True)
+            threading.Thread(
+                target=self._run,
+                args=(w.what, w.lister, w.replace, w.put),
+                name=f"decor-watch-{w.what}",
+                daemon=True,
+            )
             for w in watched
         ]
+
+    @classmethod
+    def cluster(cls, view: ClusterView, api_client: Any) -> Watches:
+        """Every node, pod, ResourceQuota and LimitRange, cluster-wide (the capacity view)."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(api_client)
+        return cls(
+            (
+                Watched("nodes", core.list_node, view.replace_nodes, view.put_node),
+                Watched("pods", core.list_pod_for_all_namespaces, view.replace_pods, view.put_pod),
+                Watched(
+                    "resourcequotas",
+                    core.list_resource_quota_for_all_namespaces,
+                    view.replace_quotas,
+                    view.put_quota,
+                ),
+                Watched(
+                    "limitranges",
+                    core.list_limit_range_for_all_namespaces,
+                    view.replace_limit_ranges,
+                    view.put_limit_range,
+                ),
+            )
+        )
+
+    @classmethod
+    def trainer_pods(cls, view: ClusterView, api_client: Any, namespaces: Sequence[str]) -> Watches:
+        """DECOR's trainer pods (those with the job label) in ``namespaces``, each watched
+        apart; empty: in every namespace, in one watch."""
+        from kubernetes import client
+
+        core = client.CoreV1Api(api_client)
+        selector = vocabulary.LABEL_JOB
+        view.expect_pod_lists(namespaces)
+        if not namespaces:
+            lister = partial(core.list_pod_for_all_namespaces, label_selector=selector)
+            return cls((Watched("trainer-pods", lister, view.replace_pods, view.put_pod),))
+        return cls(
+            tuple(
+                Watched(
+                    f"trainer-pods-{namespace}",
+                    partial(core.list_namespaced_pod, namespace, label_selector=selector),
+                    partial(view.replace_pods, namespace=namespace),
+                    view.put_pod,
+                )
+                for namespace in namespaces
+            )
+        )
 
     def start(self) -> None:
         for thread in self.threads:

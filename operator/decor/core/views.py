@@ -150,9 +150,11 @@ class ClusterView:
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
-    # The cluster-wide pod watch has listed every pod once (ClusterWatch): until then a job's
-    # trainer may exist unseen, and a period would create another.
+    # The pod watches have each listed once (adapter.watch): until then a job's trainer may
+    # exist unseen, and a period would take it for lost and create another.
     pods_listed: bool = False
+    _pod_lists_wanted: frozenset[str | None] = frozenset({None})  # None: every namespace's
+    _pod_lists_done: set[str | None] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put_job(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -216,17 +218,33 @@ class ClusterView:
         with self._lock:
             self._limit_ranges = limit_ranges
 
-    def replace_pods(self, bodies: list[dict[str, Any]]) -> None:
-        """A fresh LIST of every pod (a re-listed watch)."""
-        pods = {_key(b): _slim_pod(b) for b in bodies}
-        loads = pod_loads(pods)
+    def expect_pod_lists(self, namespaces: Iterable[str]) -> None:
+        """The pods are listed namespace by namespace, one list for each of ``namespaces``
+        (empty: one list of every namespace's, the default): ``pods_listed`` once each has
+        answered."""
         with self._lock:
+            self._pod_lists_wanted = frozenset(namespaces) or frozenset({None})
+            self.pods_listed = self._pod_lists_wanted <= self._pod_lists_done
+
+    def replace_pods(self, bodies: list[dict[str, Any]], namespace: str | None = None) -> None:
+        """A fresh LIST (a re-listed watch) of every pod, or of ``namespace``'s: that
+        namespace's pods are replaced, the others' kept."""
+        listed = {_key(b): _slim_pod(b) for b in bodies}
+        listed_loads = pod_loads(listed)
+        with self._lock:
+            if namespace is None:
+                pods, loads = listed, listed_loads
+            else:
+                pods = {k: v for k, v in self._pods.items() if k[0] != namespace} | listed
+                loads = {k: v for k, v in self._loads.items() if k[0] != namespace}
+                loads |= listed_loads
             self._pods = pods
             self._loads = loads
             self._owners = {}
             for key, body in pods.items():
                 self._own(key, body)
-            self.pods_listed = True
+            self._pod_lists_done.add(namespace)
+            self.pods_listed = self._pod_lists_wanted <= self._pod_lists_done
 
     def _own(self, key: Key, body: Mapping[str, Any]) -> None:
         """Index the pod ``key`` under its job's uid when it is a trainer pod (the lock held)."""

@@ -1,11 +1,12 @@
-"""The kopf layer: watch DeadlineTrainingJobs (and their pods and the nodes) into one live
-view, and run one control loop for the whole operator over it (:mod:`decor.service.loop`).
+"""The kopf layer: watch DeadlineTrainingJobs (and, through :mod:`decor.adapter.watch`, their
+pods and the nodes) into one live view, and run one control loop for the whole operator over
+it (:mod:`decor.service.loop`).
 
 kopf's event handlers only feed :class:`views.ClusterView` and wake the loop when a job's
 spec changes; the loop (in :mod:`decor.service.loop`) reads every due job's progress in one batch,
 asks each job's law, plans, and acts (:mod:`decor.service.job`). Everything that decides lives in
 ``control.py`` and ``planner.py``; everything that talks to the API server lives in
-``kube.py`` (and ``watch.py`` for the cluster-wide watches); progress comes from
+``kube.py`` (and ``watch.py`` for the pod and cluster-wide watches); progress comes from
 ``metrics.py``; pod bodies, patches, conditions and events are built by ``build.py``.
 
 Where status goes, on purpose: the loop writes ``status`` itself through the status
@@ -41,7 +42,7 @@ import kopf
 from prometheus_client import CollectorRegistry
 
 from decor.adapter.kube import Kube, KubeError
-from decor.adapter.watch import ClusterWatch
+from decor.adapter.watch import Watches
 from decor.api import vocabulary
 from decor.core.crd_revision import REFUSE, WARN, crd_unreadable, judge_crd
 from decor.core.views import ClusterView
@@ -73,7 +74,8 @@ class Runtime:
     metrics: OperatorMetrics
     view: ClusterView = field(default_factory=ClusterView)
     loop: ControlLoop = field(init=False)
-    watch: ClusterWatch | None = None
+    namespaces: tuple[str, ...] = ()  # served (empty: all)
+    watch: Watches = field(init=False)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     specs_seen: dict[tuple[str, str], tuple[Any, ...]] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
@@ -104,7 +106,9 @@ class Runtime:
             acting_term=self.election.term if self.election is not None else None,
         )
         if self.config.watch_nodes:
-            self.watch = ClusterWatch(self.view, self.kube.api_client)
+            self.watch = Watches.cluster(self.view, self.kube.api_client)
+        else:
+            self.watch = Watches.trainer_pods(self.view, self.kube.api_client, self.namespaces)
 
     def run_period(self) -> float:
         """One control period (in a worker thread); see :meth:`ControlLoop.run_period`."""
@@ -183,8 +187,7 @@ async def dtj_operator_startup(settings: kopf.OperatorSettings, **_: Any) -> Non
         current.config.planner_policy,
         "the nodes it watches" if current.config.watch_nodes else "no nodes (no arbitration)",
     )
-    if current.watch is not None:
-        current.watch.start()
+    current.watch.start()
     current.io_loop = asyncio.get_running_loop()
     if current.election is not None:
         log.info(
@@ -203,8 +206,7 @@ async def dtj_operator_cleanup(**_: Any) -> None:
     io_loop = asyncio.get_running_loop()
     if current.election is not None:  # first the fence: no write is sent from now on
         await io_loop.run_in_executor(None, current.election.stop)
-    if current.watch is not None:
-        current.watch.stop()
+    current.watch.stop()
     if current.task is not None:
         current.task.cancel()
         await asyncio.gather(current.task, return_exceptions=True)
@@ -261,16 +263,6 @@ async def dtj_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) -> N
         current.specs_seen[key] = seen
         current.loop.wake(key)
         current.wake.set()
-
-
-async def dtj_pod_event(*, body: kopf.Body, event: Mapping[str, Any], **_: Any) -> None:
-    """The job's trainer pods, when the operator does not watch every pod itself."""
-    runtime().view.put_pod(dict(body), deleted=event.get("type") == "DELETED")
-
-
-def register_pod_events() -> None:
-    """Watch DECOR's trainer pods through kopf (only without the cluster-wide watch)."""
-    kopf.on.event("", "v1", "pods", labels={vocabulary.LABEL_JOB: kopf.PRESENT})(dtj_pod_event)
 
 
 # ============================================================================================
@@ -370,9 +362,7 @@ def run_operator(
     if not os.environ.get(ENV_LEADER_LEASE_NAMESPACE):  # (the chart sets it: its own namespace)
         config = dataclasses.replace(config, lease_namespace=served[0] if served else "default")
     metrics = OperatorMetrics(CollectorRegistry())
-    set_runtime(Runtime(config=config, kube=kube, metrics=metrics))
-    if not config.watch_nodes:
-        register_pod_events()
+    set_runtime(Runtime(config=config, kube=kube, metrics=metrics, namespaces=served))
     if metrics_port is None:
         metrics_port = int(os.environ.get(ENV_METRICS_PORT) or DEFAULT_OPERATOR_METRICS_PORT)
     server = start_metrics_server(

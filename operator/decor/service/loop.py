@@ -206,10 +206,11 @@ class ControlLoop:
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
     def _pods_known(self) -> bool:
-        """Whether the view holds every pod: with the cluster-wide watches (``watch_nodes``)
-        only once their LIST has answered. A watch the API refuses (no RBAC for it) would
-        otherwise leave every trainer unseen, and each period would create another."""
-        if not self.config.watch_nodes or self.view.pods_listed:
+        """Whether the view holds every trainer pod: only once the pod watches' first LISTs
+        have answered. Before that (the operator has just started) a job seen without its
+        pod would be taken for one whose pod was lost, and a second trainer made; a watch the
+        API refuses (no RBAC for it) would leave every trainer unseen for good."""
+        if self.view.pods_listed:
             return True
         if not self._waiting_logged:
             log.warning("control loop: waiting for the first list of pods (the pod watch)")
