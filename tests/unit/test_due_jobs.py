@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor.core.views import ClusterView, Key, Snapshot
+from decor.core.views import ClusterView, Key, Snapshot, pods_in
 from decor.service.config import OperatorConfig
 from decor.service.job import STATUS_WRITES_PER_S
 from decor.service.loop import (
@@ -175,9 +175,31 @@ def test_no_period_runs_before_the_pod_watch_has_listed_every_pod(watch_nodes: b
     assert set(loop.controllers) == {("ns", "a")}
 
 
+def test_with_the_capacity_view_no_period_runs_before_nodes_and_quotas_are_listed_too() -> None:
+    """A plan made before the nodes, ResourceQuotas and LimitRanges are known would give each
+    job what its law asks (no arbitration) and pass quotas by."""
+    view = ClusterView()
+    view.expect_lists(("pods", "nodes", "resourcequotas", "limitranges"))
+    view.put_job(_body("a"))
+    loop = ControlLoop(
+        view,
+        kube=None,  # type: ignore[arg-type]  # no period runs: no call
+        config=OperatorConfig(),
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: 1000.0,
+    )
+    for replace in (view.replace_pods, view.replace_nodes, view.replace_quotas):
+        replace([])
+        assert loop.run_period() == IDLE_PERIOD_S
+        assert not loop.controllers
+    view.replace_limit_ranges([])
+    loop.run_period()
+    assert set(loop.controllers) == {("ns", "a")}
+
+
 def test_a_namespaced_operator_waits_for_the_pod_list_of_every_namespace_it_serves() -> None:
     view = ClusterView()
-    view.expect_pod_lists(["ns", "other"])
+    view.expect_lists([pods_in("ns"), pods_in("other")])
     view.put_job(_body("a"))
     loop = ControlLoop(
         view,

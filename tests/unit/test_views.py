@@ -15,7 +15,7 @@ from decor.core.capacity import (
     pod_charge,
     pod_load,
 )
-from decor.core.views import ClusterView
+from decor.core.views import ClusterView, pods_in
 
 
 def _node(name: str, cpu: str, gpus: str | None = None, ready: bool = True) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def test_a_namespace_s_pod_list_replaces_its_pods_alone() -> None:
         return pod
 
     view = ClusterView()
-    view.expect_pod_lists(["ns", "other"])
+    view.expect_lists([pods_in("ns"), pods_in("other")])
     view.put_pod(trainer("t"))
     view.put_pod(trainer("gone"))  # deleted while the watch was down
     view.put_pod(_pod("o", "b", "2", namespace="other"))
@@ -141,9 +141,9 @@ def test_a_namespace_s_pod_list_replaces_its_pods_alone() -> None:
     snapshot = view.snapshot()
     assert set(snapshot.pods) == set(snapshot.loads) == {("ns", "t"), ("ns", "new"), ("other", "o")}
     assert set(snapshot.by_owner.get("uid-j", ())) == {("ns", "t"), ("ns", "new")}
-    assert not view.pods_listed  # "other" has not been listed yet
+    assert not view.listed  # "other" has not been listed yet
     view.replace_pods([], "other")
-    assert view.pods_listed
+    assert view.listed
     assert set(view.snapshot().pods) == {("ns", "t"), ("ns", "new")}
 
 

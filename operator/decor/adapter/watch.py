@@ -1,9 +1,10 @@
 """The watches of pods (and nodes, ResourceQuotas and LimitRanges) that feed the :class:`views.ClusterView`.
 
 Each runs beside kopf in a thread: list, then watch from the list's resourceVersion,
-re-list when the watch expires (410 Gone) or fails. Until the first list has answered, the
-view does not claim to hold every trainer pod (``pods_listed``), and the control loop waits:
-a period that saw a job before its pod would take the pod for lost and create another.
+re-list when the watch expires (410 Gone) or fails. Until each first list has answered, the
+view is not ``listed``, and the control loop waits: a period that saw a job before its pod
+would take the pod for lost and create another, and the planner would plan without the
+nodes and quotas still to come.
 
 - :meth:`Watches.cluster`: capacity accounting needs every pod on a node, in every
   namespace, and the nodes themselves, even when the operator serves some namespaces. The
@@ -29,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from decor.api import vocabulary
+from decor.core import views
 from decor.core.views import ClusterView
 
 log = logging.getLogger("decor.operator")
@@ -84,6 +86,7 @@ class Watches:
         from kubernetes import client
 
         core = client.CoreV1Api(api_client)
+        view.expect_lists((views.NODES, views.EVERY_POD, views.QUOTAS, views.LIMIT_RANGES))
         return cls(
             (
                 Watched("nodes", core.list_node, view.replace_nodes, view.put_node),
@@ -111,7 +114,7 @@ class Watches:
 
         core = client.CoreV1Api(api_client)
         selector = vocabulary.LABEL_JOB
-        view.expect_pod_lists(namespaces)
+        view.expect_lists([views.pods_in(n) for n in namespaces] or [views.EVERY_POD])
         if not namespaces:
             lister = partial(core.list_pod_for_all_namespaces, label_selector=selector)
             return cls((Watched("trainer-pods", lister, view.replace_pods, view.put_pod),))

@@ -30,6 +30,15 @@ from decor.core.capacity import NodeCapacity, PodLoad, node_capacity, pod_load, 
 
 Key = tuple[str, str]  # (namespace, name)
 
+EVERY_POD, NODES, QUOTAS, LIMIT_RANGES = "pods", "nodes", "resourcequotas", "limitranges"
+"""The lists that feed the view (:meth:`ClusterView.expect_lists`); one namespace's pods:
+:func:`pods_in`."""
+
+
+def pods_in(namespace: str) -> str:
+    """The name of the list of ``namespace``'s pods."""
+    return f"pods in {namespace}"
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -150,11 +159,12 @@ class ClusterView:
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
-    # The pod watches have each listed once (adapter.watch): until then a job's trainer may
-    # exist unseen, and a period would take it for lost and create another.
-    pods_listed: bool = False
-    _pod_lists_wanted: frozenset[str | None] = frozenset({None})  # None: every namespace's
-    _pod_lists_done: set[str | None] = field(default_factory=set)
+    # Whether each watch (adapter.watch) has listed once: until then a job's trainer may
+    # exist unseen (a period would take it for lost and create another), and the planner
+    # would plan without the nodes, quotas and LimitRanges still to come.
+    listed: bool = False
+    _lists_wanted: frozenset[str] = frozenset({EVERY_POD})
+    _lists_done: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put_job(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -202,6 +212,7 @@ class ClusterView:
         quotas = {_key(b): _slim_quota(b) for b in bodies}
         with self._lock:
             self._quotas = quotas
+            self._listed(QUOTAS)
 
     def put_limit_range(self, body: Mapping[str, Any], deleted: bool = False) -> None:
         """A LimitRange's event (its metadata's name and namespace and its spec are kept)."""
@@ -217,14 +228,20 @@ class ClusterView:
         limit_ranges = {_key(b): _slim_limit_range(b) for b in bodies}
         with self._lock:
             self._limit_ranges = limit_ranges
+            self._listed(LIMIT_RANGES)
 
-    def expect_pod_lists(self, namespaces: Iterable[str]) -> None:
-        """The pods are listed namespace by namespace, one list for each of ``namespaces``
-        (empty: one list of every namespace's, the default): ``pods_listed`` once each has
-        answered."""
+    def expect_lists(self, names: Iterable[str]) -> None:
+        """The watches that feed the view list these (:data:`EVERY_POD`, :data:`NODES`,
+        :data:`QUOTAS`, :data:`LIMIT_RANGES`, :func:`pods_in`; the default: every pod):
+        ``listed`` once each has answered."""
         with self._lock:
-            self._pod_lists_wanted = frozenset(namespaces) or frozenset({None})
-            self.pods_listed = self._pod_lists_wanted <= self._pod_lists_done
+            self._lists_wanted = frozenset(names)
+            self.listed = self._lists_wanted <= self._lists_done
+
+    def _listed(self, name: str) -> None:
+        """A watch's list has answered (the lock held)."""
+        self._lists_done.add(name)
+        self.listed = self._lists_wanted <= self._lists_done
 
     def replace_pods(self, bodies: list[dict[str, Any]], namespace: str | None = None) -> None:
         """A fresh LIST (a re-listed watch) of every pod, or of ``namespace``'s: that
@@ -243,8 +260,7 @@ class ClusterView:
             self._owners = {}
             for key, body in pods.items():
                 self._own(key, body)
-            self._pod_lists_done.add(namespace)
-            self.pods_listed = self._pod_lists_wanted <= self._pod_lists_done
+            self._listed(EVERY_POD if namespace is None else pods_in(namespace))
 
     def _own(self, key: Key, body: Mapping[str, Any]) -> None:
         """Index the pod ``key`` under its job's uid when it is a trainer pod (the lock held)."""
@@ -258,6 +274,7 @@ class ClusterView:
         with self._lock:
             self.nodes_known = True
             self._nodes = nodes
+            self._listed(NODES)
 
     def snapshot(self) -> Snapshot:
         """The view now. Bodies are shared, not copied: every update replaces a body whole

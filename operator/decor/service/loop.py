@@ -132,7 +132,7 @@ class ControlLoop:
         self._scraper: scrape.Scraper | None = None
         self.acting_term = acting_term
         self._term: int | None = None
-        self._waiting_logged = False  # the wait for the pod list is logged once
+        self._waiting_logged = False  # the wait for the first lists is logged once
         self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         # With several commit workers the jobs' status writes and Events leave the period's
         # path, and the commit workers are kept from one period to the next.
@@ -168,7 +168,7 @@ class ControlLoop:
     def run_period(self) -> float:
         """Run the due jobs through one period. Returns seconds until the next job is due
         (0 when more are due than one period runs); a standby runs none."""
-        if not self._acting() or not self._pods_known():
+        if not self._acting() or not self._listed():
             return IDLE_PERIOD_S
         steps = _StepTimes()
         now = self.clock()
@@ -205,15 +205,15 @@ class ControlLoop:
         waits = [c.next_due_s - self.clock() for c in self.controllers.values() if not c.done]
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
-    def _pods_known(self) -> bool:
-        """Whether the view holds every trainer pod: only once the pod watches' first LISTs
-        have answered. Before that (the operator has just started) a job seen without its
-        pod would be taken for one whose pod was lost, and a second trainer made; a watch the
-        API refuses (no RBAC for it) would leave every trainer unseen for good."""
-        if self.view.pods_listed:
+    def _listed(self) -> bool:
+        """Whether every watch that feeds the view has listed once. Before that (the operator
+        has just started) a job seen without its pod would be taken for one whose pod was
+        lost, and a second trainer made, and the planner would plan without the nodes and
+        quotas still to come; a watch the API refuses (no RBAC for it) holds every period."""
+        if self.view.listed:
             return True
         if not self._waiting_logged:
-            log.warning("control loop: waiting for the first list of pods (the pod watch)")
+            log.warning("control loop: waiting for the watches' first lists (pods, nodes, quotas)")
             self._waiting_logged = True
         return False
 
