@@ -131,7 +131,7 @@ def test_without_the_capacity_view_only_trainer_pods_are_watched_in_each_namespa
         what, lister, replace, _ = thread._args  # type: ignore[attr-defined]
         lister(_preload_content=False)
         replace([])
-        assert view.listed == (what.endswith("ml-dev"))  # both namespaces, in turn
+        assert view.unlisted_namespaces == ({"ml-dev"} if what.endswith("-ml") else set())
     assert calls == [
         (
             "list_namespaced_pod",

@@ -6,7 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from decor.core.views import ClusterView, Key, Snapshot, pods_in
+from decor.core.views import (
+    EVERY_POD,
+    LIMIT_RANGES,
+    NODES,
+    QUOTAS,
+    ClusterView,
+    Key,
+    Snapshot,
+    pods_in,
+)
 from decor.service.config import OperatorConfig
 from decor.service.job import STATUS_WRITES_PER_S
 from decor.service.loop import (
@@ -179,7 +188,7 @@ def test_with_the_capacity_view_no_period_runs_before_nodes_and_quotas_are_liste
     """A plan made before the nodes, ResourceQuotas and LimitRanges are known would give each
     job what its law asks (no arbitration) and pass quotas by."""
     view = ClusterView()
-    view.expect_lists(("pods", "nodes", "resourcequotas", "limitranges"))
+    view.expect_lists((EVERY_POD, NODES, QUOTAS, LIMIT_RANGES))
     view.put_job(_body("a"))
     loop = ControlLoop(
         view,
@@ -197,23 +206,27 @@ def test_with_the_capacity_view_no_period_runs_before_nodes_and_quotas_are_liste
     assert set(loop.controllers) == {("ns", "a")}
 
 
-def test_a_namespaced_operator_waits_for_the_pod_list_of_every_namespace_it_serves() -> None:
+def test_a_namespaced_operator_runs_a_namespace_s_jobs_once_its_pods_are_listed() -> None:
+    """Each namespace served has its own pod watch: its jobs wait for its first list, and a
+    namespace whose pods cannot be listed (no Role there yet) holds up no other."""
     view = ClusterView()
     view.expect_lists([pods_in("ns"), pods_in("other")])
     view.put_job(_body("a"))
+    view.put_job({**_body("b"), "metadata": {"namespace": "other", "name": "b", "uid": "uid-b"}})
     loop = ControlLoop(
         view,
-        kube=None,  # type: ignore[arg-type]  # no period runs: no call
+        kube=None,  # type: ignore[arg-type]  # no job is due: no call
         config=OperatorConfig(watch_nodes=False),
         operator_metrics=OperatorMetrics(CollectorRegistry()),
         clock=lambda: 1000.0,
     )
-    view.replace_pods([], namespace="ns")
-    assert loop.run_period() == IDLE_PERIOD_S
+    snapshot = view.snapshot()
+    assert loop._due_jobs(snapshot, 1000.0, set()) == []
     assert not loop.controllers
+    view.replace_pods([], namespace="ns")
+    assert loop._due_jobs(snapshot, 1000.0, set()) == [("ns", "a")]
     view.replace_pods([], namespace="other")
-    loop.run_period()
-    assert set(loop.controllers) == {("ns", "a")}
+    assert loop._due_jobs(snapshot, 1000.0, set()) == [("ns", "a"), ("other", "b")]
 
 
 def test_each_committed_job_gets_the_fleets_share_of_routine_status_writes() -> None:

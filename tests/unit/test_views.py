@@ -141,9 +141,9 @@ def test_a_namespace_s_pod_list_replaces_its_pods_alone() -> None:
     snapshot = view.snapshot()
     assert set(snapshot.pods) == set(snapshot.loads) == {("ns", "t"), ("ns", "new"), ("other", "o")}
     assert set(snapshot.by_owner.get("uid-j", ())) == {("ns", "t"), ("ns", "new")}
-    assert not view.listed  # "other" has not been listed yet
+    assert view.unlisted_namespaces == {"other"}  # its jobs wait; those of "ns" need not
     view.replace_pods([], "other")
-    assert view.listed
+    assert view.listed and not view.unlisted_namespaces
     assert set(view.snapshot().pods) == {("ns", "t"), ("ns", "new")}
 
 

@@ -30,14 +30,17 @@ from decor.core.capacity import NodeCapacity, PodLoad, node_capacity, pod_load, 
 
 Key = tuple[str, str]  # (namespace, name)
 
-EVERY_POD, NODES, QUOTAS, LIMIT_RANGES = "pods", "nodes", "resourcequotas", "limitranges"
-"""The lists that feed the view (:meth:`ClusterView.expect_lists`); one namespace's pods:
-:func:`pods_in`."""
+ListName = tuple[str, str | None]
+"""A list that feeds the view: of what, and in which namespace (None: in every one)."""
+EVERY_POD: ListName = ("pods", None)
+NODES: ListName = ("nodes", None)
+QUOTAS: ListName = ("resourcequotas", None)
+LIMIT_RANGES: ListName = ("limitranges", None)
 
 
-def pods_in(namespace: str) -> str:
-    """The name of the list of ``namespace``'s pods."""
-    return f"pods in {namespace}"
+def pods_in(namespace: str) -> ListName:
+    """The list of ``namespace``'s pods."""
+    return ("pods", namespace)
 
 
 @dataclass(frozen=True)
@@ -161,10 +164,14 @@ class ClusterView:
     nodes_known: bool = False
     # Whether each watch (adapter.watch) has listed once: until then a job's trainer may
     # exist unseen (a period would take it for lost and create another), and the planner
-    # would plan without the nodes, quotas and LimitRanges still to come.
+    # would plan without the nodes, quotas and LimitRanges still to come. ``listed``: every
+    # list of every namespace (cluster-wide) has answered; ``unlisted_namespaces``: those
+    # whose own pod list has not yet (their jobs wait: one the operator may not read holds up
+    # no other).
     listed: bool = False
-    _lists_wanted: frozenset[str] = frozenset({EVERY_POD})
-    _lists_done: set[str] = field(default_factory=set)
+    unlisted_namespaces: frozenset[str] = frozenset()
+    _lists_wanted: frozenset[ListName] = frozenset({EVERY_POD})
+    _lists_done: set[ListName] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put_job(self, body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -230,18 +237,22 @@ class ClusterView:
             self._limit_ranges = limit_ranges
             self._listed(LIMIT_RANGES)
 
-    def expect_lists(self, names: Iterable[str]) -> None:
+    def expect_lists(self, names: Iterable[ListName]) -> None:
         """The watches that feed the view list these (:data:`EVERY_POD`, :data:`NODES`,
-        :data:`QUOTAS`, :data:`LIMIT_RANGES`, :func:`pods_in`; the default: every pod):
-        ``listed`` once each has answered."""
+        :data:`QUOTAS`, :data:`LIMIT_RANGES`, :func:`pods_in`; the default: every pod)."""
         with self._lock:
             self._lists_wanted = frozenset(names)
-            self.listed = self._lists_wanted <= self._lists_done
+            self._update_listed()
 
-    def _listed(self, name: str) -> None:
+    def _listed(self, name: ListName) -> None:
         """A watch's list has answered (the lock held)."""
         self._lists_done.add(name)
-        self.listed = self._lists_wanted <= self._lists_done
+        self._update_listed()
+
+    def _update_listed(self) -> None:
+        waiting = self._lists_wanted - self._lists_done
+        self.listed = all(namespace is not None for _, namespace in waiting)
+        self.unlisted_namespaces = frozenset(ns for _, ns in waiting if ns is not None)
 
     def replace_pods(self, bodies: list[dict[str, Any]], namespace: str | None = None) -> None:
         """A fresh LIST (a re-listed watch) of every pod, or of ``namespace``'s: that

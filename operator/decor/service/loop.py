@@ -133,6 +133,7 @@ class ControlLoop:
         self.acting_term = acting_term
         self._term: int | None = None
         self._waiting_logged = False  # the wait for the first lists is logged once
+        self._unlisted_logged: set[str] = set()  # so is a namespace's wait for its pod list
         self._listed_limit_ranges: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         # With several commit workers the jobs' status writes and Events leave the period's
         # path, and the commit workers are kept from one period to the next.
@@ -206,16 +207,22 @@ class ControlLoop:
         return max(0.0, min(waits, default=IDLE_PERIOD_S))
 
     def _listed(self) -> bool:
-        """Whether every watch that feeds the view has listed once. Before that (the operator
-        has just started) a job seen without its pod would be taken for one whose pod was
-        lost, and a second trainer made, and the planner would plan without the nodes and
-        quotas still to come; a watch the API refuses (no RBAC for it) holds every period."""
+        """Whether every cluster-wide watch that feeds the view has listed once. Before that
+        (the operator has just started) a job seen without its pod would be taken for one
+        whose pod was lost, and a second trainer made, and the planner would plan without the
+        nodes and quotas still to come; a watch the API refuses (no RBAC for it) holds every
+        period. A namespace's own pod watch holds only its jobs (:meth:`_due_jobs`)."""
         if self.view.listed:
             return True
         if not self._waiting_logged:
             log.warning("control loop: waiting for the watches' first lists (pods, nodes, quotas)")
             self._waiting_logged = True
         return False
+
+    def _log_unlisted(self, namespace: str) -> None:
+        if namespace not in self._unlisted_logged:
+            log.warning("control loop: the jobs in %s wait for its first list of pods", namespace)
+            self._unlisted_logged.add(namespace)
 
     def _acting(self) -> bool:
         """Whether this replica acts this period; a change of term forgets every job's
@@ -248,7 +255,11 @@ class ControlLoop:
                 self.status_writer.forget(key)
                 del self.controllers[key]
         due, changed = [], []
+        unlisted = self.view.unlisted_namespaces
         for key, body in snapshot.jobs.items():
+            if key[0] in unlisted:
+                self._log_unlisted(key[0])
+                continue
             controller = self.controllers.get(key)
             uid = str(body["metadata"].get("uid"))
             if controller is None or controller.uid != uid:
