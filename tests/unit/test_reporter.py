@@ -387,3 +387,27 @@ def test_linger_waits_for_one_scrape_after_the_last_step() -> None:
         # (once its body is out), not after 30 s.
         reporter.linger(30.0)
         assert time.monotonic() - started < 5.0
+
+
+def test_a_scrape_begun_before_the_last_step_does_not_end_the_linger() -> None:
+    """A response made before the last step (it holds the step before) but sent in full
+    after it is not the scrape that shows the finish: on a slow machine a trainer stopped
+    lingering on it, exited, and the local runtime never saw its last step."""
+    with ProgressReporter(
+        steps_planned=2, epochs_planned=1, port=0, address="127.0.0.1"
+    ) as reporter:
+        reporter.step_done()
+        server = reporter._server
+        assert server is not None
+        before_last = server._counted(lambda environ, start_response: [b"steps 1"])({}, None)
+        reporter.step_done()
+        before_last.close()  # its body is out only now
+        started = time.monotonic()
+        reporter.linger(1.0)
+        assert time.monotonic() - started >= 0.9, "the linger ended on the step before"
+        url = f"http://127.0.0.1:{reporter.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            assert b"decor_steps_completed_total 2.0" in response.read()
+        started = time.monotonic()
+        reporter.linger(30.0)  # a scrape begun after the last step ends it at once
+        assert time.monotonic() - started < 1.0

@@ -123,7 +123,13 @@ class MetricsServer:
         class _Server(_ThreadingWSGIServer):
             address_family = family
 
-        self.served = 0  # responses sent in full (a scrape counts once its body is out)
+        # Each response is numbered as its request comes, before its body is made (it reads
+        # the progress then); ``served_through``: the highest number sent in full (a scrape
+        # counts once its body is out). A response begun before the last step and sent after
+        # it holds the step before: only one numbered after the last step has shown it.
+        self.begun = 0
+        self.served_through = 0
+        self._count_lock = threading.Lock()
         self._server = make_server(
             address, port, self._counted(make_wsgi_app(registry)), _Server,
             handler_class=_SilentHandler,
@@ -136,13 +142,14 @@ class MetricsServer:
         self._thread.start()
 
     def _counted(self, app: Callable[..., Any]) -> Callable[..., Any]:
-        """``app``, counting in ``served`` every response once the server has written it
-        (WSGI closes the body after the last byte)."""
+        """``app``, numbering every response in ``begun`` as it begins and moving
+        ``served_through`` to its number once the server has written it (WSGI closes the
+        body after the last byte)."""
         server = self
 
         class _Body:
-            def __init__(self, body: Any) -> None:
-                self._body = body
+            def __init__(self, body: Any, number: int) -> None:
+                self._body, self._number = body, number
 
             def __iter__(self) -> Iterator[bytes]:
                 return iter(self._body)
@@ -151,10 +158,14 @@ class MetricsServer:
                 close = getattr(self._body, "close", None)
                 if close is not None:
                     close()
-                server.served += 1
+                with server._count_lock:
+                    server.served_through = max(server.served_through, self._number)
 
         def counted(environ: Any, start_response: Any) -> _Body:
-            return _Body(app(environ, start_response))
+            with server._count_lock:
+                server.begun += 1
+                number = server.begun
+            return _Body(app(environ, start_response), number)
 
         return counted
 

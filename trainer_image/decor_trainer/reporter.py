@@ -233,7 +233,7 @@ class ProgressReporter:
         self._samples = max(0, int(start_samples))
         self._epochs = max(0, int(start_epoch))
         self._steps_planned = max(0, int(steps_planned))
-        self._served_at_last_step = 0  # scrapes the endpoint had served at the last step
+        self._begun_at_last_step = 0  # responses the endpoint had begun at the last step
         self._epochs_planned = max(0, int(epochs_planned))
         self._step_s = 0.0
         self._epoch_s = 0.0
@@ -369,7 +369,7 @@ class ProgressReporter:
             self._steps += 1
             self._t = self._wall_clock()
             if self._steps == self._steps_planned and self._server is not None:
-                self._served_at_last_step = self._server.served
+                self._begun_at_last_step = self._server.begun
             if self._file is not None:
                 self._write_file()
         except Exception as exc:  # noqa: BLE001
@@ -402,7 +402,7 @@ class ProgressReporter:
             return
         until = time.monotonic() + seconds
         while not stop() and time.monotonic() < until:
-            if self._server.served > self._served_at_last_step:
+            if self._server.served_through > self._begun_at_last_step:
                 return
             time.sleep(0.02)
 
