@@ -161,6 +161,17 @@ def test_a_wake_that_comes_after_the_snapshot_waits_for_the_next_period() -> Non
     assert _due(loop, loop.view.snapshot(), now[0] + 0.1) == [("ns", "a")]
 
 
+def _loop_without_api(view: ClusterView, config: OperatorConfig) -> ControlLoop:
+    """A loop at t = 1000 s whose test runs no period that calls the API server."""
+    return ControlLoop(
+        view,
+        kube=None,  # type: ignore[arg-type]
+        config=config,
+        operator_metrics=OperatorMetrics(CollectorRegistry()),
+        clock=lambda: 1000.0,
+    )
+
+
 @pytest.mark.parametrize("watch_nodes", [True, False], ids=["cluster-wide", "trainer-pods"])
 def test_no_period_runs_before_the_pod_watch_has_listed_every_pod(watch_nodes: bool) -> None:
     """A job's trainer may exist unseen until the pod LIST has answered (a watch the API
@@ -169,13 +180,7 @@ def test_no_period_runs_before_the_pod_watch_has_listed_every_pod(watch_nodes: b
     for lost and made a second): no period runs, so none creates a pod."""
     view = ClusterView()
     view.put_job(_body("a"))
-    loop = ControlLoop(
-        view,
-        kube=None,  # type: ignore[arg-type]  # no period runs: no call
-        config=OperatorConfig(watch_nodes=watch_nodes),
-        operator_metrics=OperatorMetrics(CollectorRegistry()),
-        clock=lambda: 1000.0,
-    )
+    loop = _loop_without_api(view, OperatorConfig(watch_nodes=watch_nodes))
     assert loop.run_period() == IDLE_PERIOD_S
     assert loop.run_period() == IDLE_PERIOD_S
     assert not loop.controllers
@@ -190,13 +195,7 @@ def test_with_the_capacity_view_no_period_runs_before_nodes_and_quotas_are_liste
     view = ClusterView()
     view.expect_lists((EVERY_POD, NODES, QUOTAS, LIMIT_RANGES))
     view.put_job(_body("a"))
-    loop = ControlLoop(
-        view,
-        kube=None,  # type: ignore[arg-type]  # no period runs: no call
-        config=OperatorConfig(),
-        operator_metrics=OperatorMetrics(CollectorRegistry()),
-        clock=lambda: 1000.0,
-    )
+    loop = _loop_without_api(view, OperatorConfig())
     for replace in (view.replace_pods, view.replace_nodes, view.replace_quotas):
         replace([])
         assert loop.run_period() == IDLE_PERIOD_S
@@ -213,13 +212,7 @@ def test_a_namespaced_operator_runs_a_namespace_s_jobs_once_its_pods_are_listed(
     view.expect_lists([pods_in("ns"), pods_in("other")])
     view.put_job(_body("a"))
     view.put_job({**_body("b"), "metadata": {"namespace": "other", "name": "b", "uid": "uid-b"}})
-    loop = ControlLoop(
-        view,
-        kube=None,  # type: ignore[arg-type]  # no job is due: no call
-        config=OperatorConfig(watch_nodes=False),
-        operator_metrics=OperatorMetrics(CollectorRegistry()),
-        clock=lambda: 1000.0,
-    )
+    loop = _loop_without_api(view, OperatorConfig(watch_nodes=False))
     snapshot = view.snapshot()
     assert loop._due_jobs(snapshot, 1000.0, set()) == []
     assert not loop.controllers

@@ -162,14 +162,10 @@ class ClusterView:
     _quotas: dict[Key, dict[str, Any]] = field(default_factory=dict)
     _limit_ranges: dict[Key, dict[str, Any]] = field(default_factory=dict)
     nodes_known: bool = False
-    # Whether each watch (adapter.watch) has listed once: until then a job's trainer may
-    # exist unseen (a period would take it for lost and create another), and the planner
-    # would plan without the nodes, quotas and LimitRanges still to come. ``listed``: every
-    # list of every namespace (cluster-wide) has answered; ``unlisted_namespaces``: those
-    # whose own pod list has not yet (their jobs wait: one the operator may not read holds up
-    # no other).
-    listed: bool = False
-    unlisted_namespaces: frozenset[str] = frozenset()
+    # The lists the watches (adapter.watch) make, and those that have answered once: until
+    # then a job's trainer may exist unseen (a period would take it for lost and create
+    # another), and the planner would plan without the nodes, quotas and LimitRanges still
+    # to come (see :attr:`listed`, :attr:`unlisted_namespaces`).
     _lists_wanted: frozenset[ListName] = frozenset({EVERY_POD})
     _lists_done: set[ListName] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -242,17 +238,25 @@ class ClusterView:
         :data:`QUOTAS`, :data:`LIMIT_RANGES`, :func:`pods_in`; the default: every pod)."""
         with self._lock:
             self._lists_wanted = frozenset(names)
-            self._update_listed()
 
     def _listed(self, name: ListName) -> None:
         """A watch's list has answered (the lock held)."""
         self._lists_done.add(name)
-        self._update_listed()
 
-    def _update_listed(self) -> None:
-        waiting = self._lists_wanted - self._lists_done
-        self.listed = all(namespace is not None for _, namespace in waiting)
-        self.unlisted_namespaces = frozenset(ns for _, ns in waiting if ns is not None)
+    def _waiting(self) -> frozenset[ListName]:
+        with self._lock:
+            return self._lists_wanted - self._lists_done
+
+    @property
+    def listed(self) -> bool:
+        """Every cluster-wide list has answered once."""
+        return all(namespace is not None for _, namespace in self._waiting())
+
+    @property
+    def unlisted_namespaces(self) -> frozenset[str]:
+        """The namespaces whose own pod list has not answered yet (their jobs wait: one the
+        operator may not read holds up no other)."""
+        return frozenset(namespace for _, namespace in self._waiting() if namespace is not None)
 
     def replace_pods(self, bodies: list[dict[str, Any]], namespace: str | None = None) -> None:
         """A fresh LIST (a re-listed watch) of every pod, or of ``namespace``'s: that
