@@ -1,13 +1,18 @@
-"""Sharding, batch policies, data order and worker counts of decor_trainer.distributed."""
+"""Sharding, batch policies, data order, worker counts and the launcher of decor_trainer.distributed."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from decor_trainer import train
+from decor_trainer import distributed, train
 from decor_trainer.checkpoint import restart_seconds, saved_at_s
 from decor_trainer.contract import (
     DEFAULT_MASTER_PORT,
@@ -19,6 +24,7 @@ from decor_trainer.distributed import (
     DataOrder,
     PodWorld,
     WorldInfo,
+    launch_workers,
     shard_indices,
     split_evenly,
     worker_count,
@@ -241,3 +247,68 @@ def test_reporter_publishes_the_restart_cost(tmp_path: Path) -> None:
     # An older trainer's progress file has no restart_s: read as 0, not an error.
     older = {k: v for k, v in json.loads(progress.read_text()).items() if k != "restart_s"}
     assert ProgressSnapshot.from_mapping(older).restart_s == 0.0
+
+
+# --- the launcher and a teardown that hangs -----------------------------------------------
+
+
+def _hang(*args: object, **kwargs: object) -> None:
+    time.sleep(3600)
+
+
+def _end_the_run_then_hang_in_teardown(status: int) -> int:
+    """A launched worker: joins a real gloo group with the others, ends its run with
+    ``status``, then hangs tearing the group down (as a worker did once in a CI run on
+    PyTorch 2.6, here made to happen every time)."""
+    distributed.unblock_stop_signals()
+    distributed.init_process_group(WorldInfo.from_env(os.environ), torch.device("cpu"))
+    torch.distributed.destroy_process_group = _hang
+    distributed.close_process_group(status)
+    return 99  # not reached
+
+
+def _hang_in_the_run() -> int:
+    distributed.unblock_stop_signals()
+    _hang()
+    return 99  # not reached
+
+
+@pytest.fixture
+def alarm() -> Iterator[None]:
+    """Fails a test still running a minute on (the launcher waits in the test's process)."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError("still waiting for the workers after 60 s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.usefixtures("alarm")
+def test_workers_whose_teardown_hangs_after_their_run_are_killed_with_its_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MASTER_ADDR", "unset")  # launch_workers sets both: restored after
+    monkeypatch.setenv("MASTER_PORT", "0")
+    started = time.monotonic()
+    status = launch_workers(
+        functools.partial(_end_the_run_then_hang_in_teardown, 3),
+        PodWorld(2, 2),
+        teardown_grace_s=2.0,
+    )
+    assert status == 3  # the run's status, not the kill's
+    assert time.monotonic() - started < 45
+
+
+@pytest.mark.usefixtures("alarm")
+def test_a_worker_still_in_its_run_is_not_taken_for_a_hung_teardown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MASTER_ADDR", "unset")
+    monkeypatch.setenv("MASTER_PORT", "0")
+    with pytest.raises(TimeoutError):  # nothing ended its run: the launcher keeps waiting
+        signal.alarm(8)
+        launch_workers(_hang_in_the_run, PodWorld(2, 2), teardown_grace_s=0.5)

@@ -41,10 +41,12 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -60,6 +62,9 @@ from .contract import (
     POLICY_SCALE_WITH_WORKERS,
 )
 
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
+
 log = logging.getLogger(__name__)
 
 
@@ -72,6 +77,11 @@ PROCESS_GROUP_TIMEOUT_S = 300.0
 """How long a collective waits for a missing peer before failing (gloo and NCCL)."""
 STOP_GRACE_S = 30.0
 """After one worker fails, how long the others get to exit before they are killed."""
+TEARDOWN_GRACE_S = 30.0
+"""Once every worker of the pod has ended its run with the others (:func:`close_process_group`
+with a status), how long they get to tear the group down and exit before they are killed."""
+NO_OUTCOME = -1
+"""A launched worker's outcome before its run has ended with the others'."""
 LOCALHOST = "127.0.0.1"
 MAX_PORT = 65535
 """The highest TCP port number."""
@@ -388,16 +398,25 @@ def init_process_group(world: WorldInfo, device: torch.device) -> None:
     log.info("rank %d/%d joined the %s process group", world.rank, world.world_size, backend)
 
 
-def close_process_group(together: bool = False) -> None:
-    """Leave the process group, if one was joined. ``together`` (every worker ends its run
-    normally): first wait for the others. A worker that tore its group down after rank 0
-    (which holds the rendezvous store) had exited hung there on PyTorch 2.6 with gloo: after a
-    SIGTERM and its checkpoint, 3 of 4 runs of a two-worker trainer never exited; with the
-    barrier, none of 14."""
-    if dist.is_available() and dist.is_initialized():
-        if together:
-            dist.barrier()
-        dist.destroy_process_group()
+def close_process_group(status: int | None = None) -> None:
+    """Leave the process group, if one was joined.
+
+    ``status``: this worker's run has ended normally with it, as every worker's does. Then
+    first wait for the others (a worker that tore its group down after rank 0, which holds the
+    rendezvous store, had exited hung there on PyTorch 2.6 with gloo: after a SIGTERM and its
+    checkpoint, 3 of 4 runs of a two-worker trainer never exited; with the barrier, none of
+    14), and tell :func:`launch_workers` the outcome before the teardown: every worker's work
+    is done by then, so a worker whose teardown still hangs (once in a CI run on PyTorch 2.6:
+    rank 0 logged its last step and its pod never exited) is killed with it after
+    :data:`TEARDOWN_GRACE_S`. None: the others may be gone, no waiting for them.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if status is not None:
+        dist.barrier()
+        if _outcome is not None:
+            _outcome.value = status
+    dist.destroy_process_group()
 
 
 def reduce_step(loss_sum: float, stop: bool, device: torch.device) -> tuple[float, bool]:
@@ -431,7 +450,15 @@ def free_port(address: str = LOCALHOST) -> int:
         return int(s.getsockname()[1])
 
 
-def _worker_main(entry: Callable[[], int], pod: PodWorld, local_rank: int) -> None:
+_outcome: Synchronized[int] | None = None
+"""In a worker started by :func:`launch_workers`: where it leaves its outcome for the launcher."""
+
+
+def _worker_main(
+    entry: Callable[[], int], pod: PodWorld, local_rank: int, outcome: Synchronized[int]
+) -> None:
+    global _outcome
+    _outcome = outcome
     os.environ.update(pod.rank_env(local_rank))
     raise SystemExit(entry())
 
@@ -445,7 +472,9 @@ def unblock_stop_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
 
 
-def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
+def launch_workers(
+    entry: Callable[[], int], pod: PodWorld, teardown_grace_s: float = TEARDOWN_GRACE_S
+) -> int:
     """Run ``entry`` in ``pod.workers`` fresh processes (global ranks ``pod.rank_offset`` on,
     local ranks from 0) and wait.
 
@@ -455,7 +484,9 @@ def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
     a free one), and must call :func:`unblock_stop_signals` once it handles SIGTERM. SIGTERM
     and SIGINT to this process are forwarded to every worker. Returns 0 if every worker
     exited 0, else the first non-zero exit status (1 for a worker killed by a signal); the
-    others then get SIGTERM, and SIGKILL after :data:`STOP_GRACE_S`.
+    others then get SIGTERM, and SIGKILL after :data:`STOP_GRACE_S`. Workers that have all
+    ended their run (:func:`close_process_group` with a status) and have not exited
+    ``teardown_grace_s`` later are killed, and their run's status counts as their exit's.
     """
     os.environ[ENV_MASTER_ADDR] = pod.master_addr
     os.environ[ENV_MASTER_PORT] = str(pod.master_port or free_port())
@@ -463,14 +494,16 @@ def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
     # Blocked before the start: workers inherit the mask, so a SIGTERM that arrives while
     # they import torch waits for their handler instead of killing them without a checkpoint.
     signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
-    processes = [
-        context.Process(
+    workers = []
+    for local_rank in range(pod.workers):
+        outcome = context.Value("i", NO_OUTCOME)
+        spawned = context.Process(
             target=_worker_main,
-            args=(entry, pod, local_rank),
+            args=(entry, pod, local_rank, outcome),
             name=f"worker-{pod.rank_offset + local_rank}",
         )
-        for local_rank in range(pod.workers)
-    ]
+        workers.append(_Worker(spawned, outcome))
+    processes = [w.process for w in workers]
 
     forward = _forwarder(processes)
     previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
@@ -488,11 +521,17 @@ def launch_workers(entry: Callable[[], int], pod: PodWorld) -> int:
         [p.pid for p in processes],
     )
     try:
-        return _wait_for_workers(processes)
+        return _wait_for_workers(workers, teardown_grace_s)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _stop_all([p for p in processes if p.exitcode is None])
+
+
+@dataclass(frozen=True)
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    outcome: Synchronized[int]  # its run's status once ended with the others', else NO_OUTCOME
 
 
 def _forwarder(
@@ -509,22 +548,52 @@ def _forwarder(
     return forward
 
 
-def _wait_for_workers(processes: Sequence[multiprocessing.process.BaseProcess]) -> int:
+def _wait_for_workers(workers: Sequence[_Worker], teardown_grace_s: float) -> int:
     """Wait until every worker has exited: 0 if all exited 0, else the first non-zero exit
-    status (1 for a worker killed by a signal), and the others are then stopped."""
+    status (1 for a worker killed by a signal), and the others are then stopped. Workers that
+    have all ended their run and are still there ``teardown_grace_s`` later are killed."""
     status = 0
-    pending = list(processes)
+    pending = list(workers)
+    ended_since: float | None = None  # when every pending worker had ended its run
     while pending:
-        ready = multiprocessing.connection.wait([p.sentinel for p in pending])
-        for process in [p for p in pending if p.sentinel in ready]:
-            process.join()
-            pending.remove(process)
-            code = process.exitcode or 0
+        ready = multiprocessing.connection.wait(
+            [w.process.sentinel for w in pending], timeout=min(1.0, teardown_grace_s)
+        )
+        exits = []
+        for worker in [w for w in pending if w.process.sentinel in ready]:
+            worker.process.join()
+            pending.remove(worker)
+            code = worker.process.exitcode or 0
+            exits.append((worker.process.name, code if code >= 0 else 1))
+        if pending and all(w.outcome.value != NO_OUTCOME for w in pending):
+            ended_since = ended_since if ended_since is not None else time.monotonic()
+            if time.monotonic() - ended_since >= teardown_grace_s:
+                exits += _kill_hung_teardowns(pending, teardown_grace_s)
+                pending = []
+        for name, code in exits:
             if code != 0 and status == 0:
-                status = code if code > 0 else 1
-                log.error("%s exited with %s: stopping the others", process.name, code)
-                _stop_all(pending)
+                status = code
+                log.error("%s exited with %s: stopping the others", name, code)
+                _stop_all([w.process for w in pending])
     return status
+
+
+def _kill_hung_teardowns(workers: Sequence[_Worker], grace_s: float) -> list[tuple[str, int]]:
+    """Kill workers whose run has ended but whose teardown of the process group hangs; their
+    runs' statuses, by name."""
+    exits = []
+    for worker in workers:
+        log.warning(
+            "%s ended its run (status %d) but had not exited %.0f s later (tearing the process "
+            "group down hung): killed",
+            worker.process.name,
+            worker.outcome.value,
+            grace_s,
+        )
+        worker.process.kill()
+        worker.process.join()
+        exits.append((worker.process.name, worker.outcome.value))
+    return exits
 
 
 def _stop_all(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:

@@ -487,7 +487,7 @@ def train(
     except BaseException:
         close_process_group()  # the others may be gone: no waiting for them
         raise
-    close_process_group(together=True)
+    close_process_group(status)
     return status
 
 
