@@ -906,7 +906,9 @@ def test_deadline_in_the_past_is_infeasible_and_runs_at_max(
 ) -> None:
     name = "past"
     past = rfc3339(now_utc() - timedelta(minutes=1))
-    resources = {"mode": "cpu", "min": CPU_MIN, "max": CPU_MAX, "initial": "500m"}
+    # An initial below MAX (half of it: within every lane's bounds), so that MAX is seen.
+    initial = f"{round(CPU_MAX_CORES * 500)}m"
+    resources = {"mode": "cpu", "min": CPU_MIN, "max": CPU_MAX, "initial": initial}
     create_job(
         kube,
         namespace,
