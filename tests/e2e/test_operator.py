@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from decor.api import vocabulary
-from decor.api.model import ManifestError, parse_job, quantity_value
+from decor.api.model import ManifestError, format_cpu, parse_job, quantity_value
 from decor.core import build
 from decor.core.control import SpeedFit
 from hostile_jobs import hostile_manifests
@@ -58,7 +58,7 @@ CPU_MIN = "100m"
 # one thread runs no faster above one core; the rest is room for the control plane).
 LANES = max(1, int(os.environ.get("DECOR_E2E_LANES", "1")))
 CPU_MAX_CORES = 1.5 if LANES == 1 else round(min(1.5, 2.0 / LANES - 0.2), 1)
-CPU_MAX = f"{round(CPU_MAX_CORES * 1000)}m"
+CPU_MAX = format_cpu(CPU_MAX_CORES)
 # The jobs' sizes (steps, samples, the cores a moved deadline needs) were chosen for a lane of
 # 800m, two lanes' share. With more lanes a lane's trainer gets less (500m for three), and the
 # sizes shrink by the same factor, so that a job needs the same fraction of its lane: a job
@@ -907,7 +907,7 @@ def test_deadline_in_the_past_is_infeasible_and_runs_at_max(
     name = "past"
     past = rfc3339(now_utc() - timedelta(minutes=1))
     # An initial below MAX (half of it: within every lane's bounds), so that MAX is seen.
-    initial = f"{round(CPU_MAX_CORES * 500)}m"
+    initial = format_cpu(CPU_MAX_CORES / 2)
     resources = {"mode": "cpu", "min": CPU_MIN, "max": CPU_MAX, "initial": initial}
     create_job(
         kube,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from decor.api.model import MAX_JOB_NAME_LENGTH
+from decor.api.model import MAX_JOB_NAME_LENGTH, format_cpu
 from test_failures import logged_steps, patch_job
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,
@@ -111,7 +111,7 @@ def wide_job(name: str, image: str, *extra_args: str) -> dict[str, Any]:
             "/ckpt/steps.log",
             *extra_args,
         ],  # fmt: skip
-        trainer_cpu=f"{round(POD_CORES * 1000)}m",
+        trainer_cpu=format_cpu(POD_CORES),
     )
 
 
