@@ -33,6 +33,9 @@ SCALE_KWOK_PORT=${DECOR_SCALE_KWOK_PORT:-20247}
 SCALE_PROMETHEUS_PORT=${DECOR_SCALE_PROMETHEUS_PORT:-19090}
 SCALE_SIMULATOR_PORT=${DECOR_SCALE_SIMULATOR_PORT:-19100}
 SCALE_SCRAPE_INTERVAL_S=${DECOR_SCALE_SCRAPE_INTERVAL_S:-5}
+# How long each daemon of the bed may take to start (.ci/run gives more: its smoke run starts in
+# the idle cgroup beside the e2e lanes, and there the API server took more than 120 s).
+SCALE_START_TIMEOUT_S=${DECOR_SCALE_START_TIMEOUT_S:-120}
 
 # --- fake nodes ----------------------------------------------------------------------------
 SCALE_CPU_NODES=${DECOR_SCALE_CPU_NODES:-10}           # kwok nodes with CPU only

@@ -86,7 +86,7 @@ start_daemon etcd "$SCALE_K8S_BIN/etcd" --name decor-scale --data-dir "$SCALE_ET
   --initial-cluster "decor-scale=http://127.0.0.1:$SCALE_ETCD_PEER_PORT" \
   --listen-metrics-urls "http://127.0.0.1:$SCALE_ETCD_METRICS_PORT" \
   --quota-backend-bytes 4294967296 --log-level warn --unsafe-no-fsync
-wait_for "etcd health" 60 curl -fsS "http://127.0.0.1:$SCALE_ETCD_METRICS_PORT/health" || { dump_log etcd; die "etcd not healthy"; }
+wait_for "etcd health" "$SCALE_START_TIMEOUT_S" curl -fsS "http://127.0.0.1:$SCALE_ETCD_METRICS_PORT/health" || { dump_log etcd; die "etcd not healthy"; }
 
 # The operator replicas' requests at Metadata level, each logged once when it completes: the
 # benchmark counts them by replica, verb and resource from this log (other clients are not
@@ -119,7 +119,7 @@ start_daemon kube-apiserver "$SCALE_K8S_BIN/kube-apiserver" \
   --audit-policy-file "$SCALE_CONFIG/audit-policy.yaml" --audit-log-path "$SCALE_AUDIT_LOG" \
   --audit-log-format json --audit-log-mode batch --audit-log-maxsize 0 \
   --allow-privileged=true --profiling=false --v=1
-wait_for "kube-apiserver /readyz" 120 api GET /readyz || { dump_log kube-apiserver; die "kube-apiserver not ready"; }
+wait_for "kube-apiserver /readyz" "$SCALE_START_TIMEOUT_S" api GET /readyz || { dump_log kube-apiserver; die "kube-apiserver not ready"; }
 
 # --- scheduler and kwok ----------------------------------------------------------------------
 start_daemon kube-scheduler "$SCALE_K8S_BIN/kube-scheduler" \
@@ -155,7 +155,7 @@ log "$total kwok nodes ($SCALE_CPU_NODES CPU, $SCALE_GPU_NODES with $SCALE_NODE_
 api GET "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/deadlinetrainingjobs.decor.dev" >/dev/null 2>&1 ||
   api POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions application/yaml "$repo/crds/deadlinetrainingjobs.yaml" >/dev/null
 nodes_ready() { [ "$(api GET /api/v1/nodes | grep -c '"type": "Ready"')" -ge "$total" ]; }
-wait_for "kwok nodes Ready" 120 nodes_ready || { dump_log kwok; die "kwok did not make its nodes Ready"; }
+wait_for "kwok nodes Ready" "$SCALE_START_TIMEOUT_S" nodes_ready || { dump_log kwok; die "kwok did not make its nodes Ready"; }
 
 # --- the SIMULATED trainer fleet and the real Prometheus scraping it ----------------------------
 start_daemon simulator env PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m bench.scale.simulator --kubeconfig "$(scale_kubeconfig simulator)" \
@@ -172,7 +172,7 @@ scrape_configs:
 EOF2
 start_daemon prometheus "$(command -v prometheus)" --config.file="$SCALE_CONFIG/prometheus.yml" \
   --storage.tsdb.path="$SCALE_PROM_DATA" --web.listen-address="127.0.0.1:$SCALE_PROMETHEUS_PORT"
-wait_for "Prometheus ready" 60 curl -fsS "http://127.0.0.1:$SCALE_PROMETHEUS_PORT/-/ready" || { dump_log prometheus; die "Prometheus not ready"; }
-wait_for "simulator /metrics" 60 curl -fsS "http://127.0.0.1:$SCALE_SIMULATOR_PORT/metrics" || { dump_log simulator; die "simulator did not start"; }
+wait_for "Prometheus ready" "$SCALE_START_TIMEOUT_S" curl -fsS "http://127.0.0.1:$SCALE_PROMETHEUS_PORT/-/ready" || { dump_log prometheus; die "Prometheus not ready"; }
+wait_for "simulator /metrics" "$SCALE_START_TIMEOUT_S" curl -fsS "http://127.0.0.1:$SCALE_SIMULATOR_PORT/metrics" || { dump_log simulator; die "simulator did not start"; }
 log "scale bed up: apiserver $server, Prometheus http://127.0.0.1:$SCALE_PROMETHEUS_PORT, logs $SCALE_LOGS"
 echo "$SCALE_KUBECONFIG"

@@ -123,6 +123,10 @@ class Kube:
     def diagnostics(self, namespace: str) -> str:
         return collect_diagnostics(self, namespace)
 
+    def wait_for_the_lanes_share(self) -> None:
+        """Block until the pods of the tests this process ran before are gone."""
+        wait_for_the_lanes_share(self)
+
     def fresh_namespace(self, slug: str) -> AbstractContextManager[str]:
         """One more namespace for a test that needs several (deleted when the block ends)."""
         return fresh_namespace(self, slug)
@@ -208,6 +212,43 @@ def node(kube: Kube) -> Any:
     return wait_for(ready_node, 120, "a Ready node")
 
 
+ENDED_NAMESPACES: list[str] = []
+"""The namespaces of the tests this process (one lane of cluster/e2e.sh) ran before, deleted
+and maybe still holding pods."""
+
+
+def wait_for_the_lanes_share(kube: Kube, timeout: float = 60) -> None:
+    """Wait until the pods of this lane's earlier tests are gone. A pod being killed still
+    holds its requests, which the operator's planner counts as taken: a job created beside
+    one gets less than its lane's share (a first pod of 420m instead of MAX's 500m)."""
+    from kubernetes.client.exceptions import ApiException
+
+    def left() -> list[str]:
+        pods = []
+        for namespace in list(ENDED_NAMESPACES):
+            try:
+                items = kube.core.list_namespaced_pod(namespace).items
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                items = []
+            if not items:
+                ENDED_NAMESPACES.remove(namespace)
+            pods += [f"{namespace}/{p.metadata.name}" for p in items]
+        return pods
+
+    started, first = time.monotonic(), left()
+    if not first:
+        return
+    wait_for(
+        lambda: not left(),
+        timeout,
+        "the pods of this lane's earlier tests to be gone",
+        describe=lambda: f"still there: {', '.join(left())}",
+    )
+    print(f"lane's share: waited {time.monotonic() - started:.1f}s for {', '.join(first)}")
+
+
 @contextmanager
 def fresh_namespace(kube: Kube, slug: str) -> Iterator[str]:
     """A new namespace ``e2e-SLUG-RANDOM`` with its default ServiceAccount; deleted after."""
@@ -230,7 +271,16 @@ def fresh_namespace(kube: Kube, slug: str) -> Iterator[str]:
         yield name
     finally:
         try:
+            # The namespace's deletion would give each pod its own grace period (a trainer then
+            # checkpoints, holding its cores for up to 30 s), and a kill the kubelet has begun
+            # is not shortened by a later delete: nothing reads those checkpoints any more, and
+            # the next tests need the cores. So the pods go first, with a 1 s grace; then the
+            # namespace, which takes no new pod from an operator still running; then any pod
+            # made in between.
+            kube.core.delete_collection_namespaced_pod(name, grace_period_seconds=1)
             kube.core.delete_namespace(name, body=client.V1DeleteOptions(grace_period_seconds=0))
+            kube.core.delete_collection_namespaced_pod(name, grace_period_seconds=1)
+            ENDED_NAMESPACES.append(name)
         except Exception as exc:  # noqa: BLE001 - cleanup must not mask the test's result
             print(f"warning: could not delete namespace {name}: {exc}")
 
@@ -253,12 +303,15 @@ def whole_node(request: pytest.FixtureRequest) -> None:
             for p in kube.core.list_namespaced_pod(n.metadata.name).items
         ]
 
+    started, first = time.monotonic(), leftovers()
     wait_for(
         lambda: not leftovers(),
         300,
         "the pods of the tests before to be gone",
         describe=lambda: f"still there: {', '.join(leftovers())}",
     )
+    if first:
+        print(f"whole node: waited {time.monotonic() - started:.1f}s for {', '.join(first)}")
 
 
 @pytest.fixture

@@ -8,9 +8,10 @@
   Warning Event instead of staying OnTrack;
 * a trainer that crashes at every start: past the failure budget the job is ``Failed``
   (``CrashLoop`` and the exit code in the message) and its pod is deleted;
-* a GPU increase the scheduler cannot place (the node tainted after the job started): the
-  new pod is given up after the unschedulable wait, the job falls back to the count that
-  ran (``Unschedulable`` Event, ``AtRisk``) and completes every step exactly once;
+* a GPU increase the scheduler cannot place (the node label the job's ``nodeSelector`` asks
+  for taken off after the job started): the new pod is given up after the unschedulable
+  wait, the job falls back to the count that ran (``Unschedulable`` Event, ``AtRisk``) and
+  completes every step exactly once;
 * a job suspended mid-run has no pod while suspended and, resumed, continues from its
   checkpoint: every step exactly once, and it still meets its deadline.
 """
@@ -24,6 +25,7 @@ import pytest
 from decor.api.vocabulary import API_GROUP, API_VERSION, PLURAL
 from test_operator import (  # noqa: F401 - fixtures used by name
     CHECKPOINT_HOST_ROOT,
+    CPU_MAX,
     DEVIATION_BOUND_PERCENT,
     OperatorProcess,
     condition,
@@ -35,7 +37,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     job_manifest,
     job_status,
     lane_steps,
-    machine_steps,
+    one_gpu_steps_per_epoch,
     operator,
     read_node_file,
     report,
@@ -175,10 +177,13 @@ def test_a_crash_looping_trainer_fails_the_job_and_its_pod_is_deleted(
     )  # fmt: skip
 
 
-TAINT = {"key": "decor.dev/e2e-maintenance", "value": "true", "effect": "NoSchedule"}
+PLACEMENT_LABEL = "e2e.decor.dev/gpu-fallback"
+"""The node label the fall-back test's job selects (its value: the test's namespace)."""
 
 
-@pytest.mark.alone  # changes the node's GPU capacity; its trainer has no CPU limit
+# In the lane of the GPU restart test (test_operator): the two never hold GPUs at once, so the
+# lanes' GPU tests fit the bed's 8 advertised GPUs together.
+@pytest.mark.xdist_group("one-to-two-gpus")
 def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
     kube: Any,
     namespace: str,
@@ -189,32 +194,35 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
 ) -> None:
     restart_operator(operator, monkeypatch, DECOR_UNSCHEDULABLE_WAIT_SECONDS="20")
     name = "gpu-blocked"
-    # As in test_operator's GPU test: 900 steps (fewer on a slower machine) in 40 s at one
-    # (advertised) GPU are too slow by the speed model, so the controller asks for a second.
+    # As in test_operator's GPU restart test: steps that take about 60 s at 1 GPU (the
+    # trainer limited to the lane's CPU_MAX) are too slow for 40 s by the speed model, so the
+    # controller asks for a second GPU.
     manifest = job_manifest(
         name,
         trainer_image,
         epochs=6,
-        steps_per_epoch=machine_steps(150),
+        steps_per_epoch=one_gpu_steps_per_epoch(60.0, epochs=6),
         duration="40s",
         resources={"mode": "gpu", "min": 1, "max": 2, "initial": 1},
         control={"policy": "decor", "periodSeconds": 2, "restartCostSeconds": 2},
         extra_args=["--step-log", "/ckpt/steps.log"],
+        trainer_cpu=CPU_MAX,
     )
-    job = create_job(kube, namespace, manifest)
-
-    def running_with_progress() -> dict[str, Any] | None:
-        status = job_status(kube, namespace, name)
-        return status if status.get("stepsDone", 0) > 0 else None
-
-    kube.wait_for(running_with_progress, 180, "the first pod to report progress")
-    taints = list(map(_taint_dict, kube.core.read_node(node.metadata.name).spec.taints or []))
-    # An admin's maintenance taint: the running pod stays, nothing new is placed. The
-    # planner counts the node's GPUs and still grants the second one. Set and taken back
-    # inside the try: an API server answering 500 ("etcdserver: request timed out") to the
-    # patch that set it once left the node tainted for every later test.
+    manifest["spec"]["template"]["spec"]["nodeSelector"] = {PLACEMENT_LABEL: namespace}
+    node_name = node.metadata.name
+    # Set and taken back inside the try: a label left on the node selects no other pod.
     try:
-        _set_taints(kube, node.metadata.name, [*taints, TAINT])
+        _set_label(kube, node_name, namespace)
+        job = create_job(kube, namespace, manifest)
+
+        def running_with_progress() -> dict[str, Any] | None:
+            status = job_status(kube, namespace, name)
+            return status if status.get("stepsDone", 0) > 0 else None
+
+        kube.wait_for(running_with_progress, 180, "the first pod to report progress")
+        # The label off: the running pod stays, no new pod of the job can be placed (the
+        # scheduler's view). The planner counts the node's GPUs and still grants the second.
+        _set_label(kube, node_name, None)
 
         def fell_back() -> str | None:
             for kind, reason, message in job_events(kube, namespace, name):
@@ -230,9 +238,10 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
             return found if found.get("reason") == "Unschedulable" else None
 
         kube.wait_for(at_risk, 10, "AtRisk (Unschedulable)")
+        _set_label(kube, node_name, namespace)
+        final = wait_succeeded(kube, namespace, name, timeout=300)
     finally:
-        _set_taints(kube, node.metadata.name, taints)
-    final = wait_succeeded(kube, namespace, name, timeout=300)
+        _set_label(kube, node_name, None)
     report(name, final)
     assert final["podsCreated"] >= 3, final  # first, the unschedulable one, the fallback
     (last,) = trainer_pods(kube, namespace, name)  # the others were deleted
@@ -242,20 +251,16 @@ def test_a_gpu_increase_that_cannot_be_scheduled_falls_back(
     assert sorted(steps) == list(range(total)), "steps repeated or lost across the fallback"
 
 
-def _taint_dict(taint: Any) -> dict[str, Any]:
-    return {"key": taint.key, "value": taint.value, "effect": taint.effect}
-
-
-def _set_taints(kube: Any, node: str, taints: list[dict[str, Any]]) -> None:
-    """Make ``taints`` the node's, trying again while the API server fails (a patch it
-    answered with an error may have landed: the node is read back)."""
+def _set_label(kube: Any, node: str, value: str | None) -> None:
+    """Set (or with None take off) the node's ``PLACEMENT_LABEL``, trying again while the API
+    server fails (a patch it answered with an error may have landed: the node is read back)."""
 
     def done() -> bool:
-        kube.core.patch_node(node, {"spec": {"taints": taints or None}})
-        now = kube.core.read_node(node).spec.taints or []
-        return sorted(map(str, map(_taint_dict, now))) == sorted(map(str, taints))
+        kube.core.patch_node(node, {"metadata": {"labels": {PLACEMENT_LABEL: value}}})
+        labels = kube.core.read_node(node).metadata.labels or {}
+        return labels.get(PLACEMENT_LABEL) == value
 
-    kube.wait_for(done, 60, f"the taints of node {node} to be {taints}", interval=2.0)
+    kube.wait_for(done, 60, f"node {node}'s label {PLACEMENT_LABEL}={value}", interval=2.0)
 
 
 def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(

@@ -1,7 +1,8 @@
 """`decor run --local` end to end: real PyTorch training under a real cgroup CPU quota.
 
-A short static run at all cores first measures this machine's speed, so the deadlines below
-are real multiples of the all-cores time wherever the tests run.
+A short static run at all cores first measures this machine's speed and sizes the test job
+for it (fewer steps on a slow machine), then the job is measured at all cores: the deadlines
+below are real multiples of that all-cores time wherever the tests run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,9 @@ from decor.local.runtime import (
     run_local,
     run_local_many,
 )
-from decor.local.trace import read_trace
+from decor.local.trace import TraceRow, read_trace
+
+from bench.benchlib import rate_from_samples
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +42,26 @@ ROOT = Path(__file__).resolve().parents[2]
 CPUS = len(os.sched_getaffinity(0))
 STEPS_PER_EPOCH = 100
 EPOCHS = 16  # 16-40 s at all cores of the 2-core VMs seen (8 left a start-up third of a run)
+# The sized job's wall time at all cores, start-up included: within the 16-40 s the tests were
+# made for. At 100 steps an epoch a slow hour of a 2-core VM took 112 s, and every test of
+# this file takes a multiple of it.
+TARGET_ALL_CORES_S = 35.0
+MIN_STEPS_PER_EPOCH = 25
 
 
-def manifest(name: str, epochs: int, duration_s: float, **resources: Any) -> dict[str, Any]:
+def manifest(
+    name: str,
+    epochs: int,
+    duration_s: float,
+    steps_per_epoch: int = STEPS_PER_EPOCH,
+    **resources: Any,
+) -> dict[str, Any]:
     base = yaml.safe_load((ROOT / "examples" / "resnet-cpu.yaml").read_text())
     doc = copy.deepcopy(base)
     doc["metadata"]["name"] = name
     doc["spec"]["duration"] = f"{duration_s:.1f}s"
     doc["spec"]["epochs"] = epochs
-    doc["spec"]["stepsPerEpoch"] = STEPS_PER_EPOCH
+    doc["spec"]["stepsPerEpoch"] = steps_per_epoch
     doc["spec"]["resources"] = {"mode": "cpu", "min": "250m", "max": str(CPUS), **resources}
     doc["spec"]["checkpoint"] = {}
     doc["spec"]["template"]["spec"]["containers"][0]["args"] = [
@@ -65,17 +80,54 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DECOR_STATE_DIR", str(tmp_path / "state"))
 
 
-@pytest.fixture(scope="module")
-def all_cores_s(tmp_path_factory: pytest.TempPathFactory) -> float:
-    """Wall time of the test job at all cores, start-up included, measured on this machine."""
-    out = tmp_path_factory.mktemp("calibrate")
-    doc = manifest("calibrate", epochs=EPOCHS, duration_s=600, min=str(CPUS), initial=str(CPUS))
+@dataclass(frozen=True)
+class Sized:
+    """The test job for this machine: its steps per epoch (``EPOCHS`` epochs), and its wall
+    time at all cores, start-up included, measured."""
+
+    steps_per_epoch: int
+    all_cores_s: float
+
+
+def _at_all_cores(out: Path, steps_per_epoch: int) -> tuple[float, list[TraceRow]]:
+    """A static run of the test job at all cores: its wall time and its trace."""
+    doc = manifest(
+        "calibrate", epochs=EPOCHS, duration_s=600, steps_per_epoch=steps_per_epoch,
+        min=str(CPUS), initial=str(CPUS),
+    )  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DECOR_STATE_DIR", str(out / "state"))
         result = run_local(parse_job(doc), LocalOptions(out_dir=out))
     assert result.error is None, result.error
     assert result.finished_s is not None and result.actuations == 0
-    return result.finished_s
+    return result.finished_s, read_trace(out / "trace.json")[1]
+
+
+def steps_per_epoch_for(rows: Sequence[TraceRow], steps: float) -> int:
+    """Steps an epoch for a job of ``EPOCHS`` epochs that takes ``TARGET_ALL_CORES_S`` at all
+    cores, from the trace of a static run of ``steps`` (its step rate and start-up, as the
+    benchmark harness reads them). Never more than ``STEPS_PER_EPOCH``, never fewer than
+    ``MIN_STEPS_PER_EPOCH``."""
+    try:
+        rate, startup_s = rate_from_samples([(r.t_s, r.steps_done) for r in rows], steps)
+    except ValueError:
+        return STEPS_PER_EPOCH  # too short to see a rate: a fast machine
+    fitting = round(rate * max(0.0, TARGET_ALL_CORES_S - startup_s) / EPOCHS)
+    return min(STEPS_PER_EPOCH, max(MIN_STEPS_PER_EPOCH, fitting))
+
+
+@pytest.fixture(scope="module")
+def sized(tmp_path_factory: pytest.TempPathFactory) -> Sized:
+    """A probe of a quarter of the steps at all cores measures this machine's step rate;
+    the job sized from it (:func:`steps_per_epoch_for`) is then run at all cores for its
+    wall time."""
+    out = tmp_path_factory.mktemp("calibrate")
+    probe = STEPS_PER_EPOCH // 4
+    _, rows = _at_all_cores(out / "probe", probe)
+    steps_per_epoch = steps_per_epoch_for(rows, EPOCHS * probe)
+    all_cores_s, _ = _at_all_cores(out / "sized", steps_per_epoch)
+    print(f"sized: {steps_per_epoch} steps an epoch, {all_cores_s:.1f}s at all cores")
+    return Sized(steps_per_epoch, all_cores_s)
 
 
 def test_cgroup_limiter_writes_the_quota() -> None:
@@ -139,9 +191,9 @@ def test_trainer_threads_follow_a_real_quota(tmp_path: Path) -> None:
     assert f"CPU limit changed: {CPUS} threads" in change_line
 
 
-def test_deadline_that_forces_throttling_is_met(tmp_path: Path, all_cores_s: float) -> None:
-    deadline_s = 1.8 * all_cores_s
-    doc = manifest("throttled", epochs=EPOCHS, duration_s=deadline_s)
+def test_deadline_that_forces_throttling_is_met(tmp_path: Path, sized: Sized) -> None:
+    deadline_s = 1.8 * sized.all_cores_s
+    doc = manifest("throttled", EPOCHS, deadline_s, sized.steps_per_epoch)
     result = run_local(parse_job(doc), LocalOptions(out_dir=tmp_path / "run"))
     assert result.error is None, result.error
     summary, rows = read_trace(tmp_path / "run" / "trace.json")
@@ -160,10 +212,9 @@ def test_deadline_that_forces_throttling_is_met(tmp_path: Path, all_cores_s: flo
     assert (tmp_path / "run" / "trace.png").stat().st_size > 1000
 
 
-def test_moving_the_deadline_earlier_raises_the_allocation(
-    tmp_path: Path, all_cores_s: float
-) -> None:
-    doc = manifest("moved", epochs=EPOCHS, duration_s=2.5 * all_cores_s)
+def test_moving_the_deadline_earlier_raises_the_allocation(tmp_path: Path, sized: Sized) -> None:
+    all_cores_s = sized.all_cores_s
+    doc = manifest("moved", EPOCHS, 2.5 * all_cores_s, sized.steps_per_epoch)
     moved_at: list[float] = []
 
     def move_when_throttled() -> None:
@@ -309,7 +360,7 @@ def mean_cores(rows: list[Any], start_s: float, end_s: float) -> float:
 
 @pytest.mark.skipif(CPUS < 2, reason="two jobs sharing cores need 2 CPUs")
 def test_two_jobs_share_the_machine_and_both_meet_their_deadlines(
-    tmp_path: Path, all_cores_s: float
+    tmp_path: Path, sized: Sized
 ) -> None:
     """A loose job runs; a tight one arrives. Admission counts needs, not what a job holds:
     the tight one is admitted at once, whatever the loose one holds then (it starts at both
@@ -317,9 +368,10 @@ def test_two_jobs_share_the_machine_and_both_meet_their_deadlines(
     the two needs fit the machine; where they do not (the tight one's end game may take whole
     cores), the loose one, later deadline, is shorted to what is left, or to its min. Both
     meet their deadlines."""
+    all_cores_s = sized.all_cores_s
     arrival_s = float(round(0.2 * all_cores_s))  # whole periods: both tick together
-    loose = manifest("loose", epochs=EPOCHS, duration_s=1.8 * all_cores_s, initial="2")
-    tight = manifest("tight", epochs=EPOCHS // 2, duration_s=1.0 * all_cores_s)
+    loose = manifest("loose", EPOCHS, 1.8 * all_cores_s, sized.steps_per_epoch, initial="2")
+    tight = manifest("tight", EPOCHS // 2, 1.0 * all_cores_s, sized.steps_per_epoch)
     cores = 2
     lines: list[str] = []
     summaries = run_local_many(

@@ -213,6 +213,55 @@ def test_a_job_whose_deadline_passed_gets_only_what_admitted_jobs_leave() -> Non
     assert "its deadline 1970-01-01T00:00:50Z has passed" in g["passed"].reason
 
 
+def test_a_job_whose_steps_are_all_done_is_not_lost_while_its_trainer_ends() -> None:
+    # Seen in the local runtime: the last step 0.04 s before the deadline, the trainer still
+    # exiting one period later, past the margin: "its deadline has passed: runs as best effort".
+    done = job(
+        "done", need=1.0, current=1.0, admitted=True, node="n1",
+        steps_remaining=0.0, deadline_s=100.0,
+    )  # fmt: skip
+    g = grants([done, best_effort("be", node="n1")], [Node("n1", 4.0)], now_s=120.0)
+    assert (g["done"].verdict, g["done"].allocation) == (vocabulary.VERDICT_ADMITTED, 1.0)
+
+
+def test_a_lost_job_that_can_still_finish_soon_runs_ahead_of_the_best_effort_jobs() -> None:
+    # 400 steps at 4 cores take 100 s: at 10 s it would end 10 s after its 100 s deadline,
+    # 10 % of its span (over the 5 % margin: lost), so it is served first, at its max.
+    behind = job(
+        "behind", need=4.0, current=4.0, admitted=True, node="n1",
+        steps_remaining=400.0, deadline_s=100.0,
+    )  # fmt: skip
+    be = best_effort("be", node="n1", current=2.0)
+    g = grants([behind, be], [Node("n1", 6.0)], now_s=10.0)
+    assert (g["behind"].verdict, g["behind"].allocation) == (vocabulary.VERDICT_BEST_EFFORT, 4.0)
+    assert "ahead of the jobs without one" in g["behind"].reason
+    assert g["be"].allocation == 2.0
+    # Two lost jobs: the less late one first (the other, later at its max, gets the rest).
+    later = replace(behind, key="later", steps_remaining=600.0, deadline_s=100.0)
+    g = grants([later, behind, be], [Node("n1", 6.0)], now_s=10.0)
+    assert (g["behind"].allocation, g["later"].allocation, g["be"].allocation) == (4.0, 2.0, 0.0)
+    # One that would end more than a span late shares by gain, as a job without a deadline
+    # does, and cannot starve them.
+    huge, _ = huge_and_feasible()
+    g = grants([huge, be], [Node("n1", 6.0)], now_s=10.0)
+    assert g["be"].allocation > 0 and g["huge"].allocation < 4.0
+    assert "ahead of" not in g["huge"].reason
+
+
+def test_a_lost_gpu_job_that_can_still_finish_soon_takes_its_max_first() -> None:
+    behind = job(
+        "behind", mode="gpu", need=4.0, current=2.0, min_allocation=1.0, max_allocation=4.0,
+        admitted=True, node="n1", steps_remaining=400.0, deadline_s=100.0,
+    )  # fmt: skip
+    be = best_effort(
+        "be", mode="gpu", node="n1", current=4.0, min_allocation=1.0, restart_cost_s=30.0
+    )
+    g = grants([behind, be], [Node("n1", 0.0, gpus=6)], now_s=10.0)
+    # (By work done alone, keeping both as they are would win: 2 + 4 GPUs, no restart.)
+    assert (g["behind"].verdict, g["behind"].allocation) == (vocabulary.VERDICT_BEST_EFFORT, 4.0)
+    assert g["be"].allocation == 2.0
+
+
 def unmeasured_huge_and_feasible() -> tuple[Demand, Demand]:
     """The job of 10^12 steps before its first speed sample (admitted at its initial 4
     cores, no curve yet), and a new job whose speed is known (an estimate, or a resumed
@@ -263,6 +312,15 @@ def test_a_job_of_unknown_speed_that_outranks_the_other_keeps_its_whole_need() -
     keep = PlannerSettings(policy=pl.POLICY_DECOR, lost_deadline=pl.LOST_KEEP)
     g = pl.plan([huge, feasible], [Node("n1", 4.0)], 10.0, keep).grants
     assert (g["huge"].allocation, g["feasible"].verdict) == (4.0, vocabulary.VERDICT_QUEUED)
+
+
+def test_a_job_of_unknown_speed_preempted_by_a_higher_priority_one_is_not_topped_up() -> None:
+    # Found by the random inputs below: the preempted job's probe was topped up after its
+    # room had gone to the new job (a KeyError, every period, in every tenant's plan).
+    huge, feasible = unmeasured_huge_and_feasible()
+    g = grants([huge, replace(feasible, need=3.8, priority=1)], [Node("n1", 4.0)], now_s=10.0)
+    assert (g["feasible"].verdict, g["feasible"].allocation) == (vocabulary.VERDICT_ADMITTED, 3.8)
+    assert (g["huge"].verdict, g["huge"].allocation) == (vocabulary.VERDICT_PREEMPTED, 0.0)
 
 
 def test_a_new_job_of_unknown_speed_does_not_take_what_an_unmeasured_job_asks() -> None:
@@ -710,7 +768,7 @@ def random_case(rng: random.Random) -> tuple[list[Demand], list[Node]]:
                 min_allocation=min_a,
                 max_allocation=max_a,
                 current=current,
-                steps_remaining=rng.uniform(10.0, 500.0),
+                steps_remaining=rng.choice([0.0, rng.uniform(10.0, 500.0)]),
                 deadline_s=None if rng.random() < 0.25 else rng.uniform(50.0, 2000.0),
                 arrival_s=float(rng.randint(0, 5)),  # ties: broken by key
                 priority=rng.choice((0, 0, 1)),
@@ -747,7 +805,7 @@ def test_random_inputs_respect_capacity_bounds_and_are_deterministic(policy: str
             slack = None if d.deadline_s is None else 0.05 * (d.deadline_s - d.arrival_s)
             lost = (
                 policy == pl.POLICY_DECOR
-                and d.deadline_s is not None and slack is not None
+                and d.deadline_s is not None and slack is not None and d.steps_remaining > 0
                 and (10.0 > d.deadline_s + slack
                      or (d.admitted and at_max_s is not None
                          and 10.0 + at_max_s > d.deadline_s + slack))

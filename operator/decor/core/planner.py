@@ -45,6 +45,11 @@ LOST_MARGIN = 0.05
 """A job is lost only when it would finish (or is already) later than its deadline by more
 than this share of its span (deadline - creation): a job a few seconds behind near its end
 keeps its admitted share and finishes as close to the deadline as it can."""
+RESCUE_SPANS = 1.0
+"""A lost job that at its max would finish within this many spans after its deadline runs on
+the leftover ahead of the jobs without a deadline, the least late first, so that it ends as
+little late as the admitted jobs let it; one later still (a job of 10^12 steps) shares the
+leftover with them by gain, and cannot starve them."""
 
 
 @dataclass(frozen=True)
@@ -802,7 +807,7 @@ def _plan_admission(
     for d in new:
         book.admit_new(d)
     _Waiting(book).tell()
-    leftover = _Leftover(book)
+    leftover = _Leftover(book, _rescued(demands, lost, now_s))
     best_effort = leftover.within_quota(
         [
             replace(d, deadline_s=None) if d.key in lost else d
@@ -813,7 +818,8 @@ def _plan_admission(
     leftover.fill(best_effort)
     for key, why in lost.items():
         g = book.grants[key]
-        book.grants[key] = replace(g, reason=f"{why}: runs as best effort; {g.reason}")
+        first = ", ahead of the jobs without one" if key in leftover.rescue else ""
+        book.grants[key] = replace(g, reason=f"{why}: runs as best effort{first}; {g.reason}")
     return book.grants
 
 
@@ -821,17 +827,18 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
     """The deadline jobs that can no longer meet their deadline, each with why: the deadline
     has passed, or (an admitted job) even its max by its speed curve finishes after it, in
     both cases by more than ``LOST_MARGIN`` of its span. A job with no curve yet is not
-    proven late; a new job that could not make it is told so and waits (``admit_new``: the
-    earliest deadline it could meet) until its deadline is moved or has passed."""
+    proven late, nor one whose steps are all done (its trainer is ending: saving, exiting);
+    a new job that could not make it is told so and waits (``admit_new``: the earliest
+    deadline it could meet) until its deadline is moved or has passed."""
     lost: dict[str, str] = {}
     for d in demands:
-        if d.deadline_s is None:
+        if d.deadline_s is None or d.steps_remaining <= 0:
             continue
         slack_s = LOST_MARGIN * max(0.0, d.deadline_s - d.arrival_s)
         if now_s > d.deadline_s + slack_s:
             lost[d.key] = f"its deadline {_utc(d.deadline_s)} has passed"
             continue
-        most = max(d.max_allocation, d.uncapped_max)
+        most = _most(d)
         at_max_s = run_s(d, most)
         if d.admitted and at_max_s is not None and now_s + at_max_s > d.deadline_s + slack_s + EPS:
             lost[d.key] = (
@@ -839,6 +846,28 @@ def _lost_causes(demands: Sequence[Demand], now_s: float) -> dict[str, str]:
                 f"{_utc(now_s + at_max_s)}, after its deadline {_utc(d.deadline_s)}"
             )
     return lost
+
+
+def _most(d: Demand) -> float:
+    """The most a job could run at, a cap that lasts a while lifted: what the lost rule
+    judges it by."""
+    return max(d.max_allocation, d.uncapped_max)
+
+
+def _rescued(demands: Sequence[Demand], lost: Mapping[str, str], now_s: float) -> dict[str, float]:
+    """The lost jobs that run on the leftover ahead of the jobs without a deadline
+    (``RESCUE_SPANS``), each with how late it would finish at its max, in spans."""
+    rescued: dict[str, float] = {}
+    for d in demands:
+        if d.key not in lost or d.deadline_s is None:
+            continue
+        at_max_s = run_s(d, _most(d))
+        if at_max_s is None:
+            continue
+        late = (now_s + at_max_s - d.deadline_s) / max(d.deadline_s - d.arrival_s, EPS)
+        if late <= RESCUE_SPANS:
+            rescued[d.key] = late
+    return rescued
 
 
 class _Book:
@@ -926,6 +955,7 @@ class _Book:
         return room, f"; {extra:g} more held on {_where(room)} for its planned switch to {peak:g}"
 
     def _release(self, d: Demand) -> None:
+        self.probing.pop(d.key, None)  # (a probing job preempted is no longer topped up)
         pods = self.pods_of.pop(d.key)
         self.cluster.give(d, pods)
         self.quotas.gone(d)
@@ -1259,8 +1289,9 @@ class _Leftover:
     (ours: GPU counts chosen with restart costs; elasticflow: to every running job by
     marginal gain), within their namespaces' quotas."""
 
-    def __init__(self, book: _Book) -> None:
+    def __init__(self, book: _Book, rescue: Mapping[str, float]) -> None:
         self.book = book
+        self.rescue = rescue  # lost jobs served first, the least late first (_rescued)
 
     def within_quota(self, jobs: Sequence[Demand]) -> list[Demand]:
         """Best-effort jobs, each with its max cut to what its namespace's quotas leave after
@@ -1345,9 +1376,8 @@ class _Leftover:
             if gpu and self.book.ours:
                 alloc = self._gpu_counts(jobs, int(math.floor(free + 1e-6)))
             else:
-                alloc = _fill_by_gain(
-                    jobs, base, free, 1.0 if gpu else self.book.s.fill_step_cores, self.book.s
-                )
+                step = 1.0 if gpu else self.book.s.fill_step_cores
+                alloc = _fill_by_gain(jobs, base, free, step, self.book.s, self.rescue)
                 if self.book.ours:
                     alloc = self._hysteresis(
                         jobs, alloc, free - sum(alloc[k] - base[k] for k in alloc)
@@ -1420,32 +1450,46 @@ class _Leftover:
         lose.
 
         Deadline jobs are not part of it: each gets its need, and its law has already
-        weighed a shrink's restart against the GPUs it gives back (``control`` ``pays``)."""
+        weighed a shrink's restart against the GPUs it gives back (``control`` ``pays``).
+        Lost jobs served first (``rescue``) take, the least late first, the most GPUs up to
+        their max before the others' counts are chosen."""
         window_s = max(self.book.s.lookahead_s, EPS)
 
         def kept(d: Demand, x: float) -> float:
             changed = d.current > EPS and x > EPS and abs(x - d.current) > EPS
             return max(0.0, 1.0 - d.restart_cost_s / window_s) if changed else 1.0
 
-        options: list[list[tuple[int, float]]] = []
-        amounts: list[list[float]] = []
-        for d in best_effort:
-            counts = [0.0] + [
+        def counts_of(d: Demand) -> list[float]:
+            return [0.0] + [
                 float(x)
                 for x in range(
                     max(1, math.ceil(d.min_allocation - 1e-6)), int(d.max_allocation + 1e-6) + 1
                 )
                 if fits is None or fits(d, float(x))
             ]
+
+        chosen: dict[str, float] = {}
+        for d in sorted(
+            (d for d in best_effort if d.key in self.rescue),
+            key=lambda d: (self.rescue[d.key], d.key),
+        ):
+            chosen[d.key] = max(x for x in counts_of(d) if x <= free_gpus + EPS)
+            free_gpus -= int(chosen[d.key])
+        rest = [d for d in best_effort if d.key not in chosen]
+        options: list[list[tuple[int, float]]] = []
+        amounts: list[list[float]] = []
+        for d in rest:
+            counts = counts_of(d)
             if d.current > EPS and d.current in counts:  # no change first: ties keep it
                 counts.remove(d.current)
                 counts.insert(0, d.current)
             options.append([(int(x), _speed(d, x) * kept(d, x)) for x in counts])
             amounts.append(counts)
         picks, _ = best_gpu_choices(options, free_gpus)
-        return {
-            d.key: amount[pick] for d, pick, amount in zip(best_effort, picks, amounts, strict=True)
-        }
+        chosen.update(
+            (d.key, amount[pick]) for d, pick, amount in zip(rest, picks, amounts, strict=True)
+        )
+        return chosen
 
     def _grant_leftover(self, d: Demand, alloc: float, pods: Pods, base: float) -> None:
         """``alloc`` on ``pods`` (for a one-pod job, its node even when ``alloc`` is 0)."""
@@ -1471,12 +1515,19 @@ class _Leftover:
 
 
 def _fill_by_gain(
-    jobs: Sequence[Demand], base: Mapping[str, float], free: float, step: float, s: PlannerSettings
+    jobs: Sequence[Demand],
+    base: Mapping[str, float],
+    free: float,
+    step: float,
+    s: PlannerSettings,
+    first: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Hand ``free`` out in steps of ``step`` (a job's first step: up to its min), each to
-    the job whose normalized speed rises most per unit; jobs stop at their max."""
+    the job whose normalized speed rises most per unit; jobs stop at their max. The jobs in
+    ``first`` come before the others, the lowest value first (lost jobs: ``_rescued``)."""
     alloc = dict(base)
-    heap: list[tuple[float, str, int, float]] = []
+    order = first or {}
+    heap: list[tuple[float, float, str, int, float]] = []
 
     def offer(i: int) -> None:
         d = jobs[i]
@@ -1490,12 +1541,12 @@ def _fill_by_gain(
         if nxt - x < 0.5 * _quantum(d, s):
             return
         gain = (_speed(d, nxt) - _speed(d, x)) / (nxt - x)
-        heapq.heappush(heap, (-gain, d.key, i, nxt))
+        heapq.heappush(heap, (order.get(d.key, math.inf), -gain, d.key, i, nxt))
 
     for i in range(len(jobs)):
         offer(i)
     while heap and free > EPS:
-        _, key, i, nxt = heapq.heappop(heap)
+        _, _, key, i, nxt = heapq.heappop(heap)
         d = jobs[i]
         x = alloc[key]
         inc = nxt - x

@@ -1,7 +1,9 @@
 """Limiting the CPU of a local process tree: cgroup v1, cgroup v2, or CPU affinity.
 
 ``make_limiter(name)`` picks what this machine allows, in that order of preference:
-* cgroup v1: a child group under the ``cpu`` hierarchy, ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``;
+* cgroup v1: a child group under the ``cpu`` hierarchy, ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``,
+  inside this process's own group there: a runtime started in a limited group (a CI job's,
+  a service's) keeps its trainers within that group's share;
 * cgroup v2: a child group with the ``cpu`` controller, ``cpu.max``;
 * affinity: pin the process's threads to ceil(cores) CPUs (coarse: whole cores only), used
   when cgroups cannot be written (not root, read-only mount). The caller is told why.
@@ -137,13 +139,29 @@ def _remove_group(group: Path, parent_procs: Path) -> None:
         pass  # already gone, or a task is still exiting: the kernel frees it later
 
 
-def make_limiter(name: str, root: Path = CGROUP_ROOT) -> CpuLimiter:
-    """The best limiter this machine allows for a job called ``name``."""
+def own_v1_cpu_group(root: Path, proc_cgroup: str) -> Path:
+    """This process's group in the cgroup v1 ``cpu`` hierarchy mounted at ``root/cpu``, from
+    ``proc_cgroup`` (/proc/self/cgroup); the hierarchy's root where that group is not a
+    directory there (a container that sees only its own part of the hierarchy)."""
+    top = root / "cpu"
+    for line in proc_cgroup.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            own = top / path.strip("/")
+            return own if own.is_dir() else top
+    return top
+
+
+def make_limiter(name: str, root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> CpuLimiter:
+    """The best limiter this machine allows for a job called ``name`` (cgroup v1: in this
+    process's own group, read from ``proc_cgroup``, /proc/self/cgroup by default)."""
     leaf = f"{name}-{os.getpid()}"
     reason = "no cgroup cpu controller found"
     try:
         if (root / "cpu" / "cpu.cfs_quota_us").exists():
-            return CgroupV1Limiter(root / "cpu" / "decor" / leaf)
+            if proc_cgroup is None:
+                proc_cgroup = Path("/proc/self/cgroup").read_text()
+            return CgroupV1Limiter(own_v1_cpu_group(root, proc_cgroup) / "decor" / leaf)
         if "cpu" in (root / "cgroup.controllers").read_text().split():
             parent = root / "decor"
             parent.mkdir(exist_ok=True)
