@@ -52,17 +52,20 @@ NODE_EXEC = shlex.split(os.environ.get("DECOR_E2E_NODE_EXEC", ""))
 CPU_MIN = "100m"
 # cluster/e2e.sh runs the tests not marked `alone` in DECOR_E2E_LANES lanes at once, each with
 # its own operator, which sees only its own namespace: the lanes' jobs fit the node together
-# only if each stays within its share. A lane holds its trainer (at most CPU_MAX), the
-# trainer's metrics sidecar (50m) and, in the Helm tests, the chart's operator (50m): 0.5
-# core each for three lanes on 2 cores (0.8 for two, 0.3 for four). Alone, a test's job may
-# take 1.5 cores (the trainer's one thread runs no faster above one core; the rest is room
-# for the control plane).
+# only if each stays within its share. The lanes' trainers together hold at most
+# LANES_TRAINER_CORES of the node's 2 cores (400m each for three lanes, 600m for two, 300m for
+# four); the rest is for their metrics sidecars (50m each), their operators, the tests
+# themselves and the control plane. With 500m each for three lanes (1.5 cores), a trainer at
+# MAX ran 10-20 % slower than its quota beside the others, and jobs sized to need 85 % of MAX
+# ended 6-21 % late. Alone, a test's job may take 1.5 cores (the trainer's one thread runs no
+# faster above one core; the rest is room for the control plane).
 LANES = max(1, int(os.environ.get("DECOR_E2E_LANES", "1")))
-CPU_MAX_CORES = 1.5 if LANES == 1 else round(min(1.5, 2.0 / LANES - 0.2), 1)
+LANES_TRAINER_CORES = 1.2
+CPU_MAX_CORES = 1.5 if LANES == 1 else round(min(1.5, LANES_TRAINER_CORES / LANES), 1)
 CPU_MAX = format_cpu(CPU_MAX_CORES)
-# The jobs' sizes (steps, samples, the cores a moved deadline needs) were chosen for a lane of
-# 800m, two lanes' share. With more lanes a lane's trainer gets less (500m for three), and the
-# sizes shrink by the same factor, so that a job needs the same fraction of its lane: a job
+# The jobs' sizes (steps, samples, the cores a moved deadline needs) were chosen for an 800m
+# lane. With more lanes a lane's trainer gets less (400m for three), and the sizes
+# shrink by the same factor, so that a job needs the same fraction of its lane: a job
 # still has to be throttled, and still has room to make up lost time. Never above 1: alone, a
 # trainer's one thread runs no faster than at one core, and the sizes stay as chosen.
 LANE_SCALE = min(1.0, CPU_MAX_CORES / 0.8)
