@@ -237,16 +237,21 @@ def wait_for_the_lanes_share(kube: Kube, timeout: float = 60) -> None:
             pods += [f"{namespace}/{p.metadata.name}" for p in items]
         return pods
 
+    _wait_until_gone(left, timeout, "the pods of this lane's earlier tests", "lane's share")
+
+
+def _wait_until_gone(left: Callable[[], list[str]], timeout: float, what: str, label: str) -> None:
+    """Wait until ``left()`` (the pods still there) is empty; say how long it took, if at all."""
     started, first = time.monotonic(), left()
     if not first:
         return
     wait_for(
         lambda: not left(),
         timeout,
-        "the pods of this lane's earlier tests to be gone",
+        f"{what} to be gone",
         describe=lambda: f"still there: {', '.join(left())}",
     )
-    print(f"lane's share: waited {time.monotonic() - started:.1f}s for {', '.join(first)}")
+    print(f"{label}: waited {time.monotonic() - started:.1f}s for {', '.join(first)}")
 
 
 @contextmanager
@@ -303,15 +308,7 @@ def whole_node(request: pytest.FixtureRequest) -> None:
             for p in kube.core.list_namespaced_pod(n.metadata.name).items
         ]
 
-    started, first = time.monotonic(), leftovers()
-    wait_for(
-        lambda: not leftovers(),
-        300,
-        "the pods of the tests before to be gone",
-        describe=lambda: f"still there: {', '.join(leftovers())}",
-    )
-    if first:
-        print(f"whole node: waited {time.monotonic() - started:.1f}s for {', '.join(first)}")
+    _wait_until_gone(leftovers, 300, "the pods of the tests before", "whole node")
 
 
 @pytest.fixture
