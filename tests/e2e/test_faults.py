@@ -147,22 +147,23 @@ def test_a_dripping_endpoint_costs_only_its_own_job(
     operator: OperatorProcess,  # noqa: F811
     trainer_image: str,
 ) -> None:
-    # Three trainers share the node's 2 cores with the control plane: a step costs 0.1 to
-    # 0.2 core-seconds here. 400 steps in 180 s need 0.22 to 0.45 core, so a healthy job
-    # capped at 600m has room to meet its deadline, and its 100m floor would take 400 s or
-    # more: its law has to hold it above the floor (a 250m floor finished 7 % early on fast
-    # runs, with 300 steps and again with 400 at 0.1 core-second a step). The two leave the
-    # dripping job (2,000 steps in 1,200 s: about 0.33 core) room on the node: nothing but its
-    # own controller could change its allocation (under contention the planner would short it,
-    # last by deadline). Its reads drip from its first progress on, before its law has measured
-    # anything, so it holds its initial 500m: 2,000 steps then take 320 s or more, well past
-    # the healthy jobs' 180 s (1,000 steps finished first on a fast run, at 162 s, 0.08
-    # core-second a step; 400 steps at 114 s). The test ends with its reads recovered, long
-    # before it finishes.
+    # Three trainers share the node's 2 cores with the control plane: a step costs 0.08 to
+    # 0.27 core-seconds here (on an AMD EPYC VM 400 steps at the 600m cap took about 180 s
+    # after the pod's start, and ended 7 % late). 300 steps in 180 s need 0.13 to 0.45 core,
+    # so a healthy job capped at 600m has room to meet its deadline, and its 100m floor would
+    # take 240 s or more: its law has to hold it above the floor (a 250m floor finished 7 %
+    # early on fast runs, with 300 steps and again with 400 at 0.1 core-second a step). The
+    # two leave the dripping job (2,000 steps in 1,200 s: about 0.33 core) room on the node:
+    # nothing but its own controller could change its allocation (under contention the
+    # planner would short it, last by deadline). Its reads drip from its first progress on,
+    # before its law has measured anything, so it holds its initial 500m: 2,000 steps then
+    # take 320 s or more, well past the healthy jobs' 180 s (1,000 steps finished first on a
+    # fast run, at 162 s, 0.08 core-second a step; 400 steps at 114 s). The test ends with its
+    # reads recovered, long before it finishes.
     healthy = {**SMALL, "min": "100m", "max": "600m"}
     jobs = {
-        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=100, duration="180s", resources=healthy),
-        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=100, duration="180s", resources=healthy),
+        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
+        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
         # Runs on past the others; its reads drip from the moment it has reported progress.
         "dripping": job_manifest("dripping", trainer_image, steps_per_epoch=500, duration="1200s", resources=SMALL),
     }  # fmt: skip
