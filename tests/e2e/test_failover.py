@@ -2,7 +2,7 @@
 
 Two ``decor operator`` processes serve one namespace with leader election on and short
 timings (Lease 6 s, renew deadline 4 s, retry period 1 s). A CPU job runs under the leader
-``a``; ``a`` is SIGKILLed at the moment the job's deadline is patched earlier. The standby
+``a``; ``a`` is SIGKILLed at the moment the job's deadline is patched. The standby
 ``b`` must answer the patch (``status.deadline`` shows the new deadline) within the Lease
 duration plus two periods and adopt the running trainer (no pod created, no step lost).
 Then ``a`` comes back as a standby and ``b`` is frozen (SIGSTOP: a long pause, a frozen
@@ -130,16 +130,23 @@ def _under_control(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     return kube.wait_for(throttled, 120, "10 decisions and a resize under the leader")
 
 
-def _earlier_deadline(status: dict[str, Any]) -> str:
-    """A deadline that needs about 85 % of what the job can use by the speed seen so far
-    (feasible): CPU_MAX, but no more than one core (the trainer's one thread runs no faster
-    above it, and alone CPU_MAX is 1.5)."""
+MOVED_DEADLINE_SHARE = 0.65
+"""The share of what a job can use that its moved deadline needs by the speed seen so far.
+At 0.85, both fail-over jobs, moved in the lanes' first minutes, ran 14-23 % slower than
+their fit after the move (the lanes' start, the operator restarted beside them) and ended
+8.3 and 12.4 % late."""
+
+
+def _moved_deadline(status: dict[str, Any]) -> str:
+    """A deadline that needs about ``MOVED_DEADLINE_SHARE`` of what the job can use by the
+    speed seen so far: CPU_MAX, but no more than one core (the trainer's one thread runs no
+    faster above it, and alone CPU_MAX is 1.5)."""
     coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
     assert coefficients is not None, status["controller"]
     a, b = coefficients
     remaining = status["stepsTotal"] - status["stepsDone"]
     usable = min(CPU_MAX_CORES, 1.0)
-    needed_s = max(25.0, remaining * (a / (0.85 * usable) + b))
+    needed_s = max(25.0, remaining * (a / (MOVED_DEADLINE_SHARE * usable) + b))
     return rfc3339(datetime.now(UTC) + timedelta(seconds=needed_s))
 
 
@@ -152,7 +159,7 @@ def test_the_standby_takes_over_within_a_lease_and_two_periods(
 
     before = _under_control(kube, namespace, name)
     (pod_before,) = trainer_pods(kube, namespace, name)
-    new_deadline = _earlier_deadline(before)
+    new_deadline = _moved_deadline(before)
     # The leader dies at the moment the deadline moves.
     killed_at = time.time()
     started = time.monotonic()
@@ -268,7 +275,7 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
 
         before = _under_control(kube, namespace, name)
         (pod_before,) = trainer_pods(kube, namespace, name)
-        new_deadline = _earlier_deadline(before)
+        new_deadline = _moved_deadline(before)
         started = time.monotonic()
         kube.kubectl("-n", namespace, "delete", "pod", leader, "--wait=false")
         kube.kubectl("-n", namespace, "patch", "dtj", name, "--type", "merge",
