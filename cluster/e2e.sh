@@ -13,9 +13,10 @@
 #      change the node), one at a time.
 # DECOR_E2E_LANES=1 runs phase 1 one test at a time too. DECOR_E2E_PHASES picks the phases
 # (default "lanes alone"; .ci/run runs them one by one, with the scale smoke run beside the
-# lanes). The 25 slowest tests of each phase are printed at its end. The exit status is
-# non-zero when a phase failed. `e2e.sh --measure-width` prints the test ResNet's width and its
-# step time on this machine (DECOR_E2E_RESNET_WIDTH, WIDTH:STEP_S) and exits.
+# lanes). The 25 slowest tests of each phase are printed at its end, and every job's
+# deadline deviation, widest first. The exit status is non-zero when a phase failed.
+# `e2e.sh --measure-width` prints the test ResNet's width and its step time on this machine
+# (DECOR_E2E_RESNET_WIDTH, WIDTH:STEP_S) and exits.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -46,14 +47,24 @@ fi
 if [ "${1:-}" = --measure-width ]; then echo "$DECOR_E2E_RESNET_WIDTH"; exit 0; fi
 
 empty=0
+# Every finished job's deadline deviation (tests/e2e/test_operator.py: report), passed or not:
+# the margins left under the bound.
+DECOR_E2E_OUTCOMES=$(mktemp)
+export DECOR_E2E_OUTCOMES
+trap 'rm -f "$DECOR_E2E_OUTCOMES"' EXIT
 # phase NAME PYTEST-ARGS...: one pytest run. A phase that selects no test (exit status 5) is
 # not a failure by itself; every phase run selecting none is (below).
 phase() {
   local name=$1 rc=0 t0=$SECONDS
   shift
   printf '\n[e2e] phase %s: pytest %s\n' "$name" "$*" >&2
+  : >"$DECOR_E2E_OUTCOMES"
   "$V/bin/pytest" tests/e2e "$@" || rc=$?
   printf '[e2e] phase %s: exit status %s in %ss\n' "$name" "$rc" "$((SECONDS - t0))" >&2
+  if [ -s "$DECOR_E2E_OUTCOMES" ]; then
+    printf "[e2e] phase %s: every job's deadline deviation (%%), widest first (bound 5):\n" "$name" >&2
+    awk '{ print ($1 < 0 ? -$1 : $1) "\t" $0 }' "$DECOR_E2E_OUTCOMES" | sort -rn | cut -f2- >&2
+  fi
   if [ "$rc" = 5 ]; then empty=$((empty + 1)); rc=0; fi
   return "$rc"
 }

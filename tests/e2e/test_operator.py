@@ -376,7 +376,13 @@ def report(name: str, status: dict[str, Any], **extra: Any) -> None:
         "pods": status.get("podsCreated"),
         **extra,
     }
-    print(f"\n[e2e {name}] " + " ".join(f"{k}={v}" for k, v in items.items()))
+    line = f"[e2e {name}] " + " ".join(f"{k}={v}" for k, v in items.items())
+    print("\n" + line)
+    outcomes = os.environ.get("DECOR_E2E_OUTCOMES")
+    if outcomes and items["deviation%"] is not None:  # cluster/e2e.sh lists them by margin
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+        with open(outcomes, "a") as file:
+            file.write(f"{items['deviation%']:+8.2f}  {line}  {test}\n")
 
 
 # ============================================================================================
