@@ -48,7 +48,8 @@ if [ "${1:-}" = --measure-width ]; then echo "$DECOR_E2E_RESNET_WIDTH"; exit 0; 
 
 empty=0
 # Every finished job's deadline deviation (tests/e2e/test_operator.py: report), passed or not:
-# the margins left under the bound.
+# the margins left under the bound of the tests that check it (5 %; the others, such as a GPU
+# job on the bed's advertised GPUs, report theirs too).
 DECOR_E2E_OUTCOMES=$(mktemp)
 export DECOR_E2E_OUTCOMES
 trap 'rm -f "$DECOR_E2E_OUTCOMES"' EXIT
@@ -62,8 +63,8 @@ phase() {
   "$V/bin/pytest" tests/e2e "$@" || rc=$?
   printf '[e2e] phase %s: exit status %s in %ss\n' "$name" "$rc" "$((SECONDS - t0))" >&2
   if [ -s "$DECOR_E2E_OUTCOMES" ]; then
-    printf "[e2e] phase %s: every job's deadline deviation (%%), widest first (bound 5):\n" "$name" >&2
-    awk '{ print ($1 < 0 ? -$1 : $1) "\t" $0 }' "$DECOR_E2E_OUTCOMES" | sort -rn | cut -f2- >&2
+    printf '[e2e] phase %s: deviation from the deadline (%%) of each job, widest first\n' "$name" >&2
+    awk '{ print ($1 < 0 ? -$1 : $1 + 0) "\t" $0 }' "$DECOR_E2E_OUTCOMES" | sort -rn | cut -f2- >&2
   fi
   if [ "$rc" = 5 ]; then empty=$((empty + 1)); rc=0; fi
   return "$rc"

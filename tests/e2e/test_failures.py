@@ -79,24 +79,29 @@ def test_a_trainer_that_exits_0_early_is_resumed_not_succeeded(
     trainer_image: str,
 ) -> None:
     name = "early"
+    # Three epochs sized to the lane and the machine (lane_steps); the trainer exits 0 after
+    # the first. Unsized (100 steps an epoch), the job was far from its deadline on a slow VM
+    # and held its lane's max for 230 s.
+    per_epoch = lane_steps(100)
+    total = 3 * per_epoch
     manifest = job_manifest(
         name,
         trainer_image,
         epochs=3,
-        steps_per_epoch=100,
+        steps_per_epoch=per_epoch,
         duration="150s",
-        extra_args=["--exit-at-step", "100", "--step-log", "/ckpt/steps.log"],
+        extra_args=["--exit-at-step", str(per_epoch), "--step-log", "/ckpt/steps.log"],
     )
     job = create_job(kube, namespace, manifest)
     final = wait_succeeded(kube, namespace, name, timeout=360)
     report(name, final)
     events = job_events(kube, namespace, name)
     lost = [m for t, r, m in events if (t, r) == ("Warning", "PodLost")]
-    assert lost and "ExitedEarly" in lost[0] and "step 100 of 300" in lost[0], events
+    assert lost and "ExitedEarly" in lost[0] and f"step {per_epoch} of {total}" in lost[0], events
     assert final["podsCreated"] == 2 and final["podFailures"] == 1, final
-    assert final["stepsDone"] == final["stepsTotal"] == 300, final
+    assert final["stepsDone"] == final["stepsTotal"] == total, final
     steps = logged_steps(namespace, job)
-    assert sorted(steps) == list(range(300)), "steps repeated or lost across the early exit"
+    assert sorted(steps) == list(range(total)), "steps repeated or lost across the early exit"
 
 
 def test_a_hanging_trainer_is_reported_stalled(

@@ -41,6 +41,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     job_events,
     job_manifest,
     job_status,
+    machine_steps,
     operator,
     prometheus,
     read_node_file,
@@ -160,12 +161,14 @@ def test_a_dripping_endpoint_costs_only_its_own_job(
     # take 320 s or more, well past the healthy jobs' 180 s (1,000 steps finished first on a
     # fast run, at 162 s, 0.08 core-second a step; 400 steps at 114 s). The test ends with its
     # reads recovered, long before it finishes.
+    # (The steps are those of the designed speed; fewer on a slower machine: machine_steps.)
     healthy = {**SMALL, "min": "100m", "max": "600m"}
+    healthy_steps, dripping_steps = machine_steps(75), machine_steps(500)
     jobs = {
-        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
-        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=75, duration="180s", resources=healthy),
+        "healthy-a": job_manifest("healthy-a", trainer_image, steps_per_epoch=healthy_steps, duration="180s", resources=healthy),
+        "healthy-b": job_manifest("healthy-b", trainer_image, steps_per_epoch=healthy_steps, duration="180s", resources=healthy),
         # Runs on past the others; its reads drip from the moment it has reported progress.
-        "dripping": job_manifest("dripping", trainer_image, steps_per_epoch=500, duration="1200s", resources=SMALL),
+        "dripping": job_manifest("dripping", trainer_image, steps_per_epoch=dripping_steps, duration="1200s", resources=SMALL),
     }  # fmt: skip
     for manifest in jobs.values():
         create_job(kube, namespace, manifest)
@@ -346,10 +349,14 @@ def test_a_fault_run_loses_no_job_and_no_step(
     operator.prometheus_url = prometheus.url
     operator.start()
     names = ("fault-a", "fault-b", "fault-c")
+    # 600 steps in 240 s at the designed speed (fewer on a slower machine: machine_steps):
+    # about 0.25 core each, room for the outages. Unsized, on a VM whose step took 0.25-0.33
+    # core-second, the three needed 2.3 cores, and fault-b's deleted pod found no room.
+    per_epoch = machine_steps(150)
+    total = 4 * per_epoch
     jobs = {
-        # 600 steps in 240 s: about 0.25 core each, room for the outages.
         name: create_job(kube, namespace, job_manifest(
-            name, trainer_image, steps_per_epoch=150, duration="240s", resources=SMALL,
+            name, trainer_image, steps_per_epoch=per_epoch, duration="240s", resources=SMALL,
             extra_args=["--step-log", "/ckpt/steps.log"],
         ))
         for name in names
@@ -405,7 +412,7 @@ def test_a_fault_run_loses_no_job_and_no_step(
     print(f"\n[e2e fault-run] {'; '.join(timeline)}")
     for name, job in jobs.items():
         steps = logged_steps(namespace, job)
-        assert sorted(steps) == list(range(600)), f"{name}: steps repeated or lost"
+        assert sorted(steps) == list(range(total)), f"{name}: steps repeated or lost"
     assert finals["fault-b"]["podsCreated"] == 2 and finals["fault-b"]["podFailures"] == 1
     assert finals["fault-a"]["podsCreated"] == finals["fault-c"]["podsCreated"] == 1
     # Only fault-b was ever without a pod, for the time its replacement took.

@@ -28,6 +28,7 @@ from test_operator import (
     get_job,
     helm_or_skip,
     job_manifest,
+    lane_steps,
     report,
     trainer_pods,
     wait_succeeded,
@@ -110,10 +111,11 @@ def test_one_operator_serves_two_namespaces_with_roles_and_ignores_a_third(
             more_namespaces=(second,),
             env={"DECOR_WATCH_NODES": "false"},  # no cluster-wide pod or node watch
         )
-        # Two trainers at once in this lane: each gets half of its share.
+        # Two trainers at once in this lane: each gets half of its share, and its steps are
+        # sized to it (lane_steps; unsized, 60 steps at 200m on a slow VM took 108 s).
         half = f"{round(CPU_MAX_CORES * 500)}m"
         manifest = job_manifest(
-            "short", trainer_image, epochs=1, steps_per_epoch=60, duration="45s",
+            "short", trainer_image, epochs=1, steps_per_epoch=lane_steps(60), duration="45s",
             resources={"mode": "cpu", "min": CPU_MIN, "max": half, "initial": half},
             checkpoint=False,
         )  # fmt: skip
