@@ -11,10 +11,12 @@ same string.
 
 A replica led the window when the Lease named it as holder at both ends with no transition
 between, its ``decor_operator_leader`` gauge was 1 at both ends, every other replica's was 0
-and no replica began a term in the window (``decor_operator_leader_takeovers_total``). The
-others stood by. When the lead moved, or the reads disagree, no replica is the leader: the
-record's operator figures are then those of the replicas together and no standby figure is
-given.
+and no other replica began a term in the window (``decor_operator_leader_takeovers_total``):
+it was the only one that acted. (The holder itself may have begun a term: a leader that
+missed its renewal, on a machine too busy to run it, stops acting and takes its own Lease
+again, with no transition; its ``takeovers_in_window`` says so.) The others stood by. When
+the lead moved, or the reads disagree, no replica is the leader: the record's operator
+figures are then those of the replicas together and no standby figure is given.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def window_leader(
         want = 1.0 if read.identity == holder else 0.0
         if read.leader_gauge(after=False) != want or read.leader_gauge(after=True) != want:
             return None
-        if read.takeovers():
+        if read.takeovers() and read.identity != holder:
             return None
     return holder if any(r.identity == holder for r in reads) else None
 

@@ -86,11 +86,22 @@ def replica_lines(record: Mapping[str, Any]) -> list[str]:
             f"at its end, {lease.get('transitions_in_window')} transitions): the operator's "
             "figures are the replicas' together; no standby figure"
         ]
+    retaken = next(
+        (r.get("takeovers_in_window") for r in record.get("replicas") or []
+         if r.get("identity") == leader and r.get("takeovers_in_window")),
+        None,
+    )  # fmt: skip
     lines = [
         f"- replicas: {count}, leader election on; {leader} led the whole window (the Lease's "
         f"holder at its start and end, {lease.get('transitions_in_window')} transitions; its "
-        "`decor_operator_leader` 1 and every other's 0 at both ends); the operator's CPU and "
-        "RSS above are its own, the API requests all replicas' together"
+        "`decor_operator_leader` 1 and every other's 0 at both ends"
+        + (
+            f"; it took its own Lease again {fmt(retaken)} time(s), after missed renewals"
+            if retaken
+            else ""
+        )
+        + "); the operator's CPU and RSS above are its own, the API requests all replicas' "
+        "together"
     ]
     for replica in record.get("replicas") or []:
         kinds = replica.get("requests_per_s_by_kind") or {}

@@ -156,6 +156,24 @@ def test_no_replica_led_when_the_reads_do_not_agree_on_one(
     assert measure.rss_mib_max(together) == 600.0
 
 
+def test_a_leader_that_took_its_own_lease_again_still_led_the_window() -> None:
+    # Seen on a starved scale bed: the leader missed its renewal, stopped acting and took
+    # its own Lease again (no transition); the standby never acted.
+    reads = [
+        read(LEADER, (1, 1), takeovers=(1, 2), cpu_s=(10.0, 12.0, 14.0)),
+        read(STANDBY, (0, 0), takeovers=(0, 0), cpu_s=(5.0, 6.0, 7.0)),
+    ]
+    assert replicas.window_leader(reads, lease(LEADER), lease(LEADER)) == LEADER
+    fields = replicas.replica_fields(reads, lease(LEADER), lease(LEADER), window_s=20.0)
+    leader, standby = fields["replicas"]
+    assert (leader["role"], standby["role"]) == ("leader", "standby")
+    assert leader["takeovers_in_window"] == 1.0
+    assert fields["standby_cores_mean"] == pytest.approx(0.1)
+    (said, *_each) = report.replica_lines({"jobs": 50, **fields})
+    assert f"{LEADER} led the whole window" in said
+    assert "took its own Lease again 1 time(s)" in said
+
+
 def test_one_replica_without_an_election_acts_and_has_no_standby() -> None:
     only = [read(LEADER, (1, 1), takeovers=(0, 0))]
     fields = replicas.replica_fields(only, None, None, window_s=20.0)
