@@ -252,7 +252,14 @@ def test_jobs_share_the_node_through_the_planner(
             300,
             "the queued job to be admitted",
         )
-        kube.wait_for(lambda: trainer_pods(kube, namespace, "queued"), 60, "its pod")
+        # Its pod comes once the node has room for its 500m floor: at the latest when the
+        # tight job, due tight_deadline_s after it arrived, has finished (on a slow VM the two
+        # deadline jobs ran at 0.3 s a step, not the filler's 0.2, and held all but 0.45 core
+        # until then).
+        room_by_s = tight_deadline_s - (time.monotonic() - arrived) + STARTUP_S
+        kube.wait_for(
+            lambda: trainer_pods(kube, namespace, "queued"), max(60.0, room_by_s), "its pod"
+        )
 
         loose = wait_succeeded(kube, namespace, "loose", timeout=400)
         tight = wait_succeeded(kube, namespace, "tight", timeout=400)
