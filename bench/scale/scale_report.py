@@ -88,7 +88,7 @@ def replica_lines(record: Mapping[str, Any]) -> list[str]:
         ]
     retaken = next(
         (r.get("takeovers_in_window") for r in record.get("replicas") or []
-         if r.get("identity") == leader and r.get("takeovers_in_window")),
+         if r.get("identity") == leader),
         None,
     )  # fmt: skip
     lines = [

@@ -83,7 +83,6 @@ def test_a_trainer_that_exits_0_early_is_resumed_not_succeeded(
     # the first. Unsized (100 steps an epoch), the job was far from its deadline on a slow VM
     # and held its lane's max for 230 s.
     per_epoch = lane_steps(100)
-    total = 3 * per_epoch
     manifest = job_manifest(
         name,
         trainer_image,
@@ -92,6 +91,7 @@ def test_a_trainer_that_exits_0_early_is_resumed_not_succeeded(
         duration="150s",
         extra_args=["--exit-at-step", str(per_epoch), "--step-log", "/ckpt/steps.log"],
     )
+    total = steps_total(manifest)
     job = create_job(kube, namespace, manifest)
     final = wait_succeeded(kube, namespace, name, timeout=360)
     report(name, final)

@@ -46,6 +46,7 @@ from test_operator import (  # noqa: F401 - fixtures used by name
     prometheus,
     read_node_file,
     report,
+    steps_total,
     trainer_pods,
     wait_succeeded,
 )
@@ -353,7 +354,6 @@ def test_a_fault_run_loses_no_job_and_no_step(
     # about 0.25 core each, room for the outages. Unsized, on a VM whose step took 0.25-0.33
     # core-second, the three needed 2.3 cores, and fault-b's deleted pod found no room.
     per_epoch = machine_steps(150)
-    total = 4 * per_epoch
     jobs = {
         name: create_job(kube, namespace, job_manifest(
             name, trainer_image, steps_per_epoch=per_epoch, duration="240s", resources=SMALL,
@@ -412,7 +412,7 @@ def test_a_fault_run_loses_no_job_and_no_step(
     print(f"\n[e2e fault-run] {'; '.join(timeline)}")
     for name, job in jobs.items():
         steps = logged_steps(namespace, job)
-        assert sorted(steps) == list(range(total)), f"{name}: steps repeated or lost"
+        assert sorted(steps) == list(range(steps_total(job))), f"{name}: steps repeated or lost"
     assert finals["fault-b"]["podsCreated"] == 2 and finals["fault-b"]["podFailures"] == 1
     assert finals["fault-a"]["podsCreated"] == finals["fault-c"]["podsCreated"] == 1
     # Only fault-b was ever without a pod, for the time its replacement took.
