@@ -554,6 +554,70 @@ def test_decor_cpu_learns_fast_that_a_second_thread_adds_nothing() -> None:
     assert abs(result.deviation_pct) <= 1.0
 
 
+# Loops that cannot use every core: pinned to one thread, or two, on a node of 2 or 4 cores;
+# with or without a 1.3x slow-down from outside between 40 s and 120 s.
+THREAD_LIMITED = [
+    (threads, max_cores, slow)
+    for threads, max_cores in ((1.0, 2.0), (1.0, 4.0), (2.0, 4.0))
+    for slow in (False, True)
+]
+
+
+def thread_limited(threads: float, slow: bool) -> Plant:
+    slowdowns = ((40.0, 120.0, 1.3),) if slow else ()
+    return Plant(a=0.4, saturation=threads, whole_threads=True, noise=0.03, slowdowns=slowdowns)
+
+
+@pytest.mark.parametrize(("threads", "max_cores", "slow"), THREAD_LIMITED)
+def test_decor_cpu_holds_no_core_a_thread_limited_loop_cannot_use(
+    threads: float, max_cores: float, slow: bool
+) -> None:
+    """A deadline moved so early (1.3x its time at its threads' cores, at 30 % of it, to
+    0.8x that) that no allocation meets it: decor holds the cores the loop's threads use,
+    not MAX (its core-seconds within 5 % of that allocation held to the same finish), and
+    uses fewer core-seconds than decor-nn, finishing no later."""
+    plant = thread_limited(threads, slow)
+    at_threads_s = TOTAL_STEPS * plant.mean_step_time_s(threads, 0.0)
+    runs = {}
+    for policy in ("decor", "decor-nn"):
+        settings = cpu_settings(
+            1.3 * at_threads_s, policy, min_allocation=0.1, max_allocation=max_cores
+        )
+        moved = [(0.3 * 1.3 * at_threads_s, 0.8 * 1.3 * at_threads_s)]
+        runs[policy] = run_closed_loop(settings, plant, TOTAL_STEPS, deadline_changes=moved)
+    decor, nn = runs["decor"], runs["decor-nn"]
+    assert decor.finished_s is not None and nn.finished_s is not None
+    assert decor.core_seconds <= 1.05 * threads * decor.finished_s
+    assert decor.core_seconds < nn.core_seconds
+    assert decor.deviation_pct <= nn.deviation_pct + 0.1
+    # above them only to measure them again, a period or two a minute (the useful maximum's
+    # memory)
+    after_move = [a for t, _, a, _ in decor.trace if t >= 0.3 * 1.3 * at_threads_s + 5.0]
+    assert sum(a > threads for a in after_move) <= 0.05 * len(after_move)
+
+
+@pytest.mark.parametrize(("threads", "max_cores", "slow"), THREAD_LIMITED)
+def test_decor_cpu_meets_a_deadline_a_thread_limited_loop_can_meet(
+    threads: float, max_cores: float, slow: bool
+) -> None:
+    """1.3x, and 1.5x moved to 1.3x: within the bound, with fewer core-seconds than
+    decor-nn."""
+    plant = thread_limited(threads, slow)
+    at_threads_s = TOTAL_STEPS * plant.mean_step_time_s(threads, 0.0)
+    for factor, moved_to in ((1.3, None), (1.5, 1.3)):
+        results = {}
+        for policy in ("decor", "decor-nn"):
+            deadline_s = factor * at_threads_s
+            settings = cpu_settings(
+                deadline_s, policy, min_allocation=0.1, max_allocation=max_cores
+            )
+            moves = [(0.3 * deadline_s, moved_to * at_threads_s)] if moved_to else []
+            results[policy] = run_closed_loop(settings, plant, TOTAL_STEPS, deadline_changes=moves)
+        lo, hi = DECOR_CPU_DEV
+        assert lo <= results["decor"].deviation_pct <= hi
+        assert results["decor"].core_seconds < results["decor-nn"].core_seconds
+
+
 def test_usable_cores_are_whole_from_one_core_up() -> None:
     cpu = cpu_settings(100.0, "decor")
     got = [usable_cores(u, cpu) for u in (0.3, 0.99, 1.0, 1.61, 1.999999, 2.0, 3.5)]
@@ -1597,3 +1661,17 @@ def test_decor_changes_the_allocation_the_period_a_deadline_moves(mode: str, mov
     trace = [(t, a) for t, _, a, _ in result.trace]
     seen = next(i for i, (t, _) in enumerate(trace) if t >= at_s)  # the first period after it
     assert trace[seen + 1][1] != trace[seen][1], trace[seen - 3 : seen + 4]
+
+
+def test_the_levels_measured_and_the_useful_maximum_are_stored_and_read_back() -> None:
+    state = State(
+        policy="decor",
+        allocation=1.0,
+        level_steps=((1.0, 0.4, 10.0, 100.0), (2.0, 0.4, 10.0, 101.0)),
+        useful_cap=(1.0, 161.0),
+    )
+    stored = json.loads(json.dumps(state.to_dict()))
+    assert State.from_dict(stored) == state
+    assert "level_steps" not in State(policy="decor", allocation=1.0).to_dict()
+    with pytest.raises(ValueError, match="level_steps"):
+        State.from_dict({**stored, "level_steps": [[1.0, 0.4]]})

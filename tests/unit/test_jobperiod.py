@@ -317,3 +317,20 @@ def test_a_verdict_names_the_earliest_deadline_once_and_locally_how_long_after_t
     assert jobperiod.verdict_message(named, START_S) == "quota q: earliest deadline 12:00"
     plain = planner.Grant("a", 1.0, None, vocabulary.VERDICT_ADMITTED, "fits")
     assert jobperiod.verdict_message(plain, START_S) == "fits"
+
+
+def test_a_job_whose_extra_cores_measured_no_faster_asks_the_planner_for_no_more() -> None:
+    """The law's useful maximum (one core: the second measured no faster) is the job's max
+    for the planner, and the max its deadline is judged at, while it holds; not after."""
+    doc = job_doc(estimate={"stepSeconds": 0.15, "allocation": "1"})
+    spec = parse_job(doc)
+    settings = jobperiod.law_settings(spec, START_S)
+    state = replace(jobperiod.law_start(spec, settings, START_S), useful_cap=(1.0, START_S + 60))
+    args: dict[str, Any] = dict(key="ns/a", need=1.7, starting=False, remaining=480.0,
+                                current=1.0, arrival_s=START_S, admitted=True)  # fmt: skip
+    made = jobperiod.job_demand(spec, settings, state, START_S, **args)
+    assert (made.need, made.max_allocation, made.uncapped_max) == (1.0, 1.0, 1.0)
+    under_cap = jobperiod.job_demand(spec, settings, state, START_S, most=0.5, **args)
+    assert (under_cap.max_allocation, under_cap.uncapped_max) == (0.5, 1.0)
+    later = jobperiod.job_demand(spec, settings, state, START_S + 60, **args)
+    assert (later.need, later.max_allocation, later.uncapped_max) == (1.7, 2.0, 2.0)

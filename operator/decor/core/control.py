@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from decor.api import vocabulary
+from decor.core import useful_cores
 
 STATE_VERSION = 2
 """Version of the stored controller state (1: before it carried a version)."""
@@ -119,6 +120,15 @@ class Settings:
     # of the time then left. Fewer first puts the work late; a deadline moved earlier (or a
     # slow-down) must still find MAX fast enough.
     gpu_fewer_first_max_share: float = 0.7
+    # decor, CPU: a job holds no more whole cores than its useful maximum, the fewest above
+    # which every level measured adds less than this share of the speed-up its extra cores
+    # would give if speed grew with cores (``decor.core.useful_cores``): a loop pinned to one
+    # thread runs at one core, not MAX, at a deadline no allocation meets.
+    useful_min_efficiency: float = 0.1
+    # decor, CPU: a level's measured speed sets that maximum for this many periods after it
+    # was last measured; then the level is tried again (load from outside the job may have
+    # slowed it then).
+    useful_memory_periods: float = 60.0
 
     @property
     def quantum(self) -> float:
@@ -137,6 +147,10 @@ class Settings:
     @property
     def model_memory_s(self) -> float:
         return self.model_memory_periods * self.period_s
+
+    @property
+    def useful_memory_s(self) -> float:
+        return self.useful_memory_periods * self.period_s
 
     @property
     def duration_s(self) -> float:
@@ -270,6 +284,10 @@ class State:
     level_shape: float | None = None
     fewest_cores_measured: float | None = None  # decor CPU: the fewest whole cores measured
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
+    # decor CPU: the step time measured at each whole-core level (``useful_cores.Level``)
+    level_steps: tuple[useful_cores.Level, ...] = ()
+    # decor CPU: the useful maximum found, and until when it holds (``useful_cores.cap``)
+    useful_cap: useful_cores.Cap | None = None
     deadline_s: float | None = None  # decor: the deadline the last decision planned for
     version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
     # GPU: the changes of count asked for so far (each a restart); None (not stored) before
@@ -281,8 +299,8 @@ class State:
 
     def to_dict(self) -> dict[str, Any]:
         raw = asdict(self)
-        for optional in ("gpu_restarts", "planned_peak"):
-            if raw[optional] is None:
+        for optional in ("gpu_restarts", "planned_peak", "useful_cap", "level_steps"):
+            if raw[optional] in (None, ()):
                 del raw[optional]
         return raw
 
@@ -300,6 +318,12 @@ class State:
             if not isinstance(sums, dict):
                 raise ValueError(f"controller state: {name} is not a mapping")
             data[name] = SpeedFit(**{k: v for k, v in sums.items() if k in fit_known})
+        levels = data.get("level_steps") or ()
+        if not isinstance(levels, (list, tuple)) or any(len(lv) != 4 for lv in levels):
+            raise ValueError("controller state: level_steps is not a list of 4 numbers each")
+        data["level_steps"] = tuple(tuple(float(x) for x in lv) for lv in levels)
+        if data.get("useful_cap") is not None:
+            data["useful_cap"] = tuple(float(x) for x in data["useful_cap"])
         data["version"] = STATE_VERSION
         return State(**data)
 
@@ -458,8 +482,34 @@ def _nn_condition(
 
 def _decide_decor(state: State, obs: Observation, settings: Settings, now: float) -> Decision:
     """One period of ``decor``: learn from the sample, answer a moved deadline, and plan the
-    remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`)."""
+    remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`), up
+    to the job's :func:`useful_max` where it has one."""
     learned = _learn(state, obs, settings, now)
+    useful = useful_max(learned.state, settings, now)
+    if useful is None:
+        return _plan_decor(state, learned, obs, settings, now)
+    decision = _plan_decor(state, learned, obs, replace(settings, max_allocation=useful), now)
+    if decision.allocation < useful - 1e-9:
+        return decision
+    note = f"MAX held at {useful:g} core(s), the useful maximum: more cores measured no faster"
+    return replace(decision, message=f"{decision.message}; {note}")
+
+
+def useful_max(state: State, settings: Settings, now: float) -> float | None:
+    """decor, CPU: the most cores that speed the job up, as measured
+    (:func:`decor.core.useful_cores.useful_max`); None when not known to be below
+    ``settings.max_allocation``."""
+    found = state.useful_cap
+    if settings.mode != "cpu" or state.policy != "decor" or found is None:
+        return None
+    cores, until_s = found
+    return cores if now < until_s and cores < settings.max_allocation else None
+
+
+def _plan_decor(
+    state: State, learned: _Learned, obs: Observation, settings: Settings, now: float
+) -> Decision:
+    """:func:`_decide_decor` once the sample is learned, up to ``settings.max_allocation``."""
     base = learned.state
     step_time = _step_time_model(base.fit, base.level_fit, settings, base.level_shape)
     unplanned = _unplanned(state, base, obs, settings, now, step_time)
@@ -514,11 +564,8 @@ class _Learned:
 
 
 def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _Learned:
-    """Learn from the interval since the last sample: the speed fits (intervals that span a
-    change teach nothing), a GPU restart's cost once progress resumes, and whether a change
-    is still pending."""
-    fit, level_fit, level_shape = state.fit, state.level_fit, state.level_shape
-    fewest, most = state.fewest_cores_measured, state.most_cores_measured
+    """Learn from the interval since the last sample: the speed (:func:`_learn_speed`), a
+    GPU restart's cost once progress resumes, and whether a change is still pending."""
     restart_cost = (
         state.restart_cost_s if state.restart_cost_s is not None else settings.restart_cost_s
     )
@@ -526,29 +573,12 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     pending_since = state.change_pending_since_s
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
-    if state.last_time_s is not None and state.last_steps is not None and obs.allocation > 0:
-        dt = obs.time_s - state.last_time_s
-        dsteps = obs.steps_done - state.last_steps
-        stable = not obs.pending and pending_since is None
-        if dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs):
-            # CPU: one fit below one core (one thread, throttled), one at whole cores (as
-            # many threads); one core belongs to both.
-            cores = usable_cores(obs.allocation, settings)
-            sample = (dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
-            if settings.mode != "cpu" or cores <= 1.0:
-                fit = fit.add(1.0 / cores, *sample)
-            if settings.mode != "cpu":
-                level_shape = _shape_of(fit, level_shape)
-            if settings.mode == "cpu" and cores >= 1.0:
-                level_fit = level_fit.add(1.0 / cores, *sample)
-                level_shape = _shape_of(level_fit, level_shape)
-                fewest = min(cores, fewest if fewest is not None else math.inf)
-                most = max(cores, most if most is not None else 0.0)
+    speed = _learn_speed(state, obs, settings, stable=not obs.pending and pending_since is None)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
         if obs.steps_done > state.last_steps and settings.mode == "gpu":
-            seen = _restart_seen_s(obs, fit, pending_since, state.last_steps)
+            seen = _restart_seen_s(obs, speed.fit, pending_since, state.last_steps)
             # The first measurement replaces the configured guess; later ones are averaged in.
             if learned_restart_s is not None:
                 seen = 0.5 * (learned_restart_s + seen)
@@ -558,12 +588,7 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
             pending_since = None
     changing = obs.pending or (settings.mode == "gpu" and pending_since is not None)
     learned = replace(
-        state,
-        fit=fit,
-        level_fit=level_fit,
-        level_shape=level_shape,
-        fewest_cores_measured=fewest,
-        most_cores_measured=most,
+        speed,
         last_time_s=obs.time_s if obs.anchors else None,
         last_steps=obs.steps_done if obs.anchors else None,
         restart_cost_s=learned_restart_s if settings.mode == "gpu" else None,
@@ -573,6 +598,60 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         deadline_s=state.deadline_s if changing else settings.deadline_s,
     )
     return _Learned(learned, restart_cost, changing, settled_now)
+
+
+def _learn_speed(state: State, obs: Observation, settings: Settings, stable: bool) -> State:
+    """``state`` with the interval since the last sample learned into the speed fits, the
+    whole-core levels measured and the useful maximum (CPU), when it teaches anything: no
+    change was ``stable`` (pending) and one allocation ran all of it."""
+    if state.last_time_s is None or state.last_steps is None or obs.allocation <= 0:
+        return state
+    dt = obs.time_s - state.last_time_s
+    dsteps = obs.steps_done - state.last_steps
+    if not (dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs)):
+        return state
+    # CPU: one fit below one core (one thread, throttled), one at whole cores (as many
+    # threads); one core belongs to both.
+    cores = usable_cores(obs.allocation, settings)
+    sample = (dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
+    fit, level_shape = state.fit, state.level_shape
+    if settings.mode != "cpu" or cores <= 1.0:
+        fit = fit.add(1.0 / cores, *sample)
+    if settings.mode != "cpu":
+        return replace(state, fit=fit, level_shape=_shape_of(fit, level_shape))
+    # Below one core, what one core would run (the speed proportional to the quota) stands
+    # for the one-core level, so that a level above it measured next is compared with it.
+    levels = useful_cores.measure_level(
+        state.level_steps,
+        max(1.0, cores),
+        dt / dsteps * min(1.0, cores),
+        dsteps,
+        obs.time_s,
+        settings.model_memory_s,
+    )
+    useful_cap = useful_cores.cap(
+        state.useful_cap,
+        levels,
+        settings.max_allocation,
+        obs.time_s,
+        settings.model_memory_s,
+        settings.useful_memory_s,
+        settings.useful_min_efficiency,
+    )
+    if cores < 1.0:
+        return replace(state, fit=fit, level_steps=levels, useful_cap=useful_cap)
+    level_fit = state.level_fit.add(1.0 / cores, *sample)
+    fewest, most = state.fewest_cores_measured, state.most_cores_measured
+    return replace(
+        state,
+        fit=fit,
+        level_fit=level_fit,
+        level_shape=_shape_of(level_fit, level_shape),
+        fewest_cores_measured=min(cores, fewest if fewest is not None else math.inf),
+        most_cores_measured=max(cores, most if most is not None else 0.0),
+        level_steps=levels,
+        useful_cap=useful_cap,
+    )
 
 
 def _restart_seen_s(

@@ -358,9 +358,10 @@ def job_demand(
     ``starting`` its trainer, unless :func:`_restarting_for_the_law`, the least its speed curve
     finishes ``remaining`` steps with by the deadline, moved or not; the curve is the law's fit,
     else ``spec.estimate``, linear speed-up). ``most``: ``settings.max_allocation`` under a cap
-    that lasts a while (None: no cap). ``planned_peak``: the switch up the law planned
-    (``Decision.planned_peak``; 0: none)."""
-    high = settings.max_allocation if most is None else most
+    that lasts a while (None: no cap); the law's ``useful_max`` caps it and ``uncapped_max``.
+    ``planned_peak``: the switch up the law planned (``Decision.planned_peak``; 0: none)."""
+    top = control.useful_max(state, settings, now_s) or settings.max_allocation
+    high = top if most is None else min(most, top)
     curve = _speed_curve(spec, settings, state)
     deadline_s = math.inf if spec.best_effort else settings.deadline_s
     if _restarting_for_the_law(spec, state):
@@ -373,7 +374,7 @@ def job_demand(
         need=state.allocation if need is None else need,
         min_allocation=settings.min_allocation,
         max_allocation=high,
-        uncapped_max=settings.max_allocation,
+        uncapped_max=top,
         current=current,
         steps_remaining=remaining,
         deadline_s=deadline_s,

@@ -1,0 +1,101 @@
+"""Where a CPU job's speed stops growing with cores, learned from what it measured (pure).
+
+A training loop pinned to one thread, or bound by its data loader or memory bandwidth, runs
+no faster at two cores than at one. The law's speed fit (step time = a / cores + b) cannot
+say so: it bends through every level it measured, so a need above the last useful level
+looks met by one more core, and a deadline that no allocation can meet runs at MAX. Here
+each whole-core level keeps the step time measured there (its recent samples weigh most),
+and the *useful maximum* is the fewest cores above which every level measured adds less than
+``min_efficiency`` of the speed-up its extra cores would give if speed grew with cores (one
+core more than seven: 14 % faster; at 0.1, a level less than 1.4 % faster adds nothing).
+The law holds no more than that, and the planner is told it as the job's max
+(``jobperiod.job_demand``).
+
+Levels are compared only where both were measured within ``window_s`` of each other (load
+from outside the job, or a slower phase of it, that began between two measurements far
+apart would make the later level look useless), and the maximum found holds for
+``memory_s``: then the levels above it are tried again (``cap``).
+
+``Level`` = (cores, seconds per step, weight in steps, when last measured (Unix s)).
+"""
+
+from __future__ import annotations
+
+import math
+
+Level = tuple[float, float, float, float]
+
+
+def measure_level(
+    levels: tuple[Level, ...],
+    cores: float,
+    step_s: float,
+    steps: float,
+    time_s: float,
+    memory_s: float,
+) -> tuple[Level, ...]:
+    """``levels`` with an interval of ``steps`` steps at ``step_s`` seconds each, measured at
+    ``cores`` whole cores at ``time_s``, averaged into that level's figure (its earlier
+    samples weigh e^-1 once ``memory_s`` old)."""
+    kept = [level for level in levels if level[0] != cores]
+    old = next((level for level in levels if level[0] == cores), None)
+    if old is None:
+        merged: Level = (cores, step_s, steps, time_s)
+    else:
+        weight = old[2] * math.exp(-max(0.0, time_s - old[3]) / memory_s)
+        mean = (old[1] * weight + step_s * steps) / (weight + steps)
+        merged = (cores, mean, weight + steps, time_s)
+    return tuple(sorted([*kept, merged]))
+
+
+def efficiency(low: tuple[float, float], high: tuple[float, float]) -> float:
+    """The speed-up from ``low`` to ``high`` ((cores, seconds per step) each) as a fraction
+    of the speed-up their cores would give if speed grew with cores: 1 linear, 0 none."""
+    return (low[1] / high[1] - 1.0) / (high[0] / low[0] - 1.0)
+
+
+def useful_max(
+    levels: tuple[Level, ...],
+    max_allocation: float,
+    now_s: float,
+    window_s: float,
+    min_efficiency: float,
+) -> float | None:
+    """The fewest cores, among the levels measured within ``window_s`` before ``now_s`` and
+    below ``max_allocation``, above which every such level has an :func:`efficiency` under
+    ``min_efficiency``; None when there is none (every level measured helps, or only one
+    was measured lately)."""
+    fresh = [(cores, step_s) for cores, step_s, _, at in levels if now_s - at <= window_s]
+    for low in fresh:
+        above = [high for high in fresh if high[0] > low[0]]
+        if (
+            above
+            and low[0] < max_allocation
+            and all(efficiency(low, high) < min_efficiency for high in above)
+        ):
+            return low[0]
+    return None
+
+
+Cap = tuple[float, float]  # (cores, until (Unix s))
+
+
+def cap(
+    old: Cap | None,
+    levels: tuple[Level, ...],
+    max_allocation: float,
+    now_s: float,
+    window_s: float,
+    memory_s: float,
+    min_efficiency: float,
+) -> Cap | None:
+    """The useful maximum after a measurement at ``now_s``: the one :func:`useful_max` finds
+    now, held until ``memory_s`` later; else ``old`` until it expires, unless a level above
+    it was measured within ``window_s`` (it helped: the maximum found would say so)."""
+    found = useful_max(levels, max_allocation, now_s, window_s, min_efficiency)
+    if found is not None:
+        return (found, now_s + memory_s)
+    if old is None or now_s >= old[1]:
+        return None
+    above = any(c > old[0] and now_s - at <= window_s for c, _, _, at in levels)
+    return None if above else old

@@ -1,0 +1,85 @@
+"""Where a CPU job's speed stops growing with cores (``decor.core.useful_cores``): the
+measured levels, their comparison and the useful maximum's lifetime."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from decor.core.useful_cores import cap, efficiency, measure_level, useful_max
+
+
+def test_a_level_averages_its_samples_the_older_weighing_less() -> None:
+    levels = measure_level((), 2.0, 0.2, 10, 100.0, 10.0)
+    assert levels == ((2.0, 0.2, 10, 100.0),)
+    levels = measure_level(levels, 1.0, 0.4, 5, 101.0, 10.0)
+    assert [lv[0] for lv in levels] == [1.0, 2.0]  # in order of cores
+    again = measure_level(levels, 2.0, 0.3, 10, 110.0, 10.0)  # 10 s on: the old weighs e^-1
+    old_weight = 10 * math.exp(-1.0)
+    assert again[1][1] == pytest.approx((0.2 * old_weight + 0.3 * 10) / (old_weight + 10))
+    assert again[1][2:] == (pytest.approx(old_weight + 10), 110.0)
+    assert again[0] == levels[0]
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        ((1.0, 0.4), (2.0, 0.2), 1.0),  # twice the cores, twice the speed
+        ((1.0, 0.4), (2.0, 0.4), 0.0),  # one thread
+        ((7.0, 1.0 / 7), (8.0, 1.0 / 7.1), pytest.approx(0.1)),  # 1.4 % of 14 %
+        ((1.0, 0.4), (4.0, 0.2), pytest.approx(1.0 / 3)),  # two threads, measured at 4
+    ],
+)
+def test_efficiency_is_the_speed_up_as_a_share_of_linear(
+    low: tuple[float, float], high: tuple[float, float], expected: float
+) -> None:
+    assert efficiency(low, high) == expected
+
+
+def levels_at(now: float, **step_s: float) -> tuple[tuple[float, float, float, float], ...]:
+    """Levels measured at ``now`` (``c2=0.2``: 0.2 s a step at two cores)."""
+    return tuple(sorted((float(k[1:]), v, 10.0, now) for k, v in step_s.items()))
+
+
+@pytest.mark.parametrize(
+    ("levels", "max_allocation", "expected", "why"),
+    [
+        (levels_at(100, c1=0.4, c2=0.4), 2.0, 1.0, "one thread: two cores add nothing"),
+        (levels_at(100, c1=0.4, c2=0.2), 2.0, None, "linear: every core helps"),
+        (levels_at(100, c2=0.2), 2.0, None, "one level: nothing to compare"),
+        (levels_at(100, c1=0.4, c2=0.2, c3=0.2, c4=0.2), 4.0, 2.0, "two threads"),
+        (levels_at(100, c1=0.4, c4=0.2), 4.0, None, "4 helps over 1 (a third of linear)"),
+        (levels_at(100, c3=0.2, c4=0.2), 4.0, 3.0, "not yet known below 3"),
+        (levels_at(100, c1=0.4, c2=0.39), 2.0, 1.0, "2.5 % faster: a fortieth of linear"),
+        (levels_at(100, c1=0.4, c2=0.35), 2.0, None, "14 % faster for twice the cores helps"),
+        (levels_at(100, c1=0.4, c2=0.4), 1.0, None, "at or above MAX: no cap"),
+    ],
+)
+def test_the_useful_maximum_is_the_fewest_cores_no_level_above_beats(
+    levels: tuple[tuple[float, float, float, float], ...],
+    max_allocation: float,
+    expected: float | None,
+    why: str,
+) -> None:
+    assert useful_max(levels, max_allocation, 100.0, 10.0, 0.1) == expected, why
+
+
+def test_levels_measured_far_apart_are_not_compared() -> None:
+    """A level measured long before another (a slow-down from outside may have begun
+    between them) does not make the later one look useless."""
+    levels = ((1.0, 0.4, 10.0, 50.0), (2.0, 0.4, 10.0, 100.0))
+    assert useful_max(levels, 2.0, 100.0, 10.0, 0.1) is None
+    assert useful_max(levels, 2.0, 59.0, 60.0, 0.1) == 1.0
+
+
+def test_the_maximum_holds_for_its_memory_then_the_levels_above_are_tried_again() -> None:
+    one_thread = levels_at(100, c1=0.4, c2=0.4)
+    found = cap(None, one_thread, 2.0, 100.0, 10.0, 60.0, 0.1)
+    assert found == (1.0, 160.0)
+    # at one core since: its level is measured again, the two-core level is old
+    later = ((1.0, 0.4, 10.0, 150.0), (2.0, 0.4, 10.0, 100.0))
+    assert cap(found, later, 2.0, 150.0, 10.0, 60.0, 0.1) == found
+    assert cap(found, later, 2.0, 160.0, 10.0, 60.0, 0.1) is None  # expired: try two again
+    # a level above it measured lately and found useful ends it at once
+    helped = ((1.0, 0.4, 10.0, 150.0), (2.0, 0.2, 10.0, 151.0))
+    assert cap(found, helped, 2.0, 151.0, 10.0, 60.0, 0.1) is None
