@@ -7,7 +7,7 @@ BENCH_ARGS ?=
 bench: ## full benchmark grid on the local runtime (T ~ 60 s; hours), then docs/benchmarks/README.md
 	$(PY) -m bench.harness --grid full --report $(BENCH_ARGS)
 
-bench-quick: ## reduced grid, 4 workloads (~2 h on a quiet 2-core machine), then docs/benchmarks/README.md
+bench-quick: ## reduced grid, 6 workloads (~3 h on a quiet 2-core machine), then docs/benchmarks/README.md
 	$(PY) -m bench.harness --grid quick --report $(BENCH_ARGS)
 
 bench-smoke: ## 2-3 min run of the harness into a temp dir (CI; asserts no performance)

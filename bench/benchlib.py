@@ -125,9 +125,11 @@ class WorkloadSize:
 
     ``resnet``, ``vgg`` and ``lstm`` run in the reference trainer, which sets its threads
     from its CPU limit; ``encoder`` is a loop written the way users write theirs
-    (``decor_trainer.encoder_loop``: PyTorch's default threads, the two-line helper)."""
+    (``decor_trainer.encoder_loop``: PyTorch's default threads, the two-line helper), and
+    ``encoder-1t``, ``encoder-2t`` the same loop pinned to one and two threads: no faster
+    with more cores than that."""
 
-    name: str  # resnet | vgg | lstm | encoder
+    name: str  # resnet | vgg | lstm | encoder | encoder-1t | encoder-2t
     width: int
     batch_size: int
     extra_args: tuple[str, ...] = ()
@@ -155,6 +157,16 @@ SMALL_SIZES = {
     "vgg": WorkloadSize("vgg", width=16, batch_size=32),
     "lstm": WorkloadSize("lstm", width=64, batch_size=20),
     "encoder": WorkloadSize("encoder", width=64, batch_size=32, module=OWN_LOOP),
+    **{
+        f"encoder-{n}t": WorkloadSize(
+            f"encoder-{n}t",
+            width=64,
+            batch_size=32,
+            extra_args=("--threads", str(n)),
+            module=OWN_LOOP,
+        )
+        for n in (1, 2)
+    },
 }
 # The papers' sizes: CIFAR ResNet-18 / VGG-11, medium PTB LSTM. Seconds per step on 2 cores.
 PAPER_SIZES = {
@@ -177,6 +189,15 @@ PAPER_SIZES = {
         module=OWN_LOOP,
     ),
 }
+PAPER_SIZES |= {
+    f"encoder-{n}t": replace(
+        PAPER_SIZES["encoder"],
+        name=f"encoder-{n}t",
+        extra_args=(*PAPER_SIZES["encoder"].extra_args, "--threads", str(n)),
+    )
+    for n in (1, 2)
+}
+WORKLOADS = ("resnet", "vgg", "lstm", "encoder", "encoder-1t", "encoder-2t")
 TINY_SIZE = WorkloadSize("resnet", width=4, batch_size=8, probe_steps=800)
 
 
@@ -217,11 +238,12 @@ QUICK_AND_FULL_POLICY_SCENARIOS = {
 
 
 def make_grid(name: str, *, sizes: str = "small") -> Grid:
-    """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (T ~ 23 s, about 2 h on a 2-core
-    machine), ``full`` (T ~ 60 s, about 4.5 h there: 280 x T of jobs). Four workloads: the
-    three reference ones and ``encoder``, a user's own loop."""
+    """The named grid: ``smoke`` (CI, < 3 min), ``quick`` (T ~ 23 s, about 3 h on a 2-core
+    machine), ``full`` (T ~ 60 s, about 7 h there: 420 x T of jobs). Six workloads: the
+    three reference ones, ``encoder``, a user's own loop, and that loop pinned to one and to
+    two threads (``encoder-1t``, ``encoder-2t``)."""
     table = PAPER_SIZES if sizes == "paper" else SMALL_SIZES
-    workloads = tuple(table[w] for w in ("resnet", "vgg", "lstm", "encoder"))
+    workloads = tuple(table[w] for w in WORKLOADS)
     if name == "smoke":
         return Grid(
             name="smoke",

@@ -1184,7 +1184,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--all-cores-s", type=float, help="override the grid's all-cores run time T (s)"
     )
-    parser.add_argument("--workloads", help="comma-separated subset of resnet,vgg,lstm,encoder")
+    parser.add_argument("--workloads", help=f"comma-separated subset of {','.join(bl.WORKLOADS)}")
     parser.add_argument(
         "--out", help="results folder (default: docs/benchmarks; smoke: $TMPDIR/decor-bench-smoke)"
     )

@@ -643,7 +643,7 @@ def _reproduce_section() -> list[str]:
         "",
         "```bash",
         "make bench-smoke     # 2-3 min: exercises the harness, asserts nothing about performance",
-        "make bench-quick     # ~2 h: 4 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
+        "make bench-quick     # ~3 h: 6 workloads (T ~ 23 s), every scenario, decor/decor-nn x2",
         "make bench           # the full grid (T ~ 60 s): several hours",
         "make bench-k8s       # ~45 min: the cluster subset (test bed up, 60 runs, test bed down)",
         "python -m bench.report   # this page, from results.json",

@@ -211,6 +211,12 @@ def test_workload_commands() -> None:
     assert encoder.command() == ["python3", "-m", "decor_trainer.encoder_loop"]
     assert encoder.trainer_args() == ["--width", "64", "--batch-size", "32"]
     assert not encoder.threads_follow_limit
+    for n in (1, 2):
+        pinned = bl.SMALL_SIZES[f"encoder-{n}t"]
+        assert pinned.command() == encoder.command()
+        assert pinned.trainer_args() == [*encoder.trainer_args(), "--threads", str(n)]
+        assert bl.PAPER_SIZES[f"encoder-{n}t"].trainer_args()[-2:] == ["--threads", str(n)]
+    assert [w.name for w in bl.make_grid("quick").workloads] == list(bl.WORKLOADS)
 
 
 def test_oracle_clamps_to_the_bounds() -> None:

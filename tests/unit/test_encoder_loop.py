@@ -54,3 +54,22 @@ def test_bad_arguments_are_refused() -> None:
         encoder_loop.parse_args(["--width", "30", "--heads", "4"])
     with pytest.raises(SystemExit):
         encoder_loop.parse_args(["--epochs", "0"])
+    with pytest.raises(SystemExit):
+        encoder_loop.parse_args(["--threads", "-1"])
+
+
+def test_threads_pins_the_loop_to_that_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    monkeypatch.setenv("DECOR_PROGRESS_FILE", str(tmp_path / "progress.json"))
+    before = torch.get_num_threads()
+    seen: list[int] = []
+    monkeypatch.setattr(progress, "epoch", lambda: seen.append(torch.get_num_threads()))
+    try:
+        args = ["--threads", "1", "--width", "16", "--heads", "2", "--batch-size", "4"]
+        assert encoder_loop.main([*args, "--epochs", "1", "--steps-per-epoch", "2"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1]

@@ -7,6 +7,10 @@ checkpoint, no DECOR flags; progress goes through the two-line helper only::
     from decor_trainer import progress
     progress.step(samples=len(labels))  # after every optimizer step
 
+``--threads N`` pins it to N threads (``torch.set_num_threads``), as some users write theirs:
+a loop that cannot use more cores than that, whatever its limit (the benchmark's
+``encoder-1t`` and ``encoder-2t``).
+
 Run: ``python -m decor_trainer.encoder_loop [--epochs E --steps-per-epoch S] [--width W]``.
 Without ``--epochs``/``--steps-per-epoch`` it trains the plan DECOR gives the trainer
 (``DECOR_EPOCHS``, ``DECOR_STEPS_PER_EPOCH``), as a script configured from the job would.
@@ -73,7 +77,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads", type=int, default=0, help="pin to this many threads (0: PyTorch's default)"
+    )
     args = p.parse_args(argv)
+    if args.threads < 0:
+        p.error("--threads must be 0 (PyTorch's default) or more")
     if args.epochs < 1 or args.steps_per_epoch < 1:
         p.error("--epochs and --steps-per-epoch must be at least 1")
     if args.width % args.heads:
@@ -83,6 +92,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     model = EncoderClassifier(args.vocab, args.seq_len, args.width, args.layers, args.heads)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
