@@ -1668,7 +1668,7 @@ def test_the_levels_measured_and_the_useful_maximum_are_stored_and_read_back() -
         policy="decor",
         allocation=1.0,
         level_steps=((1.0, 0.4, 10.0, 100.0), (2.0, 0.4, 10.0, 101.0)),
-        useful_cap=(1.0, 161.0),
+        useful_cap=(1.0, 161.0, 60.0),
     )
     stored = json.loads(json.dumps(state.to_dict()))
     assert State.from_dict(stored) == state

@@ -325,7 +325,9 @@ def test_a_job_whose_extra_cores_measured_no_faster_asks_the_planner_for_no_more
     doc = job_doc(estimate={"stepSeconds": 0.15, "allocation": "1"})
     spec = parse_job(doc)
     settings = jobperiod.law_settings(spec, START_S)
-    state = replace(jobperiod.law_start(spec, settings, START_S), useful_cap=(1.0, START_S + 60))
+    state = replace(
+        jobperiod.law_start(spec, settings, START_S), useful_cap=(1.0, START_S + 60, 60.0)
+    )
     args: dict[str, Any] = dict(key="ns/a", need=1.7, starting=False, remaining=480.0,
                                 current=1.0, arrival_s=START_S, admitted=True)  # fmt: skip
     made = jobperiod.job_demand(spec, settings, state, START_S, **args)

@@ -72,14 +72,27 @@ def test_levels_measured_far_apart_are_not_compared() -> None:
     assert useful_max(levels, 2.0, 59.0, 60.0, 0.1) == 1.0
 
 
-def test_the_maximum_holds_for_its_memory_then_the_levels_above_are_tried_again() -> None:
-    one_thread = levels_at(100, c1=0.4, c2=0.4)
-    found = cap(None, one_thread, 2.0, 100.0, 10.0, 60.0, 0.1)
-    assert found == (1.0, 160.0)
-    # at one core since: its level is measured again, the two-core level is old
-    later = ((1.0, 0.4, 10.0, 150.0), (2.0, 0.4, 10.0, 100.0))
-    assert cap(found, later, 2.0, 150.0, 10.0, 60.0, 0.1) == found
-    assert cap(found, later, 2.0, 160.0, 10.0, 60.0, 0.1) is None  # expired: try two again
-    # a level above it measured lately and found useful ends it at once
+def test_the_maximum_holds_then_the_levels_above_are_tried_again_less_and_less_often() -> None:
+    hold = (10.0, 40.0)
+    found = cap(None, levels_at(100, c1=0.4, c2=0.4), 2.0, 100.0, 10.0, hold, 0.1)
+    assert found == (1.0, 110.0, 10.0)
+    # at one core since: its level is measured again, the two-core level grows old
+    later = ((1.0, 0.4, 10.0, 109.0), (2.0, 0.4, 10.0, 100.0))
+    assert cap(found, later, 2.0, 109.0, 10.0, hold, 0.1) == found
+    expired = cap(found, later, 2.0, 111.0, 10.0, hold, 0.1)
+    assert expired == found  # kept past its end: how long it held is remembered
+    # two cores tried again and no faster: held twice as long, then at most hold[1]
+    again = cap(expired, levels_at(113, c1=0.4, c2=0.4), 2.0, 113.0, 10.0, hold, 0.1)
+    assert again == (1.0, 133.0, 20.0)
+    third = cap(again, levels_at(140, c1=0.4, c2=0.4), 2.0, 140.0, 10.0, hold, 0.1)
+    assert third == (1.0, 180.0, 40.0)
+    assert cap(third, levels_at(200, c1=0.4, c2=0.4), 2.0, 200.0, 10.0, hold, 0.1)[2] == 40.0
+    # tried again and faster (the load that slowed it is gone): no maximum
     helped = ((1.0, 0.4, 10.0, 150.0), (2.0, 0.2, 10.0, 151.0))
-    assert cap(found, helped, 2.0, 151.0, 10.0, 60.0, 0.1) is None
+    assert cap(expired, helped, 2.0, 151.0, 10.0, hold, 0.1) is None
+    # a different maximum found starts over
+    assert cap(third, levels_at(200, c2=0.2, c3=0.2), 4.0, 200.0, 10.0, hold, 0.1) == (
+        2.0,
+        210.0,
+        10.0,
+    )

@@ -125,10 +125,11 @@ class Settings:
     # would give if speed grew with cores (``decor.core.useful_cores``): a loop pinned to one
     # thread runs at one core, not MAX, at a deadline no allocation meets.
     useful_min_efficiency: float = 0.1
-    # decor, CPU: a level's measured speed sets that maximum for this many periods after it
-    # was last measured; then the level is tried again (load from outside the job may have
-    # slowed it then).
-    useful_memory_periods: float = 60.0
+    # decor, CPU: that maximum holds this many periods; then the levels above it are tried
+    # again (load from outside the job may have slowed them when measured), and each time it
+    # is found again it holds twice as long, up to useful_hold_max_periods.
+    useful_hold_periods: float = 10.0
+    useful_hold_max_periods: float = 160.0
 
     @property
     def quantum(self) -> float:
@@ -149,8 +150,12 @@ class Settings:
         return self.model_memory_periods * self.period_s
 
     @property
-    def useful_memory_s(self) -> float:
-        return self.useful_memory_periods * self.period_s
+    def useful_hold_s(self) -> tuple[float, float]:
+        """How long a useful maximum holds: the first time, and at most."""
+        return (
+            self.useful_hold_periods * self.period_s,
+            self.useful_hold_max_periods * self.period_s,
+        )
 
     @property
     def duration_s(self) -> float:
@@ -502,7 +507,7 @@ def useful_max(state: State, settings: Settings, now: float) -> float | None:
     found = state.useful_cap
     if settings.mode != "cpu" or state.policy != "decor" or found is None:
         return None
-    cores, until_s = found
+    cores, until_s, _ = found
     return cores if now < until_s and cores < settings.max_allocation else None
 
 
@@ -635,7 +640,7 @@ def _learn_speed(state: State, obs: Observation, settings: Settings, stable: boo
         settings.max_allocation,
         obs.time_s,
         settings.model_memory_s,
-        settings.useful_memory_s,
+        settings.useful_hold_s,
         settings.useful_min_efficiency,
     )
     if cores < 1.0:

@@ -13,8 +13,11 @@ The law holds no more than that, and the planner is told it as the job's max
 
 Levels are compared only where both were measured within ``window_s`` of each other (load
 from outside the job, or a slower phase of it, that began between two measurements far
-apart would make the later level look useless), and the maximum found holds for
-``memory_s``: then the levels above it are tried again (``cap``).
+apart would make the later level look useless). The maximum found holds for a while; then
+the levels above it are tried again, and if it is found again it holds twice as long
+(``cap``): a job whose extra cores were slowed by load from outside when they were measured
+gets them back soon after the load ends, and a loop pinned to one thread tries less and
+less often.
 
 ``Level`` = (cores, seconds per step, weight in steps, when last measured (Unix s)).
 """
@@ -77,7 +80,7 @@ def useful_max(
     return None
 
 
-Cap = tuple[float, float]  # (cores, until (Unix s))
+Cap = tuple[float, float, float]  # (cores, until (Unix s), seconds it was held for)
 
 
 def cap(
@@ -86,16 +89,24 @@ def cap(
     max_allocation: float,
     now_s: float,
     window_s: float,
-    memory_s: float,
+    hold_s: tuple[float, float],
     min_efficiency: float,
 ) -> Cap | None:
     """The useful maximum after a measurement at ``now_s``: the one :func:`useful_max` finds
-    now, held until ``memory_s`` later; else ``old`` until it expires, unless a level above
-    it was measured within ``window_s`` (it helped: the maximum found would say so)."""
+    now, held for ``hold_s[0]``, and twice as long as the last time (up to ``hold_s[1]``)
+    when it is found again once the levels above were tried again after it expired; else
+    ``old`` (past its end too: how long it was held is kept), unless a level above it was
+    measured within ``window_s`` (it helped: the maximum found would say so)."""
     found = useful_max(levels, max_allocation, now_s, window_s, min_efficiency)
     if found is not None:
-        return (found, now_s + memory_s)
-    if old is None or now_s >= old[1]:
+        if old is not None and old[0] == found:
+            if now_s < old[1]:
+                return old
+            held_s = min(2.0 * old[2], hold_s[1])
+        else:
+            held_s = hold_s[0]
+        return (found, now_s + held_s, held_s)
+    if old is None:
         return None
     above = any(c > old[0] and now_s - at <= window_s for c, _, _, at in levels)
     return None if above else old
