@@ -291,7 +291,8 @@ class State:
     most_cores_measured: float | None = None  # decor CPU: the most whole cores measured
     # decor CPU: the step time measured at each whole-core level (``useful_cores.Level``)
     level_steps: tuple[useful_cores.Level, ...] = ()
-    # decor CPU: the useful maximum found, and until when it holds (``useful_cores.cap``)
+    # decor CPU: the useful maximum found, until when it holds, and how long it was held
+    # for (``useful_cores.cap``)
     useful_cap: useful_cores.Cap | None = None
     deadline_s: float | None = None  # decor: the deadline the last decision planned for
     version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
@@ -501,9 +502,9 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
 
 
 def useful_max(state: State, settings: Settings, now: float) -> float | None:
-    """decor, CPU: the most cores that speed the job up, as measured
-    (:func:`decor.core.useful_cores.useful_max`); None when not known to be below
-    ``settings.max_allocation``."""
+    """decor, CPU: the most cores that speed the job up, as measured: the state's
+    ``useful_cap`` (:func:`decor.core.useful_cores.cap`) while it holds; None when there is
+    none, or it is not below ``settings.max_allocation``."""
     found = state.useful_cap
     if settings.mode != "cpu" or state.policy != "decor" or found is None:
         return None
