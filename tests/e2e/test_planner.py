@@ -115,6 +115,13 @@ def _step_s_at_one_core(status: dict[str, Any]) -> float | None:
     return a + b
 
 
+def _fitted_step_s(status: dict[str, Any]) -> float | None:
+    """The job's step time at one core once its law has a fit, else None."""
+    if not (status.get("controller") or {}).get("fit"):
+        return None
+    return _step_s_at_one_core(status)
+
+
 def test_jobs_share_the_node_through_the_planner(
     kube: Any,
     namespace: str,
@@ -209,7 +216,15 @@ def test_jobs_share_the_node_through_the_planner(
             "the tight job's pod to run (not Pending for want of CPU)",
         )
 
-        # 4. A job that cannot be met now waits in the queue, told its earliest deadline.
+        # 4. A job that cannot be met now waits in the queue, told its earliest deadline. It
+        # comes once the tight job's speed is measured: admitted while that job still probes,
+        # a job of known speed comes first (the planner tops up a probing job's need after
+        # them), and a CI run's tight job, shorted to 0.75 core for 25 s, missed its deadline.
+        kube.wait_for(
+            lambda: _fitted_step_s(job_status(kube, namespace, "tight")),
+            120,
+            "the tight job's speed fit",
+        )
         queued_steps = int(90.0 / step_s)  # ~90 s at one core
         late = job_manifest(
             "queued",
