@@ -130,6 +130,13 @@ class Settings:
     # is found again it holds twice as long, up to useful_hold_max_periods.
     useful_hold_periods: float = 10.0
     useful_hold_max_periods: float = 160.0
+    # decor, CPU: a job that runs at MAX because no allocation meets its deadline, and has
+    # measured no other whole-core level (it started at MAX), measures the level below MAX
+    # once it would finish at least this share of its span late at MAX, so that cores that
+    # do not speed it up are found (``_late_probe``). A job that MAX only just misses, or
+    # that noise shows late by a few percent, does not: the measurement costs up to a period
+    # where every core helps (at 5 %, two noisy 1.0x runs on 2 cores ended 0.2 points later).
+    late_probe_ratio: float = 0.1
 
     @property
     def quantum(self) -> float:
@@ -713,31 +720,45 @@ def _unplanned(
     remaining = obs.steps_total - obs.steps_done
     eta_at_max = obs.time_s + remaining * step_time(settings.max_allocation)
     if now >= settings.deadline_s:
-        message = f"deadline passed at {obs.progress:.1%}; running at MAX"
-        return _hold_or_change(
-            base,
-            settings,
-            settings.max_allocation,
-            now,
-            obs,
-            vocabulary.CONDITION_DEADLINE_MISSED,
-            message,
-            eta_at_max,
+        condition = vocabulary.CONDITION_DEADLINE_MISSED
+        why = f"deadline passed at {obs.progress:.1%}"
+    elif eta_at_max > settings.deadline_s:
+        condition = vocabulary.CONDITION_INFEASIBLE
+        why = f"even MAX finishes {eta_at_max - settings.deadline_s:.0f}s after the deadline"
+    else:
+        return None
+    probe = _late_probe(base, settings, eta_at_max, obs.time_s)
+    if probe is None:
+        allocation, message = settings.max_allocation, f"{why}; running at MAX"
+    else:
+        allocation = probe
+        message = (
+            f"{why}; measuring {probe:g} core(s) before running at MAX: only MAX is measured, "
+            "and cores that do not speed the job up are not held"
         )
-    if eta_at_max > settings.deadline_s:
-        late_by = eta_at_max - settings.deadline_s
-        message = f"even MAX finishes {late_by:.0f}s after the deadline; running at MAX"
-        return _hold_or_change(
-            base,
-            settings,
-            settings.max_allocation,
-            now,
-            obs,
-            vocabulary.CONDITION_INFEASIBLE,
-            message,
-            eta_at_max,
-        )
-    return None
+    return _hold_or_change(base, settings, allocation, now, obs, condition, message, eta_at_max)
+
+
+def _late_probe(base: State, settings: Settings, eta_at_max: float, time_s: float) -> float | None:
+    """decor, CPU: the whole-core level just below MAX, for a job that runs at MAX because
+    no allocation meets its deadline, while MAX is the only whole-core level it measured (it
+    started there), so that the useful maximum (:func:`useful_max`) can find the cores that
+    do not speed it up; held until an interval there is measured. Under a useful maximum,
+    the level below it: a loop pinned to one thread on 4 cores measures 3, then 2, then 1.
+    None when there is no level below MAX, when MAX would finish less than
+    ``late_probe_ratio`` of the span late (the deadline is nearly met), or when less than the
+    useful maximum's first hold is left to run at MAX (what it would save is then too little
+    to pay the measurement's cost: up to one period at ``1 / MAX`` less speed, where every
+    core helps)."""
+    top = usable_cores(settings.max_allocation, settings)
+    fewest = base.fewest_cores_measured
+    if settings.mode != "cpu" or top < 2.0 or fewest is None or fewest < top:
+        return None
+    if eta_at_max - settings.deadline_s < settings.late_probe_ratio * settings.duration_s:
+        return None
+    if eta_at_max - time_s < settings.useful_hold_s[0]:
+        return None
+    return top - 1.0
 
 
 @dataclass(frozen=True)
