@@ -107,19 +107,16 @@ def _allocation(kube: Any, namespace: str, job: str) -> float | None:
 
 
 def _step_s_at_one_core(status: dict[str, Any]) -> float | None:
-    """Seconds per step at one core by the job's own fit (sub-core fit: a / u + b)."""
-    coefficients = SpeedFit(**status["controller"]["fit"]).coefficients()
+    """Seconds per step at one core by the job's own fit (sub-core fit: a / u + b); None
+    before the law has one."""
+    fit = (status.get("controller") or {}).get("fit")
+    if not fit:
+        return None
+    coefficients = SpeedFit(**fit).coefficients()
     if coefficients is None:
         return None
     a, b = coefficients
     return a + b
-
-
-def _fitted_step_s(status: dict[str, Any]) -> float | None:
-    """The job's step time at one core once its law has a fit, else None."""
-    if not (status.get("controller") or {}).get("fit"):
-        return None
-    return _step_s_at_one_core(status)
 
 
 def test_jobs_share_the_node_through_the_planner(
@@ -221,7 +218,7 @@ def test_jobs_share_the_node_through_the_planner(
         # a job of known speed comes first (the planner tops up a probing job's need after
         # them), and a CI run's tight job, shorted to 0.75 core for 25 s, missed its deadline.
         kube.wait_for(
-            lambda: _fitted_step_s(job_status(kube, namespace, "tight")),
+            lambda: _step_s_at_one_core(job_status(kube, namespace, "tight")),
             120,
             "the tight job's speed fit",
         )
