@@ -146,10 +146,16 @@ CPU_ON_PURPOSE = pytest.mark.filterwarnings("ignore:GPU available but not used")
 LIGHTNING_ON_NEWER_TORCH = pytest.mark.filterwarnings(
     r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"
 )
+# The tiny in-memory loader runs in the training process on purpose; Lightning suggests
+# loader workers wherever the machine has more than two cores.
+IN_PROCESS_LOADER = pytest.mark.filterwarnings(
+    "ignore:The 'train_dataloader' does not have many workers"
+)
 
 
 @CPU_ON_PURPOSE
 @LIGHTNING_ON_NEWER_TORCH
+@IN_PROCESS_LOADER
 def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
     pl = lightning_or_skip()
     registry = CollectorRegistry()
@@ -164,6 +170,7 @@ def test_lightning_callback_counts_steps_and_resumes(tmp_path: Path) -> None:
 
 @CPU_ON_PURPOSE
 @LIGHTNING_ON_NEWER_TORCH
+@IN_PROCESS_LOADER
 def test_lightning_callback_resumes_at_the_checkpoints_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
