@@ -6,7 +6,14 @@ from __future__ import annotations
 import math
 
 import pytest
-from decor.core.useful_cores import cap, efficiency, measure_level, useful_max
+from decor.core.useful_cores import (
+    cap,
+    efficiency,
+    measure_level,
+    stale_figure_dropped,
+    unconfirmed,
+    useful_max,
+)
 
 
 def test_a_level_averages_its_samples_the_older_weighing_less() -> None:
@@ -87,12 +94,43 @@ def test_the_maximum_holds_then_the_levels_above_are_tried_again_less_and_less_o
     third = cap(again, levels_at(140, c1=0.4, c2=0.4), 2.0, 140.0, 10.0, hold, 0.1)
     assert third == (1.0, 180.0, 40.0)
     assert cap(third, levels_at(200, c1=0.4, c2=0.4), 2.0, 200.0, 10.0, hold, 0.1)[2] == 40.0
-    # tried again and faster (the load that slowed it is gone): no maximum
+    # tried again and faster: kept until its own level is measured again after that (the
+    # one core's figure was taken before two cores were tried, perhaps in load since gone)
     helped = ((1.0, 0.4, 10.0, 150.0), (2.0, 0.2, 10.0, 151.0))
-    assert cap(expired, helped, 2.0, 151.0, 10.0, hold, 0.1) is None
+    assert unconfirmed(expired, helped)
+    assert cap(expired, helped, 2.0, 151.0, 10.0, hold, 0.1) == expired
+    # measured again at one core, no faster than before: two cores help, no maximum
+    confirmed = ((1.0, 0.4, 10.0, 153.0), (2.0, 0.2, 10.0, 151.0))
+    assert not unconfirmed(expired, confirmed)
+    assert cap(expired, confirmed, 2.0, 153.0, 10.0, hold, 0.1) is None
     # a different maximum found starts over
     assert cap(third, levels_at(200, c2=0.2, c3=0.2), 4.0, 200.0, 10.0, hold, 0.1) == (
         2.0,
         210.0,
         10.0,
     )
+
+
+def test_a_maximum_dropped_only_on_levels_measured_in_the_same_conditions() -> None:
+    """A one-thread loop held at one core; load from outside slows it until 120 s, while the
+    maximum expires at 110 s. Two cores, tried at 125 s after the load, look faster than the
+    one core's figure taken in the load: the maximum stays (unconfirmed) until one core is
+    measured again, and that measurement replaces the figure of the load instead of being
+    averaged into it. Then the two levels agree, and the maximum is found again."""
+    hold = (10.0, 40.0)
+    held = (1.0, 110.0, 10.0)
+    in_load = ((1.0, 0.52, 10.0, 118.0), (2.0, 0.54, 10.0, 100.0))
+    tried = measure_level(in_load, 2.0, 0.40, 5.0, 125.0, 10.0)
+    assert unconfirmed(held, tried)
+    assert cap(held, tried, 2.0, 125.0, 10.0, hold, 0.1) == held
+    # one core again: its figure in the load is dropped before the new sample goes in
+    assert stale_figure_dropped(tried, held, 1.0) == tuple(lv for lv in tried if lv[0] == 2.0)
+    assert stale_figure_dropped(tried, held, 2.0) == tried  # not the maximum's level
+    assert stale_figure_dropped(tried, None, 1.0) == tried
+    again = measure_level(stale_figure_dropped(tried, held, 1.0), 1.0, 0.40, 3.0, 127.0, 10.0)
+    assert again[0] == (1.0, 0.40, 3.0, 127.0)
+    assert not unconfirmed(held, again)
+    assert cap(held, again, 2.0, 127.0, 10.0, hold, 0.1) == (1.0, 147.0, 20.0)
+    # averaged into the load's figure instead, one core would still look slower: dropped
+    averaged = measure_level(tried, 1.0, 0.40, 3.0, 127.0, 10.0)
+    assert cap(held, averaged, 2.0, 127.0, 10.0, hold, 0.1) is None

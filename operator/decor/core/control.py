@@ -635,7 +635,7 @@ def _learn_speed(state: State, obs: Observation, settings: Settings, stable: boo
     # Below one core, what one core would run (the speed proportional to the quota) stands
     # for the one-core level, so that a level above it measured next is compared with it.
     levels = useful_cores.measure_level(
-        state.level_steps,
+        useful_cores.stale_figure_dropped(state.level_steps, state.useful_cap, max(1.0, cores)),
         max(1.0, cores),
         dt / dsteps * min(1.0, cores),
         dsteps,
@@ -749,10 +749,18 @@ def _late_probe(base: State, settings: Settings, eta_at_max: float, time_s: floa
     ``late_probe_ratio`` of the span late (the deadline is nearly met), or when less than the
     useful maximum's first hold is left to run at MAX (what it would save is then too little
     to pay the measurement's cost: up to one period at ``1 / MAX`` less speed, where every
-    core helps)."""
+    core helps). And a useful maximum that expired, once the levels above it were tried again:
+    its own level, measured again before it is dropped (``useful_cores.unconfirmed``); else a
+    level above measured just after load from outside ended, compared with the maximum's
+    measured in that load, would drop it for good."""
     top = usable_cores(settings.max_allocation, settings)
     fewest = base.fewest_cores_measured
-    if settings.mode != "cpu" or top < 2.0 or fewest is None or fewest < top:
+    if settings.mode != "cpu":
+        return None
+    found = base.useful_cap
+    if found is not None and useful_cores.unconfirmed(found, base.level_steps):
+        return found[0]  # measured again, in the conditions the levels above ran in
+    if top < 2.0 or fewest is None or fewest < top:
         return None
     if eta_at_max - settings.deadline_s < settings.late_probe_ratio * settings.duration_s:
         return None

@@ -17,7 +17,9 @@ apart would make the later level look useless). The maximum found holds for a wh
 the levels above it are tried again, and if it is found again it holds twice as long
 (``cap``): a job whose extra cores were slowed by load from outside when they were measured
 gets them back soon after the load ends, and a loop pinned to one thread tries less and
-less often.
+less often. A maximum is dropped only once its own level has been measured again after the
+level above was tried, that new figure replacing the old: load that ended in between would
+otherwise make the level above look useful (:func:`unconfirmed`).
 
 ``Level`` = (cores, seconds per step, weight in steps, when last measured (Unix s)).
 """
@@ -96,7 +98,10 @@ def cap(
     now, held for ``hold_s[0]``, and twice as long as the last time (up to ``hold_s[1]``)
     when it is found again once the levels above were tried again after it expired; else
     ``old`` (past its end too: how long it was held is kept), unless a level above it was
-    measured within ``window_s`` (it helped: the maximum found would say so)."""
+    measured within ``window_s`` (it helped: the maximum found would say so) and the
+    maximum's own level was measured again after that level. Until then the level above
+    is compared with one measured before it was tried: load from outside that ended between
+    the two made the level above look faster than the one below (:func:`unconfirmed`)."""
     found = useful_max(levels, max_allocation, now_s, window_s, min_efficiency)
     if found is not None:
         if old is not None and old[0] == found:
@@ -109,4 +114,27 @@ def cap(
     if old is None:
         return None
     above = any(c > old[0] and now_s - at <= window_s for c, _, _, at in levels)
-    return None if above else old
+    return None if above and not unconfirmed(old, levels) else old
+
+
+def stale_figure_dropped(
+    levels: tuple[Level, ...], old: Cap | None, cores: float
+) -> tuple[Level, ...]:
+    """``levels`` before a measurement at ``cores``: without the figure of the expired
+    maximum ``old``'s level when that is what is measured while it is :func:`unconfirmed`,
+    so that the new measurement replaces the figure taken in other conditions instead of
+    being averaged into it."""
+    if old is None or cores != old[0] or not unconfirmed(old, levels):
+        return levels
+    return tuple(level for level in levels if level[0] != cores)
+
+
+def unconfirmed(old: Cap, levels: tuple[Level, ...]) -> bool:
+    """Whether a level above the expired maximum ``old`` has been tried since it expired,
+    and the maximum's own level was last measured before that: the two were not measured in
+    the same conditions, and the maximum's level is to be measured again before the maximum
+    is dropped."""
+    cores, until_s, _ = old
+    own = next((at for c, _, _, at in levels if c == cores), None)
+    tried = [at for c, _, _, at in levels if c > cores and at >= until_s]
+    return own is not None and bool(tried) and own < min(tried)
