@@ -753,13 +753,13 @@ def _late_probe(base: State, settings: Settings, eta_at_max: float, time_s: floa
     its own level, measured again before it is dropped (``useful_cores.unconfirmed``); else a
     level above measured just after load from outside ended, compared with the maximum's
     measured in that load, would drop it for good."""
-    top = usable_cores(settings.max_allocation, settings)
-    fewest = base.fewest_cores_measured
     if settings.mode != "cpu":
         return None
     found = base.useful_cap
     if found is not None and useful_cores.unconfirmed(found, base.level_steps):
         return found[0]  # measured again, in the conditions the levels above ran in
+    top = usable_cores(settings.max_allocation, settings)
+    fewest = base.fewest_cores_measured
     if top < 2.0 or fewest is None or fewest < top:
         return None
     if eta_at_max - settings.deadline_s < settings.late_probe_ratio * settings.duration_s:
