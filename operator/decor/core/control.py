@@ -40,6 +40,11 @@ AT_RISK_FRACTION_OF_MAX = 0.9
 # The speed fit estimates a fixed per-step cost only from samples this spread out
 # (variance of 1/allocation relative to its mean square); see SpeedFit.coefficients.
 FIT_MIN_SPREAD = 0.05
+# GPU counts are whole: two neighbouring counts up to 8, measured alike, are this spread
+# out. The fixed cost must then stand out of the samples' scatter by this many standard
+# errors: a sample of a few noisy steps cannot tell it.
+GPU_FIT_MIN_SPREAD = 0.004
+FIT_B_STANDARD_ERRORS = 2.0
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,8 @@ class Observation:
 class SpeedFit:
     """Exponentially-forgotten least-squares sums for step_time = a * x + b, x = 1/allocation.
 
-    Each sample is one interval between observations, weighted by the steps it covered.
+    Each sample is one interval between observations, weighted by the steps it covered;
+    ``syy`` and ``samples`` (their count) give the scatter about the fit.
     """
 
     sw: float = 0.0
@@ -221,6 +227,8 @@ class SpeedFit:
     sy: float = 0.0
     sxx: float = 0.0
     sxy: float = 0.0
+    syy: float = 0.0
+    samples: float = 0.0
     updated_s: float | None = None
 
     def add(self, x: float, y: float, weight: float, now_s: float, memory_s: float) -> SpeedFit:
@@ -235,42 +243,65 @@ class SpeedFit:
             sy=self.sy * decay + weight * y,
             sxx=self.sxx * decay + weight * x * x,
             sxy=self.sxy * decay + weight * x * y,
+            syy=self.syy * decay + weight * y * y,
+            samples=self.samples * decay + 1.0,
             updated_s=now_s,
         )
 
-    def spread(self) -> bool:
+    def spread(self, min_spread: float = FIT_MIN_SPREAD) -> bool:
         """The samples span a wide enough range of allocations to tell a from b (relative
-        variance of x at least FIT_MIN_SPREAD)."""
+        variance of x at least ``min_spread``)."""
         if self.sw <= 0 or self.sxx <= 0:
             return False
         mean_x = self.sx / self.sw
-        return self.sxx / self.sw - mean_x * mean_x >= FIT_MIN_SPREAD * self.sxx / self.sw
+        return self.sxx / self.sw - mean_x * mean_x >= min_spread * self.sxx / self.sw
 
-    def coefficients(self, shape: float | None = None) -> tuple[float, float] | None:
+    def coefficients(
+        self, shape: float | None = None, gpu: bool = False
+    ) -> tuple[float, float] | None:
         """(a, b) in seconds per step, or None before any sample.
 
-        b (the per-step time no core can speed up) is only estimated once the samples span
-        a wide enough range of allocations (:meth:`spread`); before that the fit keeps
-        ``shape`` = b / a, the ratio an earlier spread of samples measured (None: 0, linear
-        speed-up), and scales it to the samples. A narrow range cannot tell a fixed cost
-        from a slow rate, and extrapolating a spurious b to MAX would call a feasible
-        deadline infeasible.
+        b (the per-step time no core can speed up) is only estimated once the samples
+        tell it (:meth:`told_apart`); before that the fit keeps ``shape`` = b / a, the
+        ratio an earlier spread of samples measured (None: 0, linear speed-up), and scales
+        it to the samples. A narrow range cannot tell a fixed cost from a slow rate, and
+        extrapolating a spurious b to MAX would call a feasible deadline infeasible.
         """
         if self.sw <= 0 or self.sxx <= 0:
             return None
-        if not self.spread():
-            k = shape or 0.0
-            a = (self.sxy + k * self.sy) / (self.sxx + 2 * k * self.sx + k * k * self.sw)
-            return a, a * k
+        told = self.told_apart(gpu)
+        if told is not None:
+            return told
+        k = shape or 0.0
+        a = (self.sxy + k * self.sy) / (self.sxx + 2 * k * self.sx + k * k * self.sw)
+        return a, a * k
+
+    def told_apart(self, gpu: bool = False) -> tuple[float, float] | None:
+        """(a, b) fitted to the samples alone where they tell a from b, else None. CPU: the
+        samples :meth:`spread` by FIT_MIN_SPREAD. GPU (whole counts): by GPU_FIT_MIN_SPREAD,
+        and b stands out of the samples' scatter about the fit by FIT_B_STANDARD_ERRORS;
+        else a few noisy steps at a count would make a fixed cost up."""
+        if not self.spread(GPU_FIT_MIN_SPREAD if gpu else FIT_MIN_SPREAD):
+            return None
         mean_x, mean_y = self.sx / self.sw, self.sy / self.sw
         var_x = self.sxx / self.sw - mean_x * mean_x
         a = (self.sxy / self.sw - mean_x * mean_y) / var_x
         b = mean_y - a * mean_x
         if a <= 0:  # no measurable speed-up: all of the step time is fixed
             return 0.0, max(mean_y, 1e-9)
+        if gpu and abs(b) < FIT_B_STANDARD_ERRORS * self._b_standard_error(a, b):
+            return None
         if b < 0:  # a negative floor is unphysical: refit through the origin
             return self.sxy / self.sxx, 0.0
         return a, b
+
+    def _b_standard_error(self, a: float, b: float) -> float:
+        """The standard error of b in the weighted least squares fit (a, b): the samples'
+        scatter about it, each weighted by its steps (infinite below three samples)."""
+        if self.samples <= 2.0:
+            return math.inf
+        scatter = max(0.0, self.syy - a * self.sxy - b * self.sy) / (self.samples - 2.0)
+        return math.sqrt(scatter * self.sxx / (self.sw * self.sxx - self.sx * self.sx))
 
 
 @dataclass(frozen=True)
@@ -631,7 +662,7 @@ def _learn_speed(state: State, obs: Observation, settings: Settings, stable: boo
     if settings.mode != "cpu" or cores <= 1.0:
         fit = fit.add(1.0 / cores, *sample)
     if settings.mode != "cpu":
-        return replace(state, fit=fit, level_shape=_shape_of(fit, level_shape))
+        return replace(state, fit=fit, level_shape=_shape_of(fit, level_shape, gpu=True))
     # Below one core, what one core would run (the speed proportional to the quota) stands
     # for the one-core level, so that a level above it measured next is compared with it.
     levels = useful_cores.measure_level(
@@ -674,7 +705,7 @@ def _restart_seen_s(
     (save to first step), else the gap in progress less the steps done in it."""
     if obs.restart_s is not None and obs.restart_s > 0:
         return obs.restart_s
-    coeffs = fit.coefficients()
+    coeffs = fit.coefficients(gpu=True)
     step_s = coeffs[0] / obs.allocation + coeffs[1] if coeffs else 0.0
     gap_s = obs.time_s - pending_since
     return max(0.0, gap_s - (obs.steps_done - last_steps) * step_s)
@@ -1071,13 +1102,13 @@ def _credited_level(
     return clamp(float(level), settings), credit_s
 
 
-def _shape_of(level_fit: SpeedFit, shape: float | None) -> float | None:
-    """b / a of the whole-core fit while its samples span levels (else ``shape`` as it was)."""
-    if not level_fit.spread():
+def _shape_of(level_fit: SpeedFit, shape: float | None, gpu: bool = False) -> float | None:
+    """b / a of the fit (CPU: the whole-core fit) while its samples tell a from b (else
+    ``shape`` as it was)."""
+    told = level_fit.told_apart(gpu)
+    if told is None:
         return shape
-    coeffs = level_fit.coefficients()
-    assert coeffs is not None
-    a, b = coeffs
+    a, b = told
     return b / a if a > 0 else shape
 
 
@@ -1095,7 +1126,7 @@ def _step_time_model(
     measured (78 steps/s at two cores, against 61.5), and the job stayed at one core.
     """
     if settings.mode != "cpu":
-        sub = fit.coefficients(level_shape)
+        sub = fit.coefficients(level_shape, gpu=True)
         if sub is None:
             return None
         a, b = sub
