@@ -740,6 +740,7 @@ def build_size_record(
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine_cores": os.cpu_count(),
             "machine_busy_cores_mean": measure.rounded(window.machine_busy_cores, 3),
+            "machine_saturated": measure.saturated(window.machine_busy_cores, os.cpu_count()),
             "machine_steal_cores_mean": measure.rounded(window.machine_steal_cores, 3),
             "loop": loop_costs(operator_before, operator_after),
             "deviation_by_group": measure.deviation_by_group(
@@ -838,18 +839,25 @@ def schedule_patches(
     return sent
 
 
-def save(record: dict[str, Any], path: Path) -> None:
-    """Add ``record`` to the results, replacing an earlier run of the same size and period."""
+def save(record: dict[str, Any], path: Path) -> bool:
+    """Add ``record`` to the results, replacing an earlier run of the same size and period;
+    except that a run on a saturated machine (``machine_saturated``) does not replace one
+    that was not: it is kept apart, in ``saturated_runs``, and False is returned."""
     data = json.loads(path.read_text()) if path.exists() else {"records": []}
-    records = [
-        r
-        for r in data.get("records", [])
-        if (r["jobs"], r["period_s"]) != (record["jobs"], record["period_s"])
-    ]
-    records.append(record)
-    data["records"] = sorted(records, key=lambda r: (r["period_s"], r["jobs"]))
+    size = (record["jobs"], record["period_s"])
+    earlier = [r for r in data.get("records", []) if (r["jobs"], r["period_s"]) == size]
+    kept = not (record.get("machine_saturated") and any(
+        not r.get("machine_saturated") for r in earlier
+    ))  # fmt: skip
+    if kept:
+        records = [r for r in data.get("records", []) if (r["jobs"], r["period_s"]) != size]
+        records.append(record)
+        data["records"] = sorted(records, key=lambda r: (r["period_s"], r["jobs"]))
+    else:
+        data["saturated_runs"] = [*data.get("saturated_runs", []), record]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
+    return kept
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -899,7 +907,20 @@ def main(argv: list[str] | None = None) -> int:
             continue
         record = run_size(size, args)
         print(json.dumps(record, indent=1), flush=True)
-        save(record, out)
+        busy = f"{record.get('machine_busy_cores_mean')} of {record.get('machine_cores')}"
+        if not save(record, out):
+            print(
+                f"bench-scale: the machine was saturated ({busy} cores busy over the window): "
+                f"the {size.jobs}-job record of a run with headroom stays in {out}; this one is "
+                "kept under saturated_runs",
+                file=sys.stderr,
+            )
+        elif record.get("machine_saturated"):
+            print(
+                f"bench-scale: the machine was saturated ({busy} cores busy over the window): "
+                "its figures describe the machine as much as the operator",
+                file=sys.stderr,
+            )
     if not args.no_report:
         from bench.scale import scale_report as report
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import plotting
-from bench.scale.measure import percentile
+from bench.scale.measure import SATURATED_SHARE, percentile
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = HERE.parents[1] / "docs/benchmarks/scale/results.json"
@@ -230,9 +230,12 @@ def per_job_growth(records: Sequence[Mapping[str, Any]], key: str) -> float | No
     return v1 / v0 if key.endswith("_per_job") else (v1 / n1) / (v0 / n0)
 
 
-def render(records: Sequence[Mapping[str, Any]]) -> str:
+def render(
+    records: Sequence[Mapping[str, Any]], saturated_runs: Sequence[Mapping[str, Any]] = ()
+) -> str:
     """The page (Markdown): results table, how each number is measured, one section per
-    record, the growth of the cost per job, how to run it."""
+    record, the runs kept apart because their machine was saturated, the growth of the cost
+    per job, how to run it."""
     records = sorted(records, key=lambda r: (r["period_s"], r["jobs"]))
     out = [
         "# Scale: the operator's replicas, many jobs",
@@ -261,6 +264,7 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
     out += HOW_MEASURED
     for r in records:
         out += _record_section(r)
+    out += _saturated_section(saturated_runs)
     out += _growth_section(records)
     out += RUNNING
     return "\n".join(out) + "\n"
@@ -379,6 +383,8 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
     )
     if r.get("note"):
         out += ["", f"*{r['note']}.*"]
+    if r.get("machine_saturated"):
+        out += ["", SATURATED_WARNING]
     out += ["", "Against the targets (set for 1,000 jobs at a 10 s period):", ""]
     out += verdict(r)
     out += replica_lines(r)
@@ -389,6 +395,47 @@ def _record_section(r: Mapping[str, Any]) -> list[str]:
     if kinds:
         out += ["", "Operator requests per second by verb and resource:", ""]
         out += [f"- `{k}`: {fmt(v)}" for k, v in sorted(kinds.items(), key=lambda x: -x[1])]
+    out.append("")
+    return out
+
+
+SATURATED_WARNING = (
+    "**Saturated machine**: its own processes kept at least "
+    f"{100 * SATURATED_SHARE:.0f} % of its cores busy over the window; the operator's periods, "
+    "the API server and the simulated trainers queued for the CPU, and these figures describe "
+    "the machine as much as the operator."
+)
+
+
+def _saturated_section(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The runs that did not replace a record of their size because their machine was
+    saturated (``bench_scale.save``), each in a line: when, how busy, what it measured."""
+    if not runs:
+        return []
+    out = [
+        "## Runs on a saturated machine (not in the table)",
+        "",
+        "A run whose machine was saturated (at least "
+        f"{100 * SATURATED_SHARE:.0f} % of its cores busy over the window) does not replace a "
+        "record of its size from a run with headroom; it is kept here.",
+        "",
+    ]
+    for r in runs:
+        groups = r.get("deviation_by_group") or {}
+        by_group = "; ".join(
+            f"{name} {fmt(g.get('mean_abs_pct'))} %"
+            for name, g in groups.items()
+            if name in ("cpu", "gpu") and g.get("mean_abs_pct") is not None
+        )
+        out.append(
+            f"- {r['jobs']} jobs, {fmt(r['period_s'])} s period, measured {r.get('date')}: "
+            f"{fmt(r.get('machine_busy_cores_mean'))} of {r.get('machine_cores')} cores busy; "
+            f"drift p99 {fmt(r.get('drift_p99_s'))} s; {r.get('running_at_window_start')} jobs "
+            f"Running at the window's start; mean |deviation| "
+            f"{fmt(r.get('mean_abs_deviation_pct'))} %"
+            + (f" ({by_group})" if by_group else "")
+            + (f". {r['note']}" if r.get("note") else "")
+        )
     out.append("")
     return out
 
@@ -476,9 +523,10 @@ def plot(records: Sequence[Mapping[str, Any]], path: Path) -> None:
 
 
 def write_report(results: Path, out_dir: Path) -> None:
-    records = json.loads(results.read_text()).get("records", [])
+    data = json.loads(results.read_text())
+    records = data.get("records", [])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "README.md").write_text(render(records))
+    (out_dir / "README.md").write_text(render(records, data.get("saturated_runs", ())))
     if records:
         plot(records, out_dir / "costs.png")
 

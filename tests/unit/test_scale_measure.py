@@ -374,3 +374,49 @@ def test_a_labelled_histogram_is_summed_per_label_value() -> None:
     # Without a label to match, the label values' buckets are added up.
     assert measure.histogram_delta(before, after, "s")[-1] == (float("inf"), 14.0)
     assert measure.histogram_summary({}, {}, "s", step="plan")["s_mean"] is None
+
+
+def test_a_window_with_nine_tenths_of_the_cores_busy_ran_saturated() -> None:
+    assert measure.saturated(1.90, 2) and measure.saturated(1.80, 2)
+    assert not measure.saturated(1.79, 2) and not measure.saturated(1.33, 2)
+    assert not measure.saturated(None, 2) and not measure.saturated(1.9, None)
+
+
+def test_a_saturated_run_does_not_replace_a_record_with_headroom(tmp_path: Path) -> None:
+    from bench.scale.bench_scale import save
+
+    results = tmp_path / "results.json"
+
+    def run(jobs: int, busy: float, deviation: float) -> dict[str, object]:
+        return {
+            "jobs": jobs,
+            "period_s": 10.0,
+            "machine_cores": 2,
+            "machine_busy_cores_mean": busy,
+            "machine_saturated": measure.saturated(busy, 2),
+            "mean_abs_deviation_pct": deviation,
+            "deviation_by_group": {"gpu": {"mean_abs_pct": 7.27}, "cpu": {"mean_abs_pct": 0.76}},
+            "date": f"run-{jobs}-{busy}",
+        }
+
+    assert save(run(1000, 1.33, 0.45), results)
+    assert not save(run(1000, 1.90, 1.41), results)  # kept apart
+    data = json.loads(results.read_text())
+    assert [r["mean_abs_deviation_pct"] for r in data["records"]] == [0.45]
+    assert [r["date"] for r in data["saturated_runs"]] == ["run-1000-1.9"]
+    # With no record of its size from a run with headroom, a saturated one is the record,
+    # and its section says what it is worth.
+    assert save(run(300, 1.95, 0.9), results)
+    report.write_report(results, tmp_path)
+    text = (tmp_path / "README.md").read_text()
+    assert "## Runs on a saturated machine (not in the table)" in text
+    assert "1000 jobs, 10 s period, measured run-1000-1.9: 1.9 of 2 cores busy" in text
+    assert "(gpu 7.27 %; cpu 0.76 %)" in text
+    section_300 = text.split("### 300 jobs")[1].split("###")[0]
+    assert report.SATURATED_WARNING in section_300
+    assert report.SATURATED_WARNING not in text.split("### 1000 jobs")[1].split("##")[0]
+    # A run with headroom replaces either.
+    assert save(run(300, 1.2, 0.3), results)
+    data = json.loads(results.read_text())
+    assert sorted(r["jobs"] for r in data["records"]) == [300, 1000]
+    assert not any(r["machine_saturated"] for r in data["records"])
