@@ -860,6 +860,24 @@ def save(record: dict[str, Any], path: Path) -> bool:
     return kept
 
 
+def say_if_saturated(record: Mapping[str, Any], kept: bool, out: Path) -> None:
+    """Tell on stderr that ``record`` ran on a saturated machine, and whether ``save`` kept it
+    as the record of its size (``kept``) or apart."""
+    if not record.get("machine_saturated"):
+        return
+    busy = f"{record.get('machine_busy_cores_mean')} of {record.get('machine_cores')}"
+    where = (
+        "its figures describe the machine as much as the operator"
+        if kept
+        else f"the {record['jobs']}-job record of a run with headroom stays in {out}; this one "
+        "is kept under saturated_runs"
+    )
+    print(
+        f"bench-scale: the machine was saturated ({busy} cores busy over the window): {where}",
+        file=sys.stderr,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.scale.bench_scale", description=__doc__.split("\n\n")[0]
@@ -907,20 +925,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         record = run_size(size, args)
         print(json.dumps(record, indent=1), flush=True)
-        busy = f"{record.get('machine_busy_cores_mean')} of {record.get('machine_cores')}"
-        if not save(record, out):
-            print(
-                f"bench-scale: the machine was saturated ({busy} cores busy over the window): "
-                f"the {size.jobs}-job record of a run with headroom stays in {out}; this one is "
-                "kept under saturated_runs",
-                file=sys.stderr,
-            )
-        elif record.get("machine_saturated"):
-            print(
-                f"bench-scale: the machine was saturated ({busy} cores busy over the window): "
-                "its figures describe the machine as much as the operator",
-                file=sys.stderr,
-            )
+        say_if_saturated(record, save(record, out), out)
     if not args.no_report:
         from bench.scale import scale_report as report
 

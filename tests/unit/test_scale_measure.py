@@ -420,3 +420,18 @@ def test_a_saturated_run_does_not_replace_a_record_with_headroom(tmp_path: Path)
     data = json.loads(results.read_text())
     assert sorted(r["jobs"] for r in data["records"]) == [300, 1000]
     assert not any(r["machine_saturated"] for r in data["records"])
+
+
+def test_a_saturated_run_says_where_it_was_kept(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from bench.scale.bench_scale import say_if_saturated
+
+    record = {"jobs": 1000, "machine_cores": 2, "machine_busy_cores_mean": 1.9}
+    say_if_saturated({**record, "machine_saturated": False}, True, tmp_path)
+    assert capsys.readouterr().err == ""
+    say_if_saturated({**record, "machine_saturated": True}, False, tmp_path)
+    err = capsys.readouterr().err
+    assert "saturated (1.9 of 2 cores busy" in err and "kept under saturated_runs" in err
+    say_if_saturated({**record, "machine_saturated": True}, True, tmp_path)
+    assert "describe the machine as much as the operator" in capsys.readouterr().err
