@@ -845,14 +845,13 @@ def save(record: dict[str, Any], path: Path) -> bool:
     that was not: it is kept apart, in ``saturated_runs``, and False is returned."""
     data = json.loads(path.read_text()) if path.exists() else {"records": []}
     size = (record["jobs"], record["period_s"])
-    earlier = [r for r in data.get("records", []) if (r["jobs"], r["period_s"]) == size]
-    kept = not (record.get("machine_saturated") and any(
-        not r.get("machine_saturated") for r in earlier
-    ))  # fmt: skip
+    others: list[dict[str, Any]] = []
+    earlier: list[dict[str, Any]] = []
+    for r in data.get("records", []):
+        (earlier if (r["jobs"], r["period_s"]) == size else others).append(r)
+    kept = not record.get("machine_saturated") or all(r.get("machine_saturated") for r in earlier)
     if kept:
-        records = [r for r in data.get("records", []) if (r["jobs"], r["period_s"]) != size]
-        records.append(record)
-        data["records"] = sorted(records, key=lambda r: (r["period_s"], r["jobs"]))
+        data["records"] = sorted([*others, record], key=lambda r: (r["period_s"], r["jobs"]))
     else:
         data["saturated_runs"] = [*data.get("saturated_runs", []), record]
     path.parent.mkdir(parents=True, exist_ok=True)
