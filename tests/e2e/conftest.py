@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -146,6 +147,17 @@ class Kube:
                 f"kubectl {shlex.join(args)} failed ({res.returncode}): {res.stderr.strip()}"
             )
         return res.stdout
+
+    def follow_logs(self, namespace: str, pod: str, path: Path) -> subprocess.Popen[bytes]:
+        """``kubectl logs -f --timestamps`` of ``pod`` into ``path`` until terminated: the
+        log of a pod that goes away while a test runs."""
+        exe = os.environ.get("KUBECTL") or _find_kubectl()
+        with path.open("wb") as out:
+            return subprocess.Popen(
+                [exe, "--kubeconfig", self.kubeconfig, "-n", namespace, "logs", "-f",
+                 "--timestamps", pod],
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
 
 
 def _find_kubectl() -> str:

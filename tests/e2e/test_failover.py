@@ -242,10 +242,12 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
     crd: None,  # noqa: F811 - the fixture, by name
     trainer_image: str,
     operator_image: str,
+    tmp_path: Path,
 ) -> None:
     """The chart's default: two operator pods, one Lease. The leader's pod is deleted at the
     moment the job's deadline is patched; the other pod answers within the Lease duration
-    plus two periods, adopts the running trainer, and the job finishes on time."""
+    plus two periods, adopts the running trainer, and the job finishes on time. Both pods'
+    logs are followed from before the deletion and printed (the deleted pod's would be gone)."""
     helm = helm_or_skip()
     repository, tag = operator_image.rsplit(":", 1)
     base = [helm, "--kubeconfig", kube.kubeconfig, "-n", namespace]
@@ -259,6 +261,8 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
         check=True, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     name = "chart-failover"
+    followers: list[tuple[Path, subprocess.Popen[bytes]]] = []
+    leader: str | None = None
     try:
         kube.kubectl(
             "-n", namespace, "rollout", "status", "deployment/decor", "--timeout=120s", timeout=150
@@ -275,8 +279,11 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
             except (ValueError, KeyError):
                 return None
 
-        leader = kube.wait_for(holder, 60, "one operator pod to hold the Lease")
+        leader = str(kube.wait_for(holder, 60, "one operator pod to hold the Lease"))
         assert leader in {p.metadata.name for p in operators}, leader
+        for pod in operators:
+            log_path = tmp_path / f"{pod.metadata.name}.log"
+            followers.append((log_path, kube.follow_logs(namespace, pod.metadata.name, log_path)))
         deadline = rfc3339(datetime.now(UTC) + timedelta(seconds=JOB_DEADLINE_S))
         create_job(kube, namespace, job_manifest(name, trainer_image, deadline=deadline))
 
@@ -306,5 +313,9 @@ def test_the_charts_two_replicas_hand_over_when_the_leader_pod_goes(
         ]
     finally:
         delete_jobs(kube, namespace)
-        print(kube.kubectl("-n", namespace, "logs", "deployment/decor", "--tail=100", check=False))
+        for log_path, follower in followers:
+            follower.terminate()
+            follower.wait(timeout=10)
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-60:])
+            print(f"\n----- operator pod {log_path.stem} (leader: {leader}) -----\n{tail}")
         subprocess.run([*base, "uninstall", "decor"], capture_output=True, timeout=120, check=False)

@@ -282,6 +282,37 @@ def test_a_clean_shutdown_releases_the_lease_and_the_standby_takes_it_at_once() 
     assert replicas.acting() == ["b"]  # 2 s after a last renewed, not 15
 
 
+@pytest.mark.parametrize("stopped_during", ["read", "write"])
+def test_a_step_in_flight_when_the_replica_stops_begins_no_term(stopped_during: str) -> None:
+    """The shutdown's stop comes while a step is reading the Lease (it then writes nothing)
+    or while its write is on the wire (what it stored is kept, so that release frees it):
+    either way the replica does not act again, nor count a takeover, nor wake the loop."""
+    replicas = Replicas("a", "b")
+    a = replicas["a"]
+    a.step()
+    woken: list[bool] = []
+    a.on_acting = lambda: woken.append(True)
+    replicas.now += TIMINGS.renew_deadline_s + 1.0  # a's fence lapsed: its next write begins a term
+    api_call = replicas.api.get_lease if stopped_during == "read" else replicas.api.replace_lease
+
+    def stopping(*args: Any) -> Any:
+        result = api_call(*args)
+        a.stop()
+        return result
+
+    setattr(replicas.api, "get_lease" if stopped_during == "read" else "replace_lease", stopping)
+    writes = len(replicas.api.writes)
+    a.step()
+    assert len(replicas.api.writes) == writes + (stopped_during == "write")
+    assert not a.acting() and a.term() is None and not woken
+    assert replicas.sample("a", "decor_operator_leader_takeovers_total") == 1.0
+    assert replicas.sample("a", "decor_operator_leader") == 0.0
+    a.release()
+    assert replicas.api.holder() == ""
+    replicas["b"].step()
+    assert replicas.acting() == ["b"]
+
+
 def test_a_leader_whose_renewals_lapsed_resumes_in_a_new_term() -> None:
     replicas = Replicas("a")
     replicas["a"].step()

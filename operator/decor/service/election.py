@@ -93,9 +93,10 @@ class LeaderElection:
         with self._lock:
             now_s = self.clock()
             self.state = leader.observe(self.state, read, now_s)
-            sent = leader.attempt(
+            stopped = self._stop.is_set()  # stopped meanwhile: read, but write nothing more
+            sent = None if stopped else leader.attempt(
                 self.state, self.identity, self.timings, now_s, micro_time(self.wall_clock())
-            )
+            )  # fmt: skip
         if sent is not None:
             self._write(sent)
         with self._lock:
@@ -124,6 +125,9 @@ class LeaderElection:
             self.state = leader.written(
                 self.state, sent, leader.record_from_lease(stored), self.timings, self.clock()
             )
+            if self._stop.is_set():  # stopped while the write was in flight: keep what it
+                self.state = leader.stop_acting(self.state)  # stored (release frees it)
+                return
             began = self.state.term != before
         if began:
             self.metrics.leader_takeovers.inc()
@@ -157,7 +161,7 @@ class LeaderElection:
                 log.exception("leader election: step failed")  # closes on its own
                 wait_s = self.timings.retry_period_s
             now_acting = self.acting()
-            if was_acting and not now_acting:
+            if was_acting and not now_acting and not self._stop.is_set():
                 log.warning("leader election: %s stopped acting (no renewal)", self.identity)
             was_acting = now_acting
             # retry period < renew deadline: a leader renews before its fence closes.
@@ -165,15 +169,12 @@ class LeaderElection:
 
     def stop(self) -> None:
         """Stop acting (the fence closes: no write is sent from now) and stepping."""
-        with self._lock:
+        with self._lock:  # under the lock: a step sees the stop before it writes, or after
+            self._stop.set()
             self.state = leader.stop_acting(self.state)
             self._publish()
-        self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timings.retry_period_s + self.kube.timeout_s)
-        with self._lock:  # a step that ended while we waited may have renewed
-            self.state = leader.stop_acting(self.state)
-            self._publish()
 
     def release(self) -> None:
         """Free the Lease (after :meth:`stop`, once no period of ours is in flight), so a
