@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -78,7 +79,27 @@ def test_gpu_precision_measures_deviation_gpu_seconds_and_restarts() -> None:
     assert got["gpu_deviation_switched_mean_pct"] == pytest.approx(0.5)
     assert got["gpu_seconds_vs_fractional_pct"] == pytest.approx(3.0)  # 2060 / 2000 GPU-s
     assert (got["gpu_restarts_median"], got["gpu_restarts_max"]) == (1, 1)
+    # The one at 3 GPUs held 1000 GPU-s; 3 then 2 ending at 400 s with no restart cost would
+    # hold 1000 too (not fewer): no switch would have paid for it.
+    assert (got["gpu_unswitched_jobs"], got["gpu_unswitched_a_switch_paid"]) == (1, 0)
     assert cs.gpu_precision([cpu]) == {"gpu_jobs_measured": 0}
+
+
+def test_a_two_count_plan_ends_at_the_deadline_and_pays_for_its_restart() -> None:
+    # 1000 steps at g GPUs take 1000 / g s; 400 s from the first period: 2.5 GPUs exactly.
+    job = sim_job(mode="gpu", min_allocation=1.0, max_allocation=4.0, curve=cs.Amdahl(a=1.0, b=0.0),
+                  deadline_s=400.0, run_start_s=0.0, restart_cost_s=0.0)  # fmt: skip
+    # No restart cost: 3 GPUs for 200 s then 2 for 200 s (or any pair around 2.5): 1000 GPU-s.
+    assert cs.two_count_gpu_s(job) == pytest.approx(1000.0)
+    # A 20 s restart idles the second count's GPUs: the cheapest ends on 1 GPU. 3 GPUs for
+    # t_a, then 1: t_a + 20 + t_b = 400, 3 t_a + t_b = 1000 -> t_a = 310, t_b = 70: 930 + 90.
+    costly = dataclasses.replace(job, restart_cost_s=20.0)
+    assert cs.two_count_gpu_s(costly) == pytest.approx(930.0 + 90.0)
+    # With a 60 s restart no switch pays against 3 GPUs the whole way (1000 GPU-s, 67 s early).
+    assert cs.two_count_gpu_s(dataclasses.replace(job, restart_cost_s=60.0)) > 1000.0
+    # Nothing ends at the deadline when even the max is too slow, or with no deadline.
+    assert cs.two_count_gpu_s(dataclasses.replace(job, deadline_s=200.0)) is None
+    assert cs.two_count_gpu_s(dataclasses.replace(job, deadline_s=None)) is None
 
 
 def test_quick_run_writes_results_plots_and_report(tmp_path: Path) -> None:
