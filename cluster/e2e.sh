@@ -51,8 +51,33 @@ empty=0
 # the margins left under the bound of the tests that check it (5 %; the others, such as a GPU
 # job on the bed's advertised GPUs, report theirs too).
 DECOR_E2E_OUTCOMES=$(mktemp)
-export DECOR_E2E_OUTCOMES
-trap 'rm -f "$DECOR_E2E_OUTCOMES"' EXIT
+# Each test's start and end, by lane (tests/e2e/conftest.py): how long each lane worked, and
+# how long the phase ran on after its first lane had no test left.
+DECOR_E2E_TIMELINE=$(mktemp)
+export DECOR_E2E_OUTCOMES DECOR_E2E_TIMELINE
+trap 'rm -f "$DECOR_E2E_OUTCOMES" "$DECOR_E2E_TIMELINE"' EXIT
+# lanes_summary NAME: from the timeline, each lane's tests, seconds in tests and end (from
+# the phase's first test), and the phase's tail: how long its last lane ran after its first
+# had no test left.
+lanes_summary() {
+  [ -s "$DECOR_E2E_TIMELINE" ] || return 0
+  awk -v name="$1" '
+    { t = $2 + 0; if (t0 == "" || t < t0) t0 = t }
+    $1 == "start" { began[$3 SUBSEP $4] = t }
+    $1 == "finish" && ($3 SUBSEP $4) in began {
+      busy[$3] += t - began[$3 SUBSEP $4]; tests[$3]++; if (t > end[$3]) end[$3] = t }
+    END {
+      first = ""; last = ""
+      for (l in end) {
+        printf "[e2e] phase %s: lane %s ran %d tests, %.0f s in tests, done at +%.0f s\n", \
+          name, l, tests[l], busy[l], end[l] - t0
+        if (first == "" || end[l] < first) first = end[l]
+        if (last == "" || end[l] > last) last = end[l]
+      }
+      if (length(end) > 1) printf "[e2e] phase %s: tail %.0f s (the last lane was done that long after the first)\n", \
+        name, last - first
+    }' "$DECOR_E2E_TIMELINE" | sort
+}
 # phase NAME PYTEST-ARGS...: one pytest run. A phase that selects no test (exit status 5) is
 # not a failure by itself; every phase run selecting none is (below).
 phase() {
@@ -60,8 +85,10 @@ phase() {
   shift
   printf '\n[e2e] phase %s: pytest %s\n' "$name" "$*" >&2
   : >"$DECOR_E2E_OUTCOMES"
+  : >"$DECOR_E2E_TIMELINE"
   "$V/bin/pytest" tests/e2e "$@" || rc=$?
   printf '[e2e] phase %s: exit status %s in %ss\n' "$name" "$rc" "$((SECONDS - t0))" >&2
+  lanes_summary "$name" >&2
   if [ -s "$DECOR_E2E_OUTCOMES" ]; then
     printf '[e2e] phase %s: deviation from the deadline (%%) of each job, widest first\n' "$name" >&2
     awk '{ print ($1 < 0 ? -$1 : $1 + 0) "\t" $0 }' "$DECOR_E2E_OUTCOMES" | sort -rn | cut -f2- >&2

@@ -400,6 +400,24 @@ def _state(state: Any) -> str:
     return "-"
 
 
+def _timeline(event: str, nodeid: str) -> None:
+    """One line of the lanes' timeline (cluster/e2e.sh: ``$DECOR_E2E_TIMELINE``): the event,
+    the wall clock, the lane (xdist worker) and the test. Short appends: lanes do not mix."""
+    path = os.environ.get("DECOR_E2E_TIMELINE")
+    if path:
+        lane = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        with open(path, "a") as out:
+            out.write(f"{event} {time.time():.3f} {lane} {nodeid}\n")
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _timeline("start", nodeid)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _timeline("finish", nodeid)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
