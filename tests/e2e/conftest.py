@@ -410,12 +410,13 @@ def _timeline(event: str, nodeid: str) -> None:
             out.write(f"{event} {time.time():.3f} {lane} {nodeid}\n")
 
 
-def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
-    _timeline("start", nodeid)
-
-
-def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
-    _timeline("finish", nodeid)
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Where the test runs (a lane's worker; xdist also reports each test's start and finish
+    to its controller, which must not count them again)."""
+    _timeline("start", item.nodeid)
+    yield
+    _timeline("finish", item.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)
