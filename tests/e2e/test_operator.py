@@ -46,10 +46,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # test bed, whose node is this machine.
 NODE_EXEC = shlex.split(os.environ.get("DECOR_E2E_NODE_EXEC", ""))
 
-# CPU bounds of the test jobs: the test bed has 2 cores shared with the control plane. The
-# floor is 100m: on an Intel Xeon VM the test ResNet's narrowest width ran 0.083 s a step in
-# the pod, and jobs sized to need just over 250m finished 6-8 % early at a 250m floor.
-CPU_MIN = "100m"
+# CPU bounds of the test jobs: the test bed has 2 cores shared with the control plane.
 # cluster/e2e.sh runs the tests not marked `alone` in DECOR_E2E_LANES lanes at once, each with
 # its own operator, which sees only its own namespace: the lanes' jobs fit the node together
 # only if each stays within its share. The lanes' trainers together hold at most
@@ -63,6 +60,13 @@ LANES = max(1, int(os.environ.get("DECOR_E2E_LANES", "1")))
 LANES_TRAINER_CORES = 1.2
 CPU_MAX_CORES = 1.5 if LANES == 1 else round(min(1.5, LANES_TRAINER_CORES / LANES), 1)
 CPU_MAX = format_cpu(CPU_MAX_CORES)
+# The floor: 100m, or a quarter of a lane's max where that is less (75m for four lanes), so
+# that a job sized for its lane (below) has as much room above its floor as with three. On an
+# Intel Xeon VM the test ResNet's narrowest width ran 0.083 s a step in the pod, and jobs
+# sized to need just over 250m finished 6-8 % early at a 250m floor; with four lanes and a
+# 100m floor, a quota test's job sized for its 300m lane needed less than the floor and ended
+# 13.8 % early.
+CPU_MIN = format_cpu(min(0.1, CPU_MAX_CORES / 4))
 # The jobs' sizes (steps, samples, the cores a moved deadline needs) were chosen for an 800m
 # lane. With more lanes a lane's trainer gets less (400m for three), and the sizes
 # shrink by the same factor, so that a job needs the same fraction of its lane: a job
