@@ -6,7 +6,8 @@
 # Extra arguments go to pytest (both phases), e.g. -k NAME, -x, -q.
 #
 # Two phases (docs/cluster.md, "Concurrent e2e tests"):
-#   1. `lanes`: the tests not marked `alone`, DECOR_E2E_LANES at once (default 3;
+#   1. `lanes`: the tests not marked `alone`, DECOR_E2E_LANES at once (default: 4 on a machine
+#      whose test ResNet steps within FOUR_LANES_MAX_STEP_S at one thread, else 3;
 #      pytest-xdist), each in its own namespace with its own operator; each test sizes its jobs
 #      to a lane's share of the node (tests/e2e/test_operator.py: CPU_MAX, LANE_SCALE);
 #   2. `alone`: the tests marked `alone` (they need the whole node, restart the API server or
@@ -30,12 +31,12 @@ elif [ -z "${KUBECONFIG:-}" ]; then
 fi
 V=$(bash "$root/hack/venv.sh")
 cd "$root"
-lanes=${DECOR_E2E_LANES:-3}
+lanes=${DECOR_E2E_LANES:-}
 phases=${DECOR_E2E_PHASES:-lanes alone}
 for p in $phases; do
   case $p in lanes | alone) ;; *) echo "e2e: DECOR_E2E_PHASES: no phase '$p' (lanes, alone)" >&2; exit 2 ;; esac
 done
-case $lanes in '' | *[!0-9]* | 0) echo "e2e: DECOR_E2E_LANES must be a positive integer, not '$lanes'" >&2; exit 2 ;; esac
+[ -z "$lanes" ] || case $lanes in *[!0-9]* | 0) echo "e2e: DECOR_E2E_LANES must be a positive integer, not '$lanes'" >&2; exit 2 ;; esac
 
 # The test jobs' ResNet width is measured once, on a quiet machine, before any test runs:
 # measured inside a lane it would be skewed by the other lanes' jobs.
@@ -45,6 +46,21 @@ from test_operator import resnet_measure; print(resnet_measure())' | tail -n 1)
   export DECOR_E2E_RESNET_WIDTH
 fi
 if [ "${1:-}" = --measure-width ]; then echo "$DECOR_E2E_RESNET_WIDTH"; exit 0; fi
+# Four lanes where the machine is fast: their trainers hold the same 1.2 cores as three lanes,
+# but every lane adds an operator, a test and their pods' start-ups. On an AMD EPYC VM whose
+# ResNet stepped at 0.10-0.12 s, three lanes kept 1.19 cores busy and four passed (849 s
+# against 1,152 s); on a VM that stepped at 0.14-0.175 s, four lanes beside the side runs of
+# .ci/run left the node 0-3 % idle for minutes and a job ended 30.9 % late (docs/cluster.md).
+FOUR_LANES_MAX_STEP_S=0.13
+if [ -z "$lanes" ]; then
+  lanes=3
+  step=""
+  case $DECOR_E2E_RESNET_WIDTH in *:*) step=${DECOR_E2E_RESNET_WIDTH#*:} ;; esac  # a bare width: none
+  if [ -n "$step" ] && awk -v s="$step" -v m="$FOUR_LANES_MAX_STEP_S" 'BEGIN { exit !(s <= m) }'; then
+    lanes=4
+  fi
+  echo "[e2e] $lanes lanes (the test ResNet's step at one thread: ${step:-not measured}${step:+ s}; four at most $FOUR_LANES_MAX_STEP_S s)" >&2
+fi
 
 empty=0
 # Every finished job's deadline deviation (tests/e2e/test_operator.py: report), passed or not:
