@@ -190,18 +190,20 @@ def test_a_slow_start_is_left_to_the_startup_probe(helm: str) -> None:
     probe gives the operator health.startupSeconds (a start at a 50m request on a busy node
     took over a minute, and the liveness probe killed it in a loop)."""
 
-    def probes(*sets: str) -> dict[str, Any]:
+    def operator_container(*sets: str) -> dict[str, Any]:
         (container,) = by_kind(render(helm, *sets))["Deployment"]["spec"]["template"]["spec"][
             "containers"
         ]
         return container
 
-    container = probes()
+    container = operator_container()
     startup, liveness = container["startupProbe"], container["livenessProbe"]
     assert startup["httpGet"] == liveness["httpGet"] == {"path": "/healthz", "port": "health"}
     assert startup["periodSeconds"] * startup["failureThreshold"] == 300
     assert "initialDelaySeconds" not in liveness  # the startup probe gates it
-    assert probes("health.startupSeconds=600")["startupProbe"]["failureThreshold"] == 120
+    assert (
+        operator_container("health.startupSeconds=600")["startupProbe"]["failureThreshold"] == 120
+    )
 
 
 def named(documents: list[dict[str, Any]], kind: str, name: str = "decor") -> dict[str, Any]:
