@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from support import lane_order
 
 T = TypeVar("T")
 
@@ -408,6 +409,50 @@ def _timeline(event: str, nodeid: str) -> None:
         lane = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
         with open(path, "a") as out:
             out.write(f"{event} {time.time():.3f} {lane} {nodeid}\n")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a lane (an xdist worker), deal the tests longest first (support/lane_order.py). Every
+    lane orders the same collection the same way, as xdist requires."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    path = lane_order.SECONDS_FILE
+    seconds = lane_order.read_seconds(path.read_text()) if path.exists() else {}
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+
+    order = lane_order.longest_first(
+        [(lane_order.without_group(item.nodeid), group(item)) for item in items], seconds
+    )
+    items[:] = [items[k] for k in order]
+
+
+# Each test's seconds (set-up, call, teardown) as the lanes' controller receives their reports,
+# written to support/lane_order.py's file at the end when DECOR_E2E_RECORD_LANE_SECONDS is set.
+_lane_seconds: dict[str, float] = {}
+
+
+def _recording_lane_seconds() -> bool:
+    return bool(os.environ.get("DECOR_E2E_RECORD_LANE_SECONDS")) and not os.environ.get(
+        "PYTEST_XDIST_WORKER"
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _recording_lane_seconds():
+        nodeid = lane_order.without_group(report.nodeid)
+        _lane_seconds[nodeid] = _lane_seconds.get(nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Merge this run's seconds into the file: a run of some tests (-k) updates theirs."""
+    if not (_recording_lane_seconds() and _lane_seconds):
+        return
+    path = lane_order.SECONDS_FILE
+    seconds = lane_order.read_seconds(path.read_text()) if path.exists() else {}
+    path.write_text(lane_order.format_seconds({**seconds, **_lane_seconds}))
 
 
 @pytest.hookimpl(hookwrapper=True)
