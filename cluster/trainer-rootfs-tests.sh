@@ -16,7 +16,7 @@ export LOG_TAG=torch2-tests
 need_root
 trap cleanup_mounts EXIT
 
-PYTEST_PIN="pytest==9.2.0"  # the version of the project's venv (pytest >= 7, pyproject.toml)
+PYTEST_PIN="pytest==9.1.1"  # the version of the project's venv (pytest >= 7, < 9.2: pyproject.toml)
 # The trainer's tests: reporter, checkpoint and exact resume, data-parallel world-size changes
 # (gloo), the reference workloads and encoder_loop, the Lightning and HF callbacks. Not
 # tests/integration/test_own_loop.py: it drives the examples through `decor run --local`, the
