@@ -278,7 +278,22 @@ def test_jobs_share_the_node_through_the_planner(
         last = wait_succeeded(kube, namespace, "queued", timeout=400)
         report("loose", loose, before_tight=loose_before)
         report("tight", tight, pod_created_after_s=round(created_after_s, 1))
-        report("queued", last, earliest=found.group(1))
+        # Not held to the bound (the earliest deadline is the planner's forecast when it was
+        # queued): one run of three ended 37 % late at its max with no resize. Its times, and
+        # when it ends off by more than the bound, the operator's lines about it, show where
+        # the time went (admitted late, its pod slow to start, or slower than its estimate).
+        pod_start = min(
+            (p.status.start_time for p in trainer_pods(kube, namespace, "queued")
+             if p.status.start_time), default=None,
+        )  # fmt: skip
+        report(
+            "queued", last, earliest=found.group(1), deadline=new_deadline,
+            admitted=condition(last, "Admitted").get("lastTransitionTime"),
+            pod_started=pod_start.strftime("%H:%M:%S") if pod_start else None,
+        )  # fmt: skip
+        if abs(last["outcome"]["deviationPercent"]) > DEVIATION_BOUND_PERCENT:
+            lines = [ln for ln in operator.log_text().splitlines() if "queued" in ln]
+            print("\n[e2e queued] the operator's lines about it:\n" + "\n".join(lines[-80:]))
         loose_after = sampler.allocations("loose", since=arrived)
         refused = sampler.refused()
 
