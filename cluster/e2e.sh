@@ -9,9 +9,10 @@
 #   1. `lanes`: the tests not marked `alone`, DECOR_E2E_LANES at once (default: 4 on a machine
 #      whose test ResNet steps within FOUR_LANES_MAX_STEP_S at one thread, else 3;
 #      pytest-xdist), each in its own namespace with its own operator; each test sizes its jobs
-#      to a lane's share of the node (tests/e2e/test_operator.py: CPU_MAX, LANE_SCALE). The
-#      lanes take the tests longest first, by tests/e2e/lane_seconds.tsv (tests/support/
-#      lane_order.py); DECOR_E2E_RECORD_LANE_SECONDS=1 writes this run's seconds into it;
+#      to a lane's share of the node (tests/e2e/test_operator.py: CPU_MAX, LANE_SCALE). A
+#      lane about to start its next test takes the longest waiting, one busy with a long test
+#      the shortest, by tests/e2e/lane_seconds.tsv (tests/support/lane_order.py);
+#      DECOR_E2E_RECORD_LANE_SECONDS=1 writes this run's seconds into it;
 #   2. `alone`: the tests marked `alone` (they need the whole node, restart the API server or
 #      change the node), one at a time.
 # DECOR_E2E_LANES=1 runs phase 1 one test at a time too. DECOR_E2E_PHASES picks the phases

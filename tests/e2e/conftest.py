@@ -411,22 +411,14 @@ def _timeline(event: str, nodeid: str) -> None:
             out.write(f"{event} {time.time():.3f} {lane} {nodeid}\n")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a lane (an xdist worker), deal the tests longest first (support/lane_order.py). Every
-    lane orders the same collection the same way, as xdist requires."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The lanes' scheduler: ``loadgroup``'s units, each chosen by its recorded seconds
+    (support/lane_order.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
     path = lane_order.SECONDS_FILE
     seconds = lane_order.read_seconds(path.read_text()) if path.exists() else {}
-
-    def group(item: pytest.Item) -> str | None:
-        mark = item.get_closest_marker("xdist_group")
-        return str(mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
-
-    order = lane_order.longest_first(
-        [(lane_order.without_group(item.nodeid), group(item)) for item in items], seconds
-    )
-    items[:] = [items[k] for k in order]
+    return lane_order.ShortAheadScheduling(config, log, seconds)
 
 
 # Each test's seconds (set-up, call, teardown) as the lanes' controller receives their reports,

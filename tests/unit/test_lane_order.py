@@ -5,38 +5,30 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from support.lane_order import format_seconds, longest_first, read_seconds, without_group
+from support.lane_order import SOON_S, format_seconds, next_unit, read_seconds, without_group
 
 
-def ids(tests, order):
-    return [tests[k][0] for k in order]
+def test_a_lane_about_to_start_its_next_test_gets_the_longest_waiting():
+    assert next_unit([5.0, 190.0, 0.5, 190.0], queued_s=0.0) == 1  # ties: the first
+    assert next_unit([5.0, 190.0, 0.5], queued_s=SOON_S) == 1
 
 
-def test_tests_are_dealt_longest_first_and_ties_keep_their_collection_order():
-    tests = [("a", None), ("b", None), ("c", None), ("d", None)]
-    seconds = {"a": 10, "b": 190, "c": 10, "d": 95}
-    assert ids(tests, longest_first(tests, seconds)) == ["b", "d", "a", "c"]
+def test_a_lane_busy_with_a_long_test_gets_the_shortest_to_hold_its_place():
+    assert next_unit([5.0, 190.0, 0.5, 0.5], queued_s=93.0) == 2
+    assert next_unit([5.0, 190.0], queued_s=SOON_S + 0.1) == 0
 
 
-def test_a_group_is_one_unit_of_its_tests_summed_seconds_dealt_whole():
-    tests = [("a", None), ("g1", "grp"), ("b", None), ("g2", "grp")]
-    seconds = {"a": 100, "g1": 60, "b": 50, "g2": 60}
-    # the group's 120 s beat a's 100 s; its tests stay together in collection order
-    assert ids(tests, longest_first(tests, seconds)) == ["g1", "g2", "a", "b"]
+def test_a_test_of_unknown_seconds_counts_as_the_longest():
+    assert next_unit([188.0, math.inf, 1.0], queued_s=0.0) == 1
+    assert next_unit([188.0, 1.0], queued_s=math.inf) == 1
 
 
-def test_a_test_with_no_recorded_seconds_is_dealt_before_all_others():
-    tests = [("old", None), ("new", None), ("g1", "grp"), ("g2", "grp")]
-    seconds = {"old": 500, "g1": 1}
-    assert ids(tests, longest_first(tests, seconds)) == ["new", "g1", "g2", "old"]
-
-
-def test_every_test_is_dealt_exactly_once():
-    tests = [(f"t{k}", "g" if k % 7 == 0 else None) for k in range(50)]
-    seconds = {f"t{k}": (k * 37) % 11 for k in range(0, 50, 2)}
-    assert sorted(longest_first(tests, seconds)) == list(range(50))
+def test_no_waiting_unit_is_an_error():
+    with pytest.raises(ValueError):
+        next_unit([], queued_s=0.0)
 
 
 def test_the_xdist_group_suffix_is_dropped_but_not_an_at_sign_in_a_parameter():
@@ -76,40 +68,48 @@ def test_the_recorded_file_parses_and_names_only_e2e_tests():
     assert all(math.isfinite(s) for s in seconds.values())
 
 
-def test_an_xdist_group_runs_on_one_lane(tmp_path):
-    """The e2e lanes rely on ``--dist loadgroup`` keeping an ``xdist_group``'s tests on one
-    worker (tests that share a cluster-wide object); some pytest and pytest-xdist releases
-    together silently spread them (pyproject.toml). A real two-worker run of a tiny suite."""
-    (tmp_path / "test_grouped.py").write_text(
+TESTS_DIR = Path(__file__).resolve().parents[1]
+
+
+def test_the_lanes_scheduler_starts_the_longest_and_keeps_a_group_on_one_lane(tmp_path):
+    """A real two-worker run of a tiny suite under the lanes' scheduler: each lane's first
+    test is one of the two longest recorded, and an ``xdist_group``'s tests run on one lane
+    (the e2e lanes rely on it for tests that share a cluster-wide object; some pytest and
+    pytest-xdist releases together silently spread them: pyproject.toml)."""
+    seconds = {f"test_suite.py::test_long[{s}]": s for s in (100, 200, 300, 400)}
+    seconds |= {f"test_suite.py::test_short[{k}]": 1 for k in range(6)}
+    seconds |= {f"test_suite.py::test_in_group[{k}]": 2 for k in range(4)}
+    (tmp_path / "conftest.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(TESTS_DIR)!r})\n"
+        "from support.lane_order import ShortAheadScheduling\n"
+        "def pytest_xdist_make_scheduler(config, log):\n"
+        f"    return ShortAheadScheduling(config, log, {seconds!r})\n"
+    )
+    (tmp_path / "test_suite.py").write_text(
         "import os, pytest\n"
+        "def ran(name):\n"
+        "    with open('ran.txt', 'a') as out:\n"
+        "        out.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + name + '\\n')\n"
+        "@pytest.mark.parametrize('k', range(6))\n"
+        "def test_short(k):\n"
+        "    ran(f'short{k}')\n"
         "@pytest.mark.xdist_group('shared')\n"
-        "@pytest.mark.parametrize('i', range(6))\n"
-        "def test_in_group(i):\n"
-        "    with open('lanes.txt', 'a') as out:\n"
-        "        out.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
-        "@pytest.mark.parametrize('i', range(6))\n"
-        "def test_alone(i):\n"
-        "    pass\n"
+        "@pytest.mark.parametrize('k', range(4))\n"
+        "def test_in_group(k):\n"
+        "    ran(f'group{k}')\n"
+        "@pytest.mark.parametrize('s', (100, 200, 300, 400))\n"
+        "def test_long(s):\n"
+        "    ran(f'long{s}')\n"
     )
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-n",
-            "2",
-            "--dist",
-            "loadgroup",
-            "test_grouped.py",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "--dist", "loadgroup", "test_suite.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
-    lanes = (tmp_path / "lanes.txt").read_text().split()
-    assert len(lanes) == 6 and len(set(lanes)) == 1, lanes
+    ran = [line.split() for line in (tmp_path / "ran.txt").read_text().splitlines()]
+    assert len(ran) == 14, ran
+    first = {lane: name for lane, name in reversed(ran)}  # each lane's first test
+    assert sorted(first.values()) == ["long300", "long400"], ran
+    assert len({lane for lane, name in ran if name.startswith("group")}) == 1, ran
