@@ -416,9 +416,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     (support/lane_order.py)."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    path = lane_order.SECONDS_FILE
-    seconds = lane_order.read_seconds(path.read_text()) if path.exists() else {}
-    return lane_order.ShortAheadScheduling(config, log, seconds)
+    return lane_order.ShortAheadScheduling(config, log, lane_order.recorded_seconds())
 
 
 # Each test's seconds (set-up, call, teardown) as the lanes' controller receives their reports,
@@ -442,9 +440,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Merge this run's seconds into the file: a run of some tests (-k) updates theirs."""
     if not (_recording_lane_seconds() and _lane_seconds):
         return
-    path = lane_order.SECONDS_FILE
-    seconds = lane_order.read_seconds(path.read_text()) if path.exists() else {}
-    path.write_text(lane_order.format_seconds({**seconds, **_lane_seconds}))
+    seconds = {**lane_order.recorded_seconds(), **_lane_seconds}
+    lane_order.SECONDS_FILE.write_text(lane_order.format_seconds(seconds))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -60,10 +60,17 @@ def read_seconds(text: str) -> dict[str, float]:
     return seconds
 
 
+def recorded_seconds() -> dict[str, float]:
+    """The seconds of ``SECONDS_FILE``; none when there is no file."""
+    return read_seconds(SECONDS_FILE.read_text()) if SECONDS_FILE.exists() else {}
+
+
 def format_seconds(seconds: Mapping[str, float]) -> str:
     """The file's text: a header, then one line per test, by test id (stable diffs)."""
     lines = ["# seconds<TAB>test id: each e2e test's seconds in a recorded lanes run (set-up,"]
-    lines.append("# test and teardown); cluster/e2e.sh deals the lanes' tests longest first.")
+    lines.append(
+        "# test and teardown); the lanes' scheduler chooses tests by them (lane_order.py)."
+    )
     lines += [f"{seconds[t]:.0f}\t{t}" for t in sorted(seconds)]
     return "\n".join(lines) + "\n"
 
