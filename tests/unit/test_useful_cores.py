@@ -7,6 +7,8 @@ import math
 
 import pytest
 from decor.core.useful_cores import (
+    between_cores,
+    between_cores_helps,
     cap,
     efficiency,
     measure_level,
@@ -134,3 +136,43 @@ def test_a_maximum_dropped_only_on_levels_measured_in_the_same_conditions() -> N
     # averaged into the load's figure instead, one core would still look slower: dropped
     averaged = measure_level(tried, 1.0, 0.40, 3.0, 127.0, 10.0)
     assert cap(held, averaged, 2.0, 127.0, 10.0, hold, 0.1) is None
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [(0.5, False), (1.0, False), (1.1, False), (1.2, True), (1.5, True), (2.8, True), (2.9, False)],
+)
+def test_a_limit_between_whole_cores_is_a_fifth_of_a_core_away_from_them(
+    limit: float, expected: bool
+) -> None:
+    assert between_cores(limit) is expected
+
+
+# seconds per step at 1 core and 2 cores (linear speed-up), and at 1.5 cores for a trainer
+# whose threads follow the limit (one thread: as at 1 core), whose threads do not (as its
+# quota), and one faster than linear between the two (2 threads, the second core's speed-up
+# lost partly to other work at 2 cores)
+@pytest.mark.parametrize(
+    ("limit_step_s", "expected"),
+    [
+        (0.4, False),  # as the cores below it: threads that follow the limit
+        (0.4 / 1.1, False),  # a tenth of the way: noise, not the quota
+        (0.4 / 1.3, True),  # more than half the quota's share
+        (0.4 / 1.5, True),  # the quota's share exactly
+        (0.4 / 1.7, True),  # faster than the line between the levels
+    ],
+)
+def test_a_limit_between_whole_cores_helps_when_it_gains_half_its_share(
+    limit_step_s: float, expected: bool
+) -> None:
+    assert between_cores_helps(1.5, limit_step_s, 0.4, 0.2, 0.1) is expected
+
+
+def test_whether_a_limit_between_whole_cores_helps_is_not_told_where_it_cannot_be() -> None:
+    # too near a whole core to tell its share from noise
+    assert between_cores_helps(1.1, 0.4 / 1.1, 0.4, 0.2, 0.1) is None
+    # the next core adds nothing (a loop of one thread): nothing to tell apart
+    assert between_cores_helps(1.5, 0.4, 0.4, 0.395, 0.1) is None
+    # the same comparison between 3 and 4 cores: a sixth faster at 3.5 if it helps
+    assert between_cores_helps(3.5, 0.4 / 3.5, 0.4 / 3, 0.1, 0.1) is True
+    assert between_cores_helps(3.5, 0.4 / 3, 0.4 / 3, 0.1, 0.1) is False

@@ -46,6 +46,14 @@ FIT_MIN_SPREAD = 0.05
 GPU_FIT_MIN_SPREAD = 0.004
 FIT_B_STANDARD_ERRORS = 2.0
 
+# decor, CPU, above one core: whether a limit between whole cores helps a job is measured
+# once, this fraction of a core above the lower level of a pair (halfway: the largest
+# difference between a trainer whose threads follow the limit and one whose speed follows the
+# quota, for the fewest periods paid at half a core that, for the former, adds nothing), over
+# this many intervals (one interval's step noise passed for the difference in simulation).
+BETWEEN_PROBE_FRACTION = 0.5
+BETWEEN_PROBE_SAMPLES = 2.0
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -332,6 +340,16 @@ class State:
     # decor CPU: the useful maximum found, until when it holds, and how long it was held
     # for (``useful_cores.cap``)
     useful_cap: useful_cores.Cap | None = None
+    # decor CPU: whether a limit between whole cores above one core runs faster than the
+    # whole cores below it (``useful_cores.between_cores_helps``): True, the job's threads do
+    # not follow its limit and the law plans the quota itself; False, it alternates whole-core
+    # levels; None (not stored) until a limit there was measured, planned as False
+    between_cores_help: bool | None = None
+    # decor CPU: the measurement of a limit between whole cores under way (not stored
+    # otherwise): the limit, its mean seconds per step so far, the intervals measured there,
+    # when the last was (Unix s), and the seconds per step measured just before at the whole
+    # cores below it (``_between_learned``)
+    between_sample: tuple[float, float, float, float, float] | None = None
     deadline_s: float | None = None  # decor: the deadline the last decision planned for
     version: int = STATE_VERSION  # older stored states are read (migrated) by from_dict
     # GPU: the changes of count asked for so far (each a restart); None (not stored) before
@@ -343,7 +361,14 @@ class State:
 
     def to_dict(self) -> dict[str, Any]:
         raw = asdict(self)
-        for optional in ("gpu_restarts", "planned_peak", "useful_cap", "level_steps"):
+        for optional in (
+            "gpu_restarts",
+            "planned_peak",
+            "useful_cap",
+            "level_steps",
+            "between_cores_help",
+            "between_sample",
+        ):
             if raw[optional] in (None, ()):
                 del raw[optional]
         return raw
@@ -366,8 +391,9 @@ class State:
         if not isinstance(levels, (list, tuple)) or any(len(lv) != 4 for lv in levels):
             raise ValueError("controller state: level_steps is not a list of 4 numbers each")
         data["level_steps"] = tuple(tuple(float(x) for x in lv) for lv in levels)
-        if data.get("useful_cap") is not None:
-            data["useful_cap"] = tuple(float(x) for x in data["useful_cap"])
+        for name in ("useful_cap", "between_sample"):
+            if data.get(name) is not None:
+                data[name] = tuple(float(x) for x in data[name])
         data["version"] = STATE_VERSION
         return State(**data)
 
@@ -428,9 +454,10 @@ def thread_cores(limit: float) -> float:
     return limit if limit < 1.0 else float(math.floor(limit + 1e-6))
 
 
-def usable_cores(allocation: float, settings: Settings) -> float:
-    """What a trainer can use of an allocation: GPUs, or :func:`thread_cores` of a CPU limit."""
-    return thread_cores(allocation) if settings.mode == "cpu" else allocation
+def usable_cores(allocation: float, settings: Settings, between_cores: bool = False) -> float:
+    """What a trainer can use of an allocation: GPUs, or :func:`thread_cores` of a CPU limit
+    (all of it where a limit ``between_cores`` helps: State.between_cores_help)."""
+    return thread_cores(allocation) if settings.mode == "cpu" and not between_cores else allocation
 
 
 def clamp(value: float, settings: Settings) -> float:
@@ -555,7 +582,7 @@ def _plan_decor(
 ) -> Decision:
     """:func:`_decide_decor` once the sample is learned, up to ``settings.max_allocation``."""
     base = learned.state
-    step_time = _step_time_model(base.fit, base.level_fit, settings, base.level_shape)
+    step_time = step_time_curve(base, settings)
     unplanned = _unplanned(state, base, obs, settings, now, step_time)
     if unplanned is not None:
         return unplanned
@@ -582,6 +609,8 @@ def _plan_decor(
             period.replan,
         )
     plan = _cpu_plan(period)
+    if _measuring_between(period):
+        plan = replace(plan, target=period.current)
     target = _damped(period, plan, learned.settled_now)
     condition = (
         vocabulary.CONDITION_AT_RISK
@@ -594,6 +623,8 @@ def _plan_decor(
         f"{step_time(settings.max_allocation):.4f} s at MAX"
     )
     base = replace(base, level_credit_s=plan.credit_s)
+    if plan.between_sample is not None:
+        base = replace(base, between_sample=plan.between_sample)
     return _hold_or_change(base, settings, target, now, obs, condition, message, eta)
 
 
@@ -654,22 +685,91 @@ def _learn_speed(state: State, obs: Observation, settings: Settings, stable: boo
     dsteps = obs.steps_done - state.last_steps
     if not (dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs)):
         return state
+    between, between_sample = state.between_cores_help, state.between_sample
+    if settings.mode == "cpu" and between_sample is not None:
+        measuring = abs(obs.allocation - between_sample[0]) < 1e-9
+        between, between_sample = _between_learned(
+            between_sample, obs, dt / dsteps, state.level_steps, settings
+        )
+        if measuring:
+            # measured for the comparison alone: what speed model it belongs to is unknown
+            return replace(state, between_cores_help=between, between_sample=between_sample)
     # CPU: one fit below one core (one thread, throttled), one at whole cores (as many
-    # threads); one core belongs to both.
-    cores = usable_cores(obs.allocation, settings)
+    # threads, or all of a limit between them where that helps); one core belongs to both.
+    cores = usable_cores(obs.allocation, settings, between is True)
     sample = (dt / dsteps, dsteps, obs.time_s, settings.model_memory_s)
     fit, level_shape = state.fit, state.level_shape
     if settings.mode != "cpu" or cores <= 1.0:
         fit = fit.add(1.0 / cores, *sample)
     if settings.mode != "cpu":
         return replace(state, fit=fit, level_shape=_shape_of(fit, level_shape, gpu=True))
-    # Below one core, what one core would run (the speed proportional to the quota) stands
-    # for the one-core level, so that a level above it measured next is compared with it.
+    levels, useful_cap = state.level_steps, state.useful_cap
+    if cores <= 1.0 or abs(cores - round(cores)) < 1e-6:  # a level: its figure, the maximum
+        levels, useful_cap = _measured_level(state, settings, obs, cores, dt / dsteps, dsteps)
+    if cores < 1.0:
+        return replace(
+            state,
+            fit=fit,
+            level_steps=levels,
+            useful_cap=useful_cap,
+            between_cores_help=between,
+            between_sample=between_sample,
+        )
+    level_fit = state.level_fit.add(1.0 / cores, *sample)
+    fewest, most = state.fewest_cores_measured, state.most_cores_measured
+    return replace(
+        state,
+        fit=fit,
+        level_fit=level_fit,
+        level_shape=_shape_of(level_fit, level_shape),
+        fewest_cores_measured=min(cores, fewest if fewest is not None else math.inf),
+        most_cores_measured=max(cores, most if most is not None else 0.0),
+        level_steps=levels,
+        useful_cap=useful_cap,
+        between_cores_help=between,
+        between_sample=between_sample,
+    )
+
+
+def _between_learned(
+    sample: tuple[float, float, float, float, float],
+    obs: Observation,
+    step_s: float,
+    levels: tuple[useful_cores.Level, ...],
+    settings: Settings,
+) -> tuple[bool | None, tuple[float, float, float, float, float] | None]:
+    """``State.between_cores_help`` and ``State.between_sample`` after an interval at
+    ``step_s`` seconds per step: at the limit measured, averaged in, and once it has
+    BETWEEN_PROBE_SAMPLES intervals, compared with the cores below it measured just before
+    and the level above (``useful_cores.between_cores_helps``; False where that cannot tell).
+    An interval elsewhere once the speed model's memory has passed without them (samples too
+    far apart) ends the measurement: False, the whole-core levels as before."""
+    limit, mean_s, count, at, lower_s = sample
+    if abs(obs.allocation - limit) > 1e-9:
+        return (False, None) if obs.time_s - at > settings.model_memory_s else (None, sample)
+    count += 1.0
+    mean_s += (step_s - mean_s) / count
+    if count < BETWEEN_PROBE_SAMPLES:
+        return None, (limit, mean_s, count, obs.time_s, lower_s)
+    upper = next((s for c, s, _, _ in levels if c == math.floor(limit) + 1), None)
+    helps = upper is not None and useful_cores.between_cores_helps(
+        limit, mean_s, lower_s, upper, settings.useful_min_efficiency
+    )
+    return helps is True, None
+
+
+def _measured_level(
+    state: State, settings: Settings, obs: Observation, cores: float, step_s: float, steps: float
+) -> tuple[tuple[useful_cores.Level, ...], useful_cores.Cap | None]:
+    """The whole-core levels' figures with ``steps`` steps at ``step_s`` measured at ``cores``,
+    and the useful maximum they give (``useful_cores``). Below one core, what one core would
+    run (the speed proportional to the quota) stands for the one-core level, so that a level
+    above it measured next is compared with it."""
     levels = useful_cores.measure_level(
         useful_cores.stale_figure_dropped(state.level_steps, state.useful_cap, max(1.0, cores)),
         max(1.0, cores),
-        dt / dsteps * min(1.0, cores),
-        dsteps,
+        step_s * min(1.0, cores),
+        steps,
         obs.time_s,
         settings.model_memory_s,
     )
@@ -682,20 +782,7 @@ def _learn_speed(state: State, obs: Observation, settings: Settings, stable: boo
         settings.useful_hold_s,
         settings.useful_min_efficiency,
     )
-    if cores < 1.0:
-        return replace(state, fit=fit, level_steps=levels, useful_cap=useful_cap)
-    level_fit = state.level_fit.add(1.0 / cores, *sample)
-    fewest, most = state.fewest_cores_measured, state.most_cores_measured
-    return replace(
-        state,
-        fit=fit,
-        level_fit=level_fit,
-        level_shape=_shape_of(level_fit, level_shape),
-        fewest_cores_measured=min(cores, fewest if fewest is not None else math.inf),
-        most_cores_measured=max(cores, most if most is not None else 0.0),
-        level_steps=levels,
-        useful_cap=useful_cap,
-    )
+    return levels, useful_cap
 
 
 def _restart_seen_s(
@@ -850,21 +937,30 @@ class _CpuPlan:
     target: float  # the allocation that serves it now
     credit_s: float = 0.0  # the new level credit (seconds owed at the upper level)
     current_need_s: float = 0.0  # seconds the plan needs at the current level (0 below a pair)
+    # the measurement of a limit between whole cores starts (State.between_sample)
+    between_sample: tuple[float, float, float, float, float] | None = None
 
 
 def _cpu_plan(p: _Period) -> _CpuPlan:
     """The cores the remaining steps need over the horizon, and the allocation that serves
     that need: the two whole-core levels around it in turn above one core, the quota itself
-    up to one."""
+    up to one, and above it too where a limit between whole cores helps."""
     settings, step_time, current = p.settings, p.step_time, p.current
     needed_step_s = p.needed_step_s
-    if step_time(1.0) > needed_step_s and usable_cores(settings.max_allocation, settings) >= 2.0:
+    between_cores = p.learned.between_cores_help is True
+    if (
+        not between_cores
+        and step_time(1.0) > needed_step_s
+        and usable_cores(settings.max_allocation, settings) >= 2.0
+    ):
         return _between_levels(p)
-    # Up to one core, speed is proportional to the quota: the model's cores for the needed
-    # step time. Keep the allocation inside a relative dead-band, else move to the nearest
-    # quantum. Re-planning every period absorbs the dead-band's error, and as the horizon
-    # shrinks that error (a fraction of the time left) shrinks with it.
-    wanted = _cores_for(needed_step_s, step_time, min(1.0, settings.max_allocation), settings)
+    # Up to one core (and above it where a limit between whole cores helps), speed follows
+    # the quota: the model's cores for the needed step time. Keep the allocation inside a
+    # relative dead-band, else move to the nearest quantum. Re-planning every period absorbs
+    # the dead-band's error, and as the horizon shrinks that error (a fraction of the time
+    # left) shrinks with it.
+    high = settings.max_allocation if between_cores else min(1.0, settings.max_allocation)
+    wanted = _cores_for(needed_step_s, step_time, high, settings)
     target = quantize(wanted, settings)
     if (
         abs(wanted - current) <= settings.deadband_ratio * current
@@ -907,7 +1003,59 @@ def _between_levels(p: _Period) -> _CpuPlan:
         probe_upper=most is not None and most < lower + 1,
     )
     current_need_s = upper_need_s if thread_cores(current) == lower + 1 else 0.0
+    lower_s = _between_measurable(p, lower, target)
+    if lower_s is not None:
+        target = quantize(lower + BETWEEN_PROBE_FRACTION, settings)
+        started = (target, 0.0, 0.0, p.now, lower_s)  # nothing measured there yet
+        return _CpuPlan(wanted, target, credit_s, current_need_s, started)
     return _CpuPlan(wanted, target, credit_s, current_need_s)
+
+
+def _between_measurable(p: _Period, lower: int, target: float) -> float | None:
+    """The seconds per step this period's sample measured at ``lower`` whole cores, where the
+    job, staying there, is to measure halfway to the level above instead, to learn whether a
+    limit between whole cores helps it (``useful_cores.between_cores_helps``; a trainer
+    whose threads follow the limit runs there as at ``lower``, at the cost of half a core
+    for the periods it takes); else None. Once per job, with the level above measured, from
+    a sample that ran at ``lower`` alone, not in the end game or in answer to a moved
+    deadline."""
+    learned, state, obs = p.learned, p.state, p.obs
+    if (
+        learned.between_cores_help is not None
+        or learned.between_sample is not None
+        or target != lower
+        or p.current != lower
+        or p.endgame
+        or p.replan
+        or lower + 1.0 not in {cores for cores, _, _, _ in learned.level_steps}
+    ):
+        return None
+    if state.last_time_s is None or state.last_steps is None:
+        return None
+    clean = (
+        not obs.pending
+        and learned.change_pending_since_s is None
+        and _same_allocation_held(state, obs)
+    )
+    dt, steps = obs.time_s - state.last_time_s, obs.steps_done - state.last_steps
+    return dt / steps if clean and obs.allocation == lower and dt > 0 and steps > 0 else None
+
+
+def _measuring_between(p: _Period) -> bool:
+    """Whether the job holds the limit between whole cores that :func:`_between_measurable`
+    went to, until BETWEEN_PROBE_SAMPLES intervals there are measured (the first comes a
+    period or two after the change; one interval's noise can pass for the difference), for
+    at most ``probe_periods`` and a period."""
+    learned = p.learned
+    changed_s, sample = learned.last_change_s, learned.between_sample
+    return (
+        sample is not None
+        and abs(sample[0] - p.current) < 1e-9
+        and changed_s is not None
+        and p.now - changed_s < (p.settings.probe_periods + 1.0) * p.settings.period_s
+        and not p.endgame
+        and not p.replan
+    )
 
 
 def _damped(p: _Period, plan: _CpuPlan, settled_now: bool) -> float:
@@ -918,15 +1066,17 @@ def _damped(p: _Period, plan: _CpuPlan, settled_now: bool) -> float:
     if target < current and p.endgame:
         # End game: below one core, step down by at most endgame_step_ratio (a step down
         # between whole-core levels is taken: both were measured).
+        between_cores = p.learned.between_cores_help is True
         floor = (
             1.0
-            if current > 1.0
+            if current > 1.0 and not between_cores
             else quantize(current * (1 - settings.endgame_step_ratio), settings)
         )
         target = min(current, max(target, floor))
     if (
         target < current
         and not p.replan
+        and p.learned.between_cores_help is not True
         and _level_held(current, plan.current_need_s, p.horizon_s, p.state, settings, p.now)
     ):
         target = current
@@ -1113,7 +1263,11 @@ def _shape_of(level_fit: SpeedFit, shape: float | None, gpu: bool = False) -> fl
 
 
 def _step_time_model(
-    fit: SpeedFit, level_fit: SpeedFit, settings: Settings, level_shape: float | None = None
+    fit: SpeedFit,
+    level_fit: SpeedFit,
+    settings: Settings,
+    level_shape: float | None = None,
+    between_cores: bool = False,
 ) -> Callable[[float], float] | None:
     """Seconds per step at an allocation, from what was measured; None before any sample.
 
@@ -1121,7 +1275,8 @@ def _step_time_model(
     samples span one count only. CPU: below one core the sub-core fit (one thread, throttled:
     proportional to the quota when only the whole-core fit exists), at whole cores the
     whole-core fit (proportional to cores from one core when only the sub-core fit exists),
-    with the ``level_shape`` last measured once its samples no longer span two levels.
+    with the ``level_shape`` last measured once its samples no longer span two levels; a
+    limit between whole cores runs as the whole cores below it unless ``between_cores``.
     Without that, half a minute at one core made VGG's second core look 1.6x as useful as
     measured (78 steps/s at two cores, against 61.5), and the job stayed at one core.
     """
@@ -1139,7 +1294,7 @@ def _step_time_model(
         return coeffs[0] + coeffs[1]
 
     def step_time(u: float) -> float:
-        cores = usable_cores(u, settings)
+        cores = usable_cores(u, settings, between_cores)
         if cores < 1.0:
             if sub is not None:
                 return sub[0] / cores + sub[1]
@@ -1423,7 +1578,9 @@ def _hold_or_change(
 def step_time_curve(state: State, settings: Settings) -> Callable[[float], float] | None:
     """The job's fitted speed curve: seconds per step at an allocation (decreasing in it);
     None before anything was measured. The planner predicts finishes with it."""
-    return _step_time_model(state.fit, state.level_fit, settings, state.level_shape)
+    return _step_time_model(
+        state.fit, state.level_fit, settings, state.level_shape, state.between_cores_help is True
+    )
 
 
 def replan_within_grant(

@@ -21,6 +21,15 @@ less often. A maximum is dropped only once its own level has been measured again
 level above was tried, that new figure replacing the old: load that ended in between would
 otherwise make the level above look useful (:func:`unconfirmed`).
 
+A limit between whole cores above one core (1.5 cores) is measured once (``control``'s
+``_between_levels``), then the whole cores below it, and :func:`between_cores_helps` says
+whether the limit ran faster than they did (measured after it, in the same conditions: load
+from outside that ended just before the limit was measured would otherwise make it look
+faster than the level's older figure): a trainer whose threads follow its limit (one per whole core, the
+reference trainer) runs no faster, and the law alternates whole-core levels; a loop whose
+threads do not (PyTorch's default threads, or pinned to more threads than that), runs as fast
+as its quota allows, and the law plans the quota itself.
+
 ``Level`` = (cores, seconds per step, weight in steps, when last measured (Unix s)).
 """
 
@@ -51,6 +60,31 @@ def measure_level(
         mean = (old[1] * weight + step_s * steps) / (weight + steps)
         merged = (cores, mean, weight + steps, time_s)
     return tuple(sorted([*kept, merged]))
+
+
+def between_cores(limit: float) -> bool:
+    """Whether a CPU limit is above one core and far enough from whole cores (a fifth of a
+    core) that what it runs can be told from what they run."""
+    fraction = limit - math.floor(limit)
+    return limit > 1.0 and 0.2 - 1e-9 <= fraction <= 0.8 + 1e-9
+
+
+def between_cores_helps(
+    limit: float, step_s: float, lower_step_s: float, upper_step_s: float, min_efficiency: float
+) -> bool | None:
+    """Whether a limit between whole cores above one core (``limit``, measured at ``step_s``
+    seconds per step) ran faster than the whole cores below it (``lower_step_s``) by at least
+    half the speed-up its fraction of the next core would give if speed grew linearly from
+    there to the whole cores above it (``upper_step_s``); None when the limit is not
+    :func:`between_cores`, or the next core adds less than ``min_efficiency``
+    (:func:`efficiency`): too little to tell apart from noise."""
+    lower = math.floor(limit)
+    if not between_cores(limit):
+        return None
+    if efficiency((lower, lower_step_s), (lower + 1, upper_step_s)) < min_efficiency:
+        return None
+    gained = 1.0 / step_s - 1.0 / lower_step_s
+    return gained >= 0.5 * (limit - lower) * (1.0 / upper_step_s - 1.0 / lower_step_s)
 
 
 def efficiency(low: tuple[float, float], high: tuple[float, float]) -> float:
