@@ -596,6 +596,7 @@ def _plan_decor(
         step_time=step_time,
         current=obs.allocation if not obs.pending else state.allocation,
         moved_s=_deadline_moved_s(state, settings, learned.changing),
+        interval_step_s=learned.interval_step_s,
     )
     if settings.mode == "gpu":
         return _decide_gpu(
@@ -636,6 +637,9 @@ class _Learned:
     restart_cost_s: float  # GPU: what one change of count costs, learned or configured
     changing: bool  # a change is still being carried out
     settled_now: bool  # CPU: a resize seen pending has taken effect by this sample
+    # seconds per step of the interval the sample closed, where it taught the speed (None
+    # where it did not: :func:`_interval`)
+    interval_step_s: float | None = None
 
 
 def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _Learned:
@@ -648,7 +652,8 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     pending_since = state.change_pending_since_s
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
-    speed = _learn_speed(state, obs, settings, stable=not obs.pending and pending_since is None)
+    interval = _interval(state, obs, stable=not obs.pending and pending_since is None)
+    speed = _learn_speed(state, obs, settings, interval)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -672,19 +677,30 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         # A move seen while a change is still being applied is answered once it has been.
         deadline_s=state.deadline_s if changing else settings.deadline_s,
     )
-    return _Learned(learned, restart_cost, changing, settled_now)
+    step_s = interval[0] / interval[1] if interval is not None else None
+    return _Learned(learned, restart_cost, changing, settled_now, step_s)
 
 
-def _learn_speed(state: State, obs: Observation, settings: Settings, stable: bool) -> State:
-    """``state`` with the interval since the last sample learned into the speed fits, the
-    whole-core levels measured and the useful maximum (CPU), when it teaches anything: no
-    change was ``stable`` (pending) and one allocation ran all of it."""
+def _interval(state: State, obs: Observation, stable: bool) -> tuple[float, float] | None:
+    """The interval since the last sample, (seconds, steps), where it teaches the speed: no
+    change was ``stable`` (pending), one allocation ran all of it, and it made progress."""
     if state.last_time_s is None or state.last_steps is None or obs.allocation <= 0:
-        return state
+        return None
     dt = obs.time_s - state.last_time_s
     dsteps = obs.steps_done - state.last_steps
     if not (dt > 0 and dsteps > 0 and stable and _same_allocation_held(state, obs)):
+        return None
+    return dt, dsteps
+
+
+def _learn_speed(
+    state: State, obs: Observation, settings: Settings, interval: tuple[float, float] | None
+) -> State:
+    """``state`` with the ``interval`` since the last sample (:func:`_interval`) learned into
+    the speed fits, the whole-core levels measured and the useful maximum (CPU)."""
+    if interval is None:
         return state
+    dt, dsteps = interval
     between, between_sample = state.between_cores_help, state.between_sample
     if settings.mode == "cpu" and between_sample is not None:
         measuring = abs(obs.allocation - between_sample[0]) < 1e-9
@@ -899,6 +915,7 @@ class _Period:
     step_time: Callable[[float], float]  # the speed model: seconds per step at an allocation
     current: float  # the allocation in effect (the last one decided while a resize is pending)
     moved_s: float  # how far the deadline moved since the last decision
+    interval_step_s: float | None  # what the sample's interval measured (_Learned)
 
     @property
     def horizon_s(self) -> float:
@@ -1019,7 +1036,7 @@ def _between_measurable(p: _Period, lower: int, target: float) -> float | None:
     for the periods it takes); else None. Once per job, with the level above measured, from
     a sample that ran at ``lower`` alone, not in the end game or in answer to a moved
     deadline."""
-    learned, state, obs = p.learned, p.state, p.obs
+    learned = p.learned
     if (
         learned.between_cores_help is not None
         or learned.between_sample is not None
@@ -1030,15 +1047,7 @@ def _between_measurable(p: _Period, lower: int, target: float) -> float | None:
         or lower + 1.0 not in {cores for cores, _, _, _ in learned.level_steps}
     ):
         return None
-    if state.last_time_s is None or state.last_steps is None:
-        return None
-    clean = (
-        not obs.pending
-        and learned.change_pending_since_s is None
-        and _same_allocation_held(state, obs)
-    )
-    dt, steps = obs.time_s - state.last_time_s, obs.steps_done - state.last_steps
-    return dt / steps if clean and obs.allocation == lower and dt > 0 and steps > 0 else None
+    return p.interval_step_s if p.obs.allocation == lower else None
 
 
 def _measuring_between(p: _Period) -> bool:

@@ -21,14 +21,14 @@ less often. A maximum is dropped only once its own level has been measured again
 level above was tried, that new figure replacing the old: load that ended in between would
 otherwise make the level above look useful (:func:`unconfirmed`).
 
-A limit between whole cores above one core (1.5 cores) is measured once (``control``'s
-``_between_levels``), then the whole cores below it, and :func:`between_cores_helps` says
-whether the limit ran faster than they did (measured after it, in the same conditions: load
-from outside that ended just before the limit was measured would otherwise make it look
-faster than the level's older figure): a trainer whose threads follow its limit (one per whole core, the
-reference trainer) runs no faster, and the law alternates whole-core levels; a loop whose
-threads do not (PyTorch's default threads, or pinned to more threads than that), runs as fast
-as its quota allows, and the law plans the quota itself.
+A limit between whole cores above one core (1.5 cores) is measured once, right after an
+interval at the whole cores below it (``control``'s ``_between_levels``), and
+:func:`between_cores_helps` says whether the limit ran faster than that interval (not than
+the level's figure: load from outside that ended since an older figure would make the limit
+look faster): a trainer whose threads follow its limit (one per whole core, the reference
+trainer) runs no faster, and the law alternates whole-core levels; a loop whose threads do
+not (PyTorch's default threads, or pinned to more threads than that) runs as fast as its
+quota allows, and the law plans the quota itself.
 
 ``Level`` = (cores, seconds per step, weight in steps, when last measured (Unix s)).
 """
