@@ -114,13 +114,17 @@ RESNET_BATCH = 32
 
 
 def _resnet_step_s(width: int) -> float:
-    """Seconds per training step of the test ResNet at ``width``, one thread (median of 3)."""
+    """Seconds per training step of the test ResNet at ``width``, one thread: the fastest of
+    five rounds of six steps. Other work on the machine only ever slows a round down, so the
+    fastest round is the machine's own speed (the median of three rounds once measured
+    0.1322 s on a VM whose other runs measured 0.105-0.111 s, and the e2e suite, its lane
+    count decided by this step, ran three lanes instead of four)."""
     from decor_trainer.workloads import WorkloadConfig, build_workload
 
     workload = build_workload(WorkloadConfig(name="resnet", width=width, batch_size=RESNET_BATCH))
     model, optimizer = workload.model, workload.optimizer()
     rounds = []
-    for timed in (False, True, True, True):  # a warm-up round, then three timed ones
+    for timed in (False, True, True, True, True, True):  # a warm-up round, then five timed ones
         started = time.perf_counter()
         for i in range(6):
             inputs, targets = workload.batch(i)
@@ -129,7 +133,7 @@ def _resnet_step_s(width: int) -> float:
             optimizer.step()
         if timed:
             rounds.append((time.perf_counter() - started) / 6)
-    return sorted(rounds)[1]
+    return min(rounds)
 
 
 @functools.cache
