@@ -27,8 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.waiting import wait_for
 
 TIMEOUT_S = 60.0
-TINY = ["--batch-size", "4", "--width", "4", "--vocab-size", "50", "--seq-len", "8"]
-TINY += ["--threads", "1", "--seed", "3"]
+UNPINNED = ["--batch-size", "4", "--width", "4", "--vocab-size", "50", "--seq-len", "8"]
+UNPINNED += ["--seed", "3"]
+TINY = [*UNPINNED, "--threads", "1"]
 PORT_LINE = re.compile(r"on http://127\.0\.0\.1:(\d+)/metrics")
 
 
@@ -128,8 +129,23 @@ def test_each_workload_trains_to_the_planned_steps(tmp_path: Path, workload: str
     assert (snapshot.steps, snapshot.samples, snapshot.epochs) == (6, 24, 2)
     assert (snapshot.steps_planned, snapshot.epochs_planned) == (6, 2)
     assert snapshot.step_s > 0 and snapshot.epoch_s > 0 and snapshot.t > 0
+    assert snapshot.threads_follow_limit is False  # pinned by --threads
     assert final_state(tmp_path / "ckpt")["step"] == 6
     assert len(re.findall(r"epoch \d/2 done", result.stderr)) == 2
+
+
+def test_threads_that_follow_the_limit_are_said_so(tmp_path: Path) -> None:
+    """Without ``--threads`` the trainer's threads follow its CPU limit, and its progress
+    says so (``decor_threads_follow_limit``: the law then does not measure a limit between
+    whole cores); pinned, it does not (the run above)."""
+    progress = tmp_path / "progress.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "decor_trainer.train", *UNPINNED, "--workload", "resnet", "--epochs", "1", "--steps-per-epoch", "1",
+         "--progress-file", str(progress)],
+        env=trainer_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert ProgressSnapshot.from_mapping(json.loads(progress.read_text())).threads_follow_limit
 
 
 def test_sigterm_then_resume_loses_and_repeats_no_step(tmp_path: Path) -> None:

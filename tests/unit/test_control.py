@@ -1477,6 +1477,46 @@ def test_decor_cpu_alternates_levels_slowly_above_one_core(plant: str) -> None:
         assert_levels_alternate_slowly(result, f"{plant} {factor}x seed {seed}")
 
 
+def held_between_whole_cores(result: SimResult) -> list[float]:
+    return [a for a in allocations(result) if 1.0 < a < MAX_CORES and a != int(a)]
+
+
+@pytest.mark.parametrize("plant", list(CPU_PLANTS))
+def test_decor_cpu_takes_the_trainers_word_that_its_threads_follow_the_limit(plant: str) -> None:
+    """A trainer that says its threads follow its limit (the reference trainer's
+    ``decor_threads_follow_limit``) is not measured halfway between two whole-core levels:
+    it never holds a limit between them, finishes within the bound, and uses no more
+    core-seconds than the same run without the word, which held one (on these plants, 3
+    periods at 1.5 cores: 1.5 core-seconds of about 400)."""
+    for _, factor, seed in (c for c in cpu_cases() if c[0] == plant):
+        silent = CPU_PLANTS[plant]
+        settings = cpu_settings(factor * time_at_max_s(silent, "cpu"), "decor")
+        runs = [
+            run_closed_loop(settings, p, TOTAL_STEPS, seed=seed)
+            for p in (silent, replace(silent, says_threads_follow=True))
+        ]
+        what = f"{plant} {factor}x seed {seed}"
+        assert held_between_whole_cores(runs[0]), what  # measured, without the word
+        assert held_between_whole_cores(runs[1]) == [], what
+        assert_finished_within(runs[1], DECOR_CPU_DEV, what)
+        assert runs[1].core_seconds <= runs[0].core_seconds, what
+
+
+@pytest.mark.parametrize(
+    ("help_before", "after"),
+    [(None, False), (True, True)],  # measured before the word: the measurement stands
+)
+def test_decor_cpu_word_on_threads_is_taken_only_where_nothing_was_measured(
+    help_before: bool | None, after: bool
+) -> None:
+    state = replace(fitted_decor_state(1.5), between_cores_help=help_before)
+    obs = replace(observation(103, 500, 1.5, total=1000), threads_follow_limit=True)
+    decision = decide(state, obs, decor_settings(), 103)
+    assert decision.state.between_cores_help is after
+    told_gpu = decide(fitted_decor_state(2.0, mode="gpu"), obs, gpu_settings(D_DECOR, "decor"), 103)
+    assert told_gpu.state.between_cores_help is None  # GPU counts: nothing between to learn
+
+
 @pytest.mark.parametrize("plant", list(CPU_PLANTS))
 def test_decor_actuates_less_than_decor_nn_on_cpu(plant: str) -> None:
     for _, factor, seed in (c for c in cpu_cases() if c[0] == plant):

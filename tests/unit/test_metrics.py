@@ -24,6 +24,7 @@ from decor.core.progress import (
     RESTART_SECONDS,
     STEPS_DONE,
     STEPS_PLANNED,
+    THREADS_FOLLOW_LIMIT,
     MetricsError,
     Progress,
     observation_from_progress,
@@ -352,6 +353,18 @@ def test_reads_that_cannot_start_within_the_wait_are_cancelled() -> None:
     assert started == ["a"]
     assert "no answer within 0.2s" in str(reads[("ns", "a")])
     assert "not read: 2 endpoints" in str(reads[("ns", "b")])
+
+
+def test_the_trainers_word_on_its_threads_reaches_the_observation() -> None:
+    base = {STEPS_DONE: 5.0, STEPS_PLANNED: 10.0}
+    for samples, said in (
+        (base, False),  # an older trainer, or a loop that does not say
+        ({**base, THREADS_FOLLOW_LIMIT: 0.0}, False),
+        ({**base, THREADS_FOLLOW_LIMIT: 0.5}, False),
+        ({**base, THREADS_FOLLOW_LIMIT: 1.0}, True),
+    ):
+        progress = progress_from_samples(samples)
+        assert observation_from_progress(progress, 100.0, 2.0).threads_follow_limit is said
 
 
 def test_the_trainers_restart_measure_is_read_when_it_resumed() -> None:

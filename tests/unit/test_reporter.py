@@ -32,6 +32,7 @@ FILE_KEYS = {
     "epoch_s",
     "t",
     "restart_s",
+    "threads_follow_limit",
 }
 
 
@@ -82,11 +83,36 @@ def test_exposes_exactly_the_contract_metrics_with_help_and_no_labels() -> None:
     registry = CollectorRegistry()
     ProgressReporter(steps_planned=1, epochs_planned=1, registry=registry)
     names = contract_metric_names()
-    assert len(names) == 9, f"contract table not found or changed: {names}"
+    assert len(names) == 10, f"contract table not found or changed: {names}"
     assert exposed_names(registry) == names
     for family in registry.collect():
         assert family.documentation
         assert all(sample.labels == {} for sample in family.samples)
+
+
+def test_threads_following_the_limit_is_said_only_when_the_loop_says_so(tmp_path: Path) -> None:
+    for says in (False, True):
+        registry = CollectorRegistry()
+        ProgressReporter(
+            steps_planned=1, epochs_planned=1, registry=registry, threads_follow_limit=says
+        )
+        assert value(registry, "decor_threads_follow_limit") == float(says)
+        path = tmp_path / f"{says}.json"
+        reporter = ProgressReporter(
+            steps_planned=1, epochs_planned=1, progress_file=path, threads_follow_limit=says
+        )
+        data = json.loads(path.read_text())
+        assert data["threads_follow_limit"] is says
+        assert ProgressSnapshot.from_mapping(data) == reporter.snapshot()
+        sidecar = build_registry(path)
+        assert value(sidecar, "decor_threads_follow_limit") == float(says)
+    older = json.loads(ProgressSnapshot(1, 2, 3, 0, 1, 0.1, 0.0, 1.5e9).to_json())
+    del older["threads_follow_limit"]  # an older trainer's file: not said
+    assert ProgressSnapshot.from_mapping(older).threads_follow_limit is False
+    assert (
+        ProgressSnapshot.from_mapping({**older, "threads_follow_limit": 1}).threads_follow_limit
+        is False
+    )
 
 
 def test_resumed_reporter_starts_at_the_checkpoint() -> None:

@@ -17,6 +17,7 @@ STEP_DURATION = "decor_step_duration_seconds"
 EPOCH_DURATION = "decor_epoch_duration_seconds"
 LAST_STEP_TIMESTAMP = "decor_last_step_timestamp_seconds"
 RESTART_DURATION = "decor_training_restart_seconds"
+THREADS_FOLLOW_LIMIT = "decor_threads_follow_limit"
 
 DEFAULT_METRICS_PORT = 9100
 """Port of the metrics endpoint when neither the caller nor ``DECOR_METRICS_PORT`` says."""

@@ -27,6 +27,7 @@ from .contract import (
     STEP_DURATION,
     STEPS_COMPLETED,
     STEPS_PLANNED,
+    THREADS_FOLLOW_LIMIT,
 )
 from .reporter import ProgressSnapshot
 
@@ -77,6 +78,12 @@ def metric_families(snapshot: ProgressSnapshot) -> list[Metric]:
             "Seconds from the save of the checkpoint this process resumed from to its first "
             "completed mini-batch (the cost of a restart); 0 if it did not resume.",
             value=snapshot.restart_s,
+        ),
+        GaugeMetricFamily(
+            THREADS_FOLLOW_LIMIT,
+            "1 when the trainer runs one compute thread per whole core of its CPU limit (a "
+            "limit between whole cores runs as the whole cores below it); 0 when not said.",
+            value=1.0 if snapshot.threads_follow_limit else 0.0,
         ),
     ]
     return families

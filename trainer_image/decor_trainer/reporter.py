@@ -61,7 +61,9 @@ class ProgressSnapshot:
     ``step_s``/``epoch_s`` wall time of the latest mini-batch/epoch in seconds (0 = none yet),
     ``t`` Unix time in seconds at which the latest mini-batch completed (0 = none yet),
     ``restart_s`` seconds from the resumed checkpoint's save to this process's first step
-    (0 = not measured: a fresh start, or an older trainer that does not write it).
+    (0 = not measured: a fresh start, or an older trainer that does not write it),
+    ``threads_follow_limit`` whether the trainer runs one compute thread per whole core of its
+    CPU limit (False = not said: an older trainer, or a loop that does not).
     """
 
     steps: int
@@ -73,6 +75,7 @@ class ProgressSnapshot:
     epoch_s: float
     t: float
     restart_s: float = 0.0
+    threads_follow_limit: bool = False
 
     def to_json(self) -> str:
         """The progress file's content: one JSON object, no trailing newline."""
@@ -88,6 +91,7 @@ class ProgressSnapshot:
                 "epoch_s": self.epoch_s,
                 "t": self.t,
                 "restart_s": self.restart_s,
+                "threads_follow_limit": self.threads_follow_limit,
             }
         )
 
@@ -119,6 +123,7 @@ class ProgressSnapshot:
         if isinstance(restart_s, int | float) and not isinstance(restart_s, bool):
             if 0 <= restart_s < float("inf"):
                 values["restart_s"] = float(restart_s)
+        values["threads_follow_limit"] = data.get("threads_follow_limit") is True  # optional
         return cls(**values)
 
 
@@ -204,6 +209,10 @@ class ProgressReporter:
         registry: registry to register the metrics in; a fresh one if None.
         clock: monotonic clock in seconds, for durations.
         wall_clock: Unix time in seconds, for the last-step timestamp.
+        threads_follow_limit: the loop runs one compute thread per whole core of its CPU
+            limit, re-read as it changes (the reference trainer without ``--threads``), so a
+            limit between whole cores runs no faster than the whole cores below it; the
+            controller then does not measure whether it does (docs/control-law.md).
 
     Step and epoch durations are measured between consecutive calls (the first from the
     reporter's creation), so everything the loop does between two mini-batches counts.
@@ -225,6 +234,7 @@ class ProgressReporter:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        threads_follow_limit: bool = False,
     ) -> None:
         self._errors = ErrorLog(clock=clock)
         self._clock = clock
@@ -239,6 +249,7 @@ class ProgressReporter:
         self._epoch_s = 0.0
         self._t = 0.0
         self._restart_s = 0.0
+        self._threads_follow_limit = bool(threads_follow_limit)
         now = clock()
         self._step_started = now
         self._epoch_started = now
@@ -347,6 +358,7 @@ class ProgressReporter:
             epoch_s=self._epoch_s,
             t=self._t,
             restart_s=self._restart_s,
+            threads_follow_limit=self._threads_follow_limit,
         )
 
     def restart_done(self, seconds: float) -> None:

@@ -742,7 +742,10 @@ class _TestLogs:
 
 
 def _reporter(run: _Run) -> ProgressReporter | None:
-    """Rank 0's progress reporter: the progress file, else the in-process /metrics."""
+    """Rank 0's progress reporter: the progress file, else the in-process /metrics. It says
+    that the threads follow the CPU limit where one worker's threads do (no ``--threads``):
+    with several workers in the pod each runs whole cores of its share, and the pod's limit
+    between whole cores can add a thread."""
     if not run.world.is_main:
         return None
     args = run.args
@@ -755,6 +758,7 @@ def _reporter(run: _Run) -> ProgressReporter | None:
         port=None if args.progress_file else args.metrics_port,
         address=args.metrics_address,
         progress_file=args.progress_file,
+        threads_follow_limit=run.follower is not None and run.world.local_world_size == 1,
     )
 
 

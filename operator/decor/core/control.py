@@ -202,7 +202,10 @@ class Observation:
     checkpoint it resumed from to its first step after), when it reports one. ``anchors``:
     the sample can start a speed interval (False: a count of zero stamped with the read's
     time, which can be a scrape interval after the count was true; from it to the first
-    step's own stamp is shorter than that step took).
+    step's own stamp is shorter than that step took). ``threads_follow_limit``: the trainer
+    says it runs one compute thread per whole core of its CPU limit (the reference trainer),
+    so a limit between whole cores runs as the whole cores below it (State.between_cores_help
+    False without measuring it).
     """
 
     time_s: float
@@ -212,6 +215,7 @@ class Observation:
     pending: bool = False
     restart_s: float | None = None
     anchors: bool = True
+    threads_follow_limit: bool = False
 
     @property
     def progress(self) -> float:
@@ -653,7 +657,7 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
     interval = _interval(state, obs, stable=not obs.pending and pending_since is None)
-    speed = _learn_speed(state, obs, settings, interval)
+    speed = _learn_speed(_told(state, obs, settings), obs, settings, interval)
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -679,6 +683,23 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     )
     step_s = interval[0] / interval[1] if interval is not None else None
     return _Learned(learned, restart_cost, changing, settled_now, step_s)
+
+
+def _told(state: State, obs: Observation, settings: Settings) -> State:
+    """``state`` with what the trainer says of itself: a CPU trainer whose threads follow its
+    limit (``Observation.threads_follow_limit``) runs a limit between whole cores as the
+    whole cores below it, so that is not measured (``State.between_cores_help`` False, unless
+    it was measured before the trainer said so). Saying so wrongly costs only the job: it then
+    alternates whole-core levels where a quota between them would have served (more
+    core-seconds, within its own max)."""
+    if (
+        settings.mode != "cpu"
+        or not obs.threads_follow_limit
+        or state.between_cores_help is not None
+        or state.between_sample is not None
+    ):
+        return state
+    return replace(state, between_cores_help=False)
 
 
 def _interval(state: State, obs: Observation, stable: bool) -> tuple[float, float] | None:

@@ -21,7 +21,15 @@ LAST_STEP_TIME = contract.LAST_STEP_TIMESTAMP
 EPOCHS_DONE = contract.EPOCHS_COMPLETED
 RESTART_SECONDS = contract.RESTART_DURATION
 SAMPLES_DONE = f"{contract.SAMPLES_COMPLETED}_total"
-PROGRESS_NAMES = (STEPS_DONE, STEPS_PLANNED, LAST_STEP_TIME, EPOCHS_DONE, RESTART_SECONDS)
+THREADS_FOLLOW_LIMIT = contract.THREADS_FOLLOW_LIMIT
+PROGRESS_NAMES = (
+    STEPS_DONE,
+    STEPS_PLANNED,
+    LAST_STEP_TIME,
+    EPOCHS_DONE,
+    RESTART_SECONDS,
+    THREADS_FOLLOW_LIMIT,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,7 @@ class Progress:
     last_step_time_s: float | None  # Unix s of the last completed step (None before any)
     epochs_done: float | None = None
     restart_s: float | None = None  # the trainer's last restart, save to first step (None: 0)
+    threads_follow_limit: bool = False  # one thread per whole core of its CPU limit, it says
 
 
 class MetricsError(Exception):
@@ -77,6 +86,7 @@ def progress_from_samples(samples: dict[str, float]) -> Progress:
         restart_s=restart
         if restart is not None and math.isfinite(restart) and restart > 0
         else None,
+        threads_follow_limit=samples.get(THREADS_FOLLOW_LIMIT) == 1.0,
     )
 
 
@@ -100,6 +110,7 @@ def observation_from_progress(
         allocation=allocation,
         pending=pending,
         restart_s=progress.restart_s,
+        threads_follow_limit=progress.threads_follow_limit,
         anchors=progress.last_step_time_s is not None or progress.steps_done > 0,
     )
 

@@ -36,6 +36,8 @@ class Plant:
     ``restart_s``: progress-free seconds for a GPU change (checkpoint + restart).
     ``scaling``: below 1, a sub-linear speed-up (data-parallel GPUs: twice the GPUs, less
     than twice the speed), which no a / u + b fit follows exactly.
+    ``says_threads_follow``: the trainer says its threads follow its limit
+    (``Observation.threads_follow_limit``, as the reference trainer's reporter does).
     """
 
     a: float
@@ -46,6 +48,7 @@ class Plant:
     restart_s: float = 0.0
     whole_threads: bool = False
     scaling: float = 1.0
+    says_threads_follow: bool = False
 
     def usable_cores(self, allocation: float) -> float:
         return thread_cores(allocation) if self.whole_threads else allocation
@@ -159,6 +162,7 @@ def _control_period(
         steps_total=total_steps,
         allocation=run.allocation,
         pending=run.t < run.restart_until,
+        threads_follow_limit=plant.says_threads_follow,
     )
     if observe is not None and obs is not None:
         obs = observe(obs)
