@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 import torch
+from decor.adapter.scrape import scrape_progress
+from decor.core import progress
 from decor_trainer.checkpoint import StopRequest, read_checkpoint
 from decor_trainer.reporter import ProgressSnapshot
 from decor_trainer.train import main, parse_args, train
@@ -134,18 +136,27 @@ def test_each_workload_trains_to_the_planned_steps(tmp_path: Path, workload: str
     assert len(re.findall(r"epoch \d/2 done", result.stderr)) == 2
 
 
-def test_threads_that_follow_the_limit_are_said_so(tmp_path: Path) -> None:
-    """Without ``--threads`` the trainer's threads follow its CPU limit, and its progress
-    says so (``decor_threads_follow_limit``: the law then does not measure a limit between
-    whole cores); pinned, it does not (the run above)."""
-    progress = tmp_path / "progress.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "decor_trainer.train", *UNPINNED, "--workload", "resnet", "--epochs", "1", "--steps-per-epoch", "1",
-         "--progress-file", str(progress)],
-        env=trainer_env(), capture_output=True, text=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert ProgressSnapshot.from_mapping(json.loads(progress.read_text())).threads_follow_limit
+@pytest.mark.parametrize(("pinned", "said"), [(False, True), (True, False)])
+def test_threads_that_follow_the_limit_are_said_so(pinned: bool, said: bool) -> None:
+    """Without ``--threads`` the trainer's threads follow its CPU limit, and the operator's
+    own reader of its /metrics says so (``decor_threads_follow_limit``: the law then does not
+    measure a limit between whole cores); pinned, it does not."""
+    threads = ["--threads", "1"] if pinned else []
+    command = [
+        sys.executable, "-m", "decor_trainer.train", *UNPINNED, *threads, "--workload", "resnet",
+        "--epochs", "1", "--steps-per-epoch", "2", "--metrics-port", "0",
+        "--metrics-address", "127.0.0.1", "--metrics-linger-s", "60",
+    ]  # fmt: skip
+    with running(command) as trainer:
+        url = f"http://127.0.0.1:{trainer.wait_for_line(PORT_LINE).group(1)}/metrics"
+
+        def done() -> progress.Progress | None:
+            read = scrape_progress(url)
+            return read if read.steps_done >= 2 else None
+
+        assert wait_for(done, "2 steps", TIMEOUT_S).threads_follow_limit is said
+        trainer.popen.send_signal(signal.SIGTERM)
+        assert trainer.wait() == 0, trainer.text()
 
 
 def test_sigterm_then_resume_loses_and_repeats_no_step(tmp_path: Path) -> None:
