@@ -16,9 +16,11 @@ What is real and what is simulated:
   rest are synthetic concave (Amdahl, serial fraction 2-30 %) and saturating curves.
 * **the need**: not the law's fit (``control.decide``) but the *exact* need of each job
   from its own curve, aimed the way the law aims (``control.Settings`` defaults): at the
-  deadline minus the law's safety margin, CPU jobs keeping the law's reserve (a fraction of
-  the time left before the end game); the smallest allocation (10 millicores, or whole GPUs,
-  counting the restart a change costs) that finishes the remaining steps so. This is the
+  deadline minus the law's safety margin (a CPU job on a noisy plant: twice the noise of one
+  period, sigma x the period, as the law measures it: ``control.aimed``), CPU jobs keeping
+  the law's reserve (a fraction of the time left before the end game); the smallest
+  allocation (10 millicores, or whole GPUs, counting the restart a change costs) that
+  finishes the remaining steps so. This is the
   need the law converges to on an exact plant, and it keeps a 1,000-job trace cheap.
 * GPU jobs lose ``restart_cost_s`` of progress at every change of GPU count (and on a
   resume after a preemption); CPU resizes are in place and free.
@@ -181,6 +183,9 @@ class SimJob:
     curve: Curve
     restart_cost_s: float = 0.0
     priority: int = 0
+    # the root mean square of how far one period's seconds fall from the curve's, as the law
+    # measures it (``control.State.interval_miss_s2``): the noise sigma times the period
+    interval_miss_s: float = 0.0
     # state
     steps_done: float = 0.0
     allocation: float = 0.0
@@ -208,11 +213,6 @@ def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
 def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], list[pl.Node]]:
     """Jobs (Poisson arrivals at the rate that gives ``spec.load``) and nodes."""
     rng = random.Random(spec.seed)
-    nodes = [pl.Node(f"cpu-{i:03d}", spec.cores_per_node) for i in range(spec.cpu_nodes)]
-    nodes += [
-        pl.Node(f"gpu-{i:03d}", spec.cores_per_node, spec.gpus_per_node)
-        for i in range(spec.gpu_nodes)
-    ]
     ref_names = sorted(refs)
     drafts = []
     for i in range(spec.jobs):
@@ -262,9 +262,18 @@ def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], 
                 curve=curve,
                 restart_cost_s=restart_s,
                 priority=priority,
+                interval_miss_s=spec.noise_sigma * spec.period_s,
             )
         )
-    return jobs, nodes
+    return jobs, _nodes(spec)
+
+
+def _nodes(spec: TraceSpec) -> list[pl.Node]:
+    nodes = [pl.Node(f"cpu-{i:03d}", spec.cores_per_node) for i in range(spec.cpu_nodes)]
+    return nodes + [
+        pl.Node(f"gpu-{i:03d}", spec.cores_per_node, spec.gpus_per_node)
+        for i in range(spec.gpu_nodes)
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,15 +281,17 @@ def make_trace(spec: TraceSpec, refs: dict[str, Amdahl]) -> tuple[list[SimJob], 
 
 
 def _law(job: SimJob) -> control.Settings:
-    """The law's settings for ``job`` (its defaults: safety margin, reserve, end game)."""
+    """The law's settings for ``job`` (its defaults: safety margin, reserve, end game), a
+    CPU job aiming as early as the law would on its plant's noise (``control.aimed``)."""
     assert job.deadline_s is not None
-    return control.Settings(
+    law = control.Settings(
         mode=job.mode,
         min_allocation=job.min_allocation,
         max_allocation=job.max_allocation,
         start_s=job.arrival_s,
         deadline_s=job.deadline_s,
     )
+    return control.aimed(law, job.interval_miss_s**2)
 
 
 def exact_need(job: SimJob, now_s: float) -> float:

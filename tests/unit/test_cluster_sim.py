@@ -49,6 +49,19 @@ def test_exact_need_aims_where_the_law_aims() -> None:
     assert cs.exact_need(sim_job(deadline_s=None), 0.0) == 8.0  # best-effort: max
 
 
+def test_a_noisy_cpu_plant_aims_as_early_as_the_law_would_on_it() -> None:
+    """The law measures one period's noise on a plant whose speed each period is off by a
+    factor of log-normal sigma: sigma x the period, and aims twice that early."""
+    noisy = sim_job(interval_miss_s=0.05 * 10.0)
+    assert cs.exact_need(noisy, 0.0) > cs.exact_need(sim_job(), 0.0)
+    assert cs._law(noisy).target_s == pytest.approx(600.0 - 1.0)
+    gpu = sim_job(mode="gpu", min_allocation=1.0, interval_miss_s=0.5)
+    assert cs._law(gpu).target_s == pytest.approx(600.0 - 0.001 * 600.0)  # its own margin
+    spec = dataclasses.replace(cs.traces(quick=True)[0], noise_sigma=0.03)
+    jobs, _ = cs.make_trace(spec, cs.reference_curves())
+    assert [j.interval_miss_s for j in jobs] == pytest.approx([0.03 * spec.period_s] * len(jobs))
+
+
 def test_exact_gpu_need_counts_the_restart_of_a_change() -> None:
     curve = cs.Amdahl(a=1.0, b=0.0)  # 1000 steps at g GPUs: 1000 / g s
     fresh = sim_job(mode="gpu", min_allocation=1.0, curve=curve, deadline_s=300.0)

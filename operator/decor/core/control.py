@@ -79,6 +79,13 @@ class Settings:
     # where a closer aim turns a noisy shrink into a late finish.
     safety_margin_s: float | None = None
     gpu_safety_margin_ratio: float = 0.001
+    # decor, CPU, no margin set: aim this many times the root mean square of one sample
+    # interval's miss (how far its seconds fell from what the speed model predicted) before
+    # the deadline, at most aim_max_ratio of D. The last interval before the finish cannot
+    # be corrected: aimed at the deadline itself, a third to a half of the runs finished a
+    # few hundredths of a second after it (DeadlineMissed).
+    aim_misses: float = 2.0
+    aim_max_ratio: float = 0.01
     # decor: samples this many periods old weigh e^-1 in the speed fit (tracks slow-downs).
     model_memory_periods: float = 10.0
     # decor, GPU: seconds of progress lost to one checkpoint + restart (learned as it runs).
@@ -362,6 +369,12 @@ class State:
     # GPU: the count of the switch up the last decision planned (None: none; not stored);
     # the job's demand still asks it of the planner while a change of count is carried out
     planned_peak: float | None = None
+    # decor CPU: the mean square (s^2) of a sample interval's noise: half that of how far its
+    # seconds fell from what the interval before it, at the same allocation, took for as
+    # many steps; weighted like the fit (None: none measured). Then the last interval that
+    # taught the speed: (allocation, seconds per step).
+    interval_miss_s2: float | None = None
+    last_interval: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         raw = asdict(self)
@@ -372,6 +385,8 @@ class State:
             "level_steps",
             "between_cores_help",
             "between_sample",
+            "interval_miss_s2",
+            "last_interval",
         ):
             if raw[optional] in (None, ()):
                 del raw[optional]
@@ -395,7 +410,7 @@ class State:
         if not isinstance(levels, (list, tuple)) or any(len(lv) != 4 for lv in levels):
             raise ValueError("controller state: level_steps is not a list of 4 numbers each")
         data["level_steps"] = tuple(tuple(float(x) for x in lv) for lv in levels)
-        for name in ("useful_cap", "between_sample"):
+        for name in ("useful_cap", "between_sample", "last_interval"):
             if data.get(name) is not None:
                 data[name] = tuple(float(x) for x in data[name])
         data["version"] = STATE_VERSION
@@ -560,6 +575,7 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
     remaining steps over the shrinking horizon (CPU here, GPUs in :func:`_decide_gpu`), up
     to the job's :func:`useful_max` where it has one."""
     learned = _learn(state, obs, settings, now)
+    settings = aimed(settings, learned.state.interval_miss_s2)
     useful = useful_max(learned.state, settings, now)
     if useful is None:
         return _plan_decor(state, learned, obs, settings, now)
@@ -568,6 +584,17 @@ def _decide_decor(state: State, obs: Observation, settings: Settings, now: float
         return decision
     note = f"MAX held at {useful:g} core(s), the useful maximum: more cores measured no faster"
     return replace(decision, message=f"{decision.message}; {note}")
+
+
+def aimed(settings: Settings, miss_s2: float | None) -> Settings:
+    """decor, CPU, where the spec sets no margin: ``settings`` aiming ``Settings.aim_misses``
+    times the root mean square ``miss_s2`` of one sample interval (``State.interval_miss_s2``)
+    early, so that noise in the last interval, which no later period can correct, rarely
+    ends the job after its deadline."""
+    if settings.mode != "cpu" or settings.safety_margin_s is not None or miss_s2 is None:
+        return settings
+    cap_s = settings.aim_max_ratio * max(settings.duration_s, 0.0)
+    return replace(settings, safety_margin_s=min(settings.aim_misses * math.sqrt(miss_s2), cap_s))
 
 
 def useful_max(state: State, settings: Settings, now: float) -> float | None:
@@ -658,6 +685,12 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         pending_since = state.last_change_s if state.last_change_s is not None else now
     interval = _interval(state, obs, stable=not obs.pending and pending_since is None)
     speed = _learn_speed(_told(state, obs, settings), obs, settings, interval)
+    if settings.mode == "cpu" and interval is not None:
+        speed = replace(
+            speed,
+            interval_miss_s2=_interval_miss_s2(state, obs, settings, interval),
+            last_interval=(obs.allocation, interval[0] / interval[1]),
+        )
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
     if not obs.pending and pending_since is not None and state.last_steps is not None:
@@ -683,6 +716,24 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     )
     step_s = interval[0] / interval[1] if interval is not None else None
     return _Learned(learned, restart_cost, changing, settled_now, step_s)
+
+
+def _interval_miss_s2(
+    state: State, obs: Observation, settings: Settings, interval: tuple[float, float]
+) -> float | None:
+    """decor, CPU: ``State.interval_miss_s2`` with ``interval`` learned where the interval
+    before it ran the same allocation: how far its seconds fell from its steps at that
+    interval's seconds per step (two intervals' noise: half its square is one's). A change
+    of speed that lasts (load from outside, another phase) shows in one interval only."""
+    before, last = state.interval_miss_s2, state.last_interval
+    if last is None or abs(last[0] - obs.allocation) > 1e-9:
+        return before
+    dt, dsteps = interval
+    miss_s2 = 0.5 * (dt - dsteps * last[1]) ** 2
+    if before is None:
+        return miss_s2
+    keep = math.exp(-dt / settings.model_memory_s)
+    return keep * before + (1.0 - keep) * miss_s2
 
 
 def _told(state: State, obs: Observation, settings: Settings) -> State:
