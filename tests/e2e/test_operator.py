@@ -775,7 +775,7 @@ def test_moving_the_deadline_earlier_raises_the_allocation_within_10s(
     assert "DeadlineChanged" in reasons(kube, namespace, name)
     final = wait_succeeded(kube, namespace, name, timeout=300)
     report(name + "-final", final)
-    # The CPU plan aims at the (moved) deadline itself, so it may end a hair either side.
+    # The CPU plan aims a fraction of a second before the (moved) deadline: a hair either side.
     assert abs(final["outcome"]["deviationPercent"]) <= DEVIATION_BOUND_PERCENT, final["outcome"]
 
 

@@ -73,10 +73,10 @@ class Settings:
     k: float = 50.0
     ti_s: float = 12.0
     # decor: aim this long before the deadline (spec.control.safetyMarginSeconds). None: on
-    # CPU the deadline itself, on GPU gpu_safety_margin_ratio of D before it. A CPU plan
-    # moves by millicores every period, and every default margin measured there left the
-    # finishes early on average (a bias). A GPU plan moves by whole devices and restarts,
-    # where a closer aim turns a noisy shrink into a late finish.
+    # CPU the measured noise (aim_misses, below), on GPU gpu_safety_margin_ratio of D before
+    # it. A CPU plan moves by millicores every period, and every fixed fraction of D measured
+    # there left the finishes early on average (a bias). A GPU plan moves by whole devices
+    # and restarts, where a closer aim turns a noisy shrink into a late finish.
     safety_margin_s: float | None = None
     gpu_safety_margin_ratio: float = 0.001
     # decor, CPU, no margin set: aim this many times the root mean square of one sample
