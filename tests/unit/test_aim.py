@@ -10,7 +10,15 @@ import statistics
 from dataclasses import replace
 
 import pytest
-from decor.core.control import Observation, Settings, State, aimed, decide, initial_state
+from decor.core.control import (
+    Decision,
+    Observation,
+    Settings,
+    State,
+    aimed,
+    decide,
+    initial_state,
+)
 from decor.core.simulate import Plant, run_closed_loop
 
 
@@ -50,18 +58,29 @@ def test_the_aim_is_left_alone(settings: Settings, miss_s2: float | None, why: s
     assert aimed(settings, miss_s2) == settings, why
 
 
-def _decided(intervals: list[tuple[float, float, float]]) -> State:
-    """The state after one decision per (seconds, steps, allocation) interval, each
-    allocation the one asked for before it (held ``pending=False``)."""
+def _last_decision(intervals: list[tuple[float, float, float]]) -> Decision:
+    """The decision after one per (seconds, steps, allocation) interval, each allocation the
+    one asked for before it (none pending)."""
     settings = cpu(1000.0)
     state = initial_state(settings, intervals[0][2])
     t = steps = 0.0
-    state = decide(state, Observation(t, steps, 10_000, state.allocation), settings, t).state
+    decision = decide(state, Observation(t, steps, 10_000, state.allocation), settings, t)
     for dt, dsteps, allocation in intervals:
-        state = replace(state, allocation=allocation, last_change_s=None)
+        state = replace(decision.state, allocation=allocation, last_change_s=None)
         t, steps = t + dt, steps + dsteps
-        state = decide(state, Observation(t, steps, 10_000, allocation), settings, t).state
-    return state
+        decision = decide(state, Observation(t, steps, 10_000, allocation), settings, t)
+    return decision
+
+
+def _decided(intervals: list[tuple[float, float, float]]) -> State:
+    return _last_decision(intervals).state
+
+
+def test_the_decision_says_how_early_it_aims() -> None:
+    noisy = _last_decision([(1.0, 10, 1.0), (1.2, 10, 1.0)])
+    assert "aims 0.28 s before the deadline" in noisy.message  # 2 x sqrt(0.5 x 0.2^2)
+    steady = _last_decision([(1.0, 10, 1.0)] * 3)
+    assert "aims" not in steady.message
 
 
 def test_the_noise_is_half_the_square_of_two_intervals_difference() -> None:

@@ -654,6 +654,8 @@ def _plan_decor(
         f"needs {plan.wanted:.2f} cores; step time {step_time(1.0):.4f} s at 1 core, "
         f"{step_time(settings.max_allocation):.4f} s at MAX"
     )
+    if settings.target_s < settings.deadline_s - 0.005:
+        message += f"; aims {settings.deadline_s - settings.target_s:.2f} s before the deadline"
     base = replace(base, level_credit_s=plan.credit_s)
     if plan.between_sample is not None:
         base = replace(base, between_sample=plan.between_sample)
