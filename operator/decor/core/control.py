@@ -79,11 +79,10 @@ class Settings:
     # and restarts, where a closer aim turns a noisy shrink into a late finish.
     safety_margin_s: float | None = None
     gpu_safety_margin_ratio: float = 0.001
-    # decor, CPU, no margin set: aim this many times the root mean square of one sample
-    # interval's miss (how far its seconds fell from what the speed model predicted) before
-    # the deadline, at most aim_max_ratio of D. The last interval before the finish cannot
-    # be corrected: aimed at the deadline itself, a third to a half of the runs finished a
-    # few hundredths of a second after it (DeadlineMissed).
+    # decor, CPU, no margin set: aim this many times one sample interval's measured noise
+    # (State.interval_miss_s2) before the deadline, at most aim_max_ratio of D. The last
+    # interval before the finish cannot be corrected: aimed at the deadline itself, a third
+    # to a half of the runs finished a few hundredths of a second after it (DeadlineMissed).
     aim_misses: float = 2.0
     aim_max_ratio: float = 0.01
     # decor: samples this many periods old weigh e^-1 in the speed fit (tracks slow-downs).
