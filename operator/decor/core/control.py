@@ -685,12 +685,13 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
     if obs.pending and pending_since is None:
         pending_since = state.last_change_s if state.last_change_s is not None else now
     interval = _interval(state, obs, stable=not obs.pending and pending_since is None)
+    step_s = interval[0] / interval[1] if interval is not None else None
     speed = _learn_speed(_told(state, obs, settings), obs, settings, interval)
-    if settings.mode == "cpu" and interval is not None:
+    if settings.mode == "cpu" and interval is not None and step_s is not None:
         speed = replace(
             speed,
             interval_miss_s2=_interval_miss_s2(state, obs, settings, interval),
-            last_interval=(obs.allocation, interval[0] / interval[1]),
+            last_interval=(obs.allocation, step_s),
         )
     # CPU: a resize that was seen pending has taken effect by this sample.
     settled_now = settings.mode == "cpu" and pending_since is not None and not obs.pending
@@ -715,7 +716,6 @@ def _learn(state: State, obs: Observation, settings: Settings, now: float) -> _L
         # A move seen while a change is still being applied is answered once it has been.
         deadline_s=state.deadline_s if changing else settings.deadline_s,
     )
-    step_s = interval[0] / interval[1] if interval is not None else None
     return _Learned(learned, restart_cost, changing, settled_now, step_s)
 
 
