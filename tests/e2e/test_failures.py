@@ -311,8 +311,11 @@ def test_a_suspended_job_has_no_pod_and_resumes_from_its_checkpoint(
     patch_job(kube, namespace, name, {"spec": {"suspend": False}})
     final = wait_succeeded(kube, namespace, name, timeout=300)
     report(name, final)
-    seen = [r for _t, r, _m in job_events(kube, namespace, name)]
+    events = job_events(kube, namespace, name)
+    seen = [r for _t, r, _m in events]
     assert "Suspended" in seen and "Resumed" in seen, seen
+    (suspended,) = [m for _t, r, m in events if r == "Suspended"]
+    assert "must be training again by" in suspended, suspended  # its speed was known by then
     assert final["podsCreated"] == 2 and final.get("podFailures", 0) == 0, final
     steps = logged_steps(namespace, job)
     assert sorted(steps) == list(range(steps_total(manifest))), "steps repeated or lost"

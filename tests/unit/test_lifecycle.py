@@ -209,6 +209,63 @@ def test_suspend_deletes_the_trainer_with_its_grace_period() -> None:
     assert outcome.status["phase"] == vocabulary.PHASE_SUSPENDED and outcome.plan is None
 
 
+def suspended_at(
+    now_s: float, status: dict[str, Any], duration: str = "600s"
+) -> tuple[Period, dict[str, Any]]:
+    """A job suspended at ``now_s``: 800 of its 1,000 steps left, 0.5 s a step at one core by
+    its estimate (0.125 s at its max of 4: 100 s of work there), ``duration`` from START_S."""
+    estimate = {"stepSeconds": 0.5, "allocation": "1"}
+    manifest, spec, first = started(suspend=True, estimate=estimate, duration=duration)
+    status = {**first, "stepsDone": 200, "stepsTotal": 1000, **status}
+    _, period = lifecycle.begin(status, Memory(), manifest, spec, 1, now_s)
+    return period, status
+
+
+def test_the_suspended_event_says_by_when_the_job_must_train_again() -> None:
+    period, status = suspended_at(NOW_S, RUNNING)
+    outcome = pods_outcome(period, status, [trainer_pod(period)])
+    (event,) = [a for a in outcome.actions if isinstance(a, PostEvent)]
+    # 600 s after the start, less 800 steps at 0.125 s (the estimate's speed at max)
+    assert f"training again by {format_time(START_S + 500.0)}" in event.message, event.message
+    infeasible = condition_of(outcome.status, vocabulary.CONDITION_INFEASIBLE)
+    assert infeasible.get("reason") != vocabulary.REASON_SUSPENDED_TOO_LONG
+
+
+def test_a_job_suspended_past_that_time_is_infeasible_until_a_later_deadline() -> None:
+    suspended = {**RUNNING, "phase": vocabulary.PHASE_SUSPENDED}
+    period, status = suspended_at(START_S + 499.0, suspended)
+    assert not pods_outcome(period, status, []).actions[:-1]  # in time: nothing to say
+    period, status = suspended_at(START_S + 501.0, suspended)
+    past = pods_outcome(period, status, [])
+    assert kube_actions(past) == [vocabulary.EVENT_INFEASIBLE, WriteStatus()]
+    infeasible = condition_of(past.status, vocabulary.CONDITION_INFEASIBLE)
+    assert (infeasible["status"], infeasible["reason"]) == (
+        "True",
+        vocabulary.REASON_SUSPENDED_TOO_LONG,
+    )
+    assert format_time(START_S + 500.0) in infeasible["message"]
+    assert past.status["phase"] == vocabulary.PHASE_SUSPENDED
+    again = pods_outcome(period, past.status, [])  # the next period: the same, no new Event
+    assert kube_actions(again) == [WriteStatus()] and again.status == past.status
+    # the deadline moved 100 s later: it may wait until START_S + 600 again
+    period, _ = suspended_at(START_S + 510.0, suspended, duration="700s")
+    moved = pods_outcome(period, past.status, [])
+    cleared = condition_of(moved.status, vocabulary.CONDITION_INFEASIBLE)
+    assert (cleared["status"], cleared["reason"]) == ("False", vocabulary.REASON_FEASIBLE)
+
+
+def test_a_suspended_job_with_no_speed_known_says_no_time() -> None:
+    manifest, spec, first = started(suspend=True)
+    _, period = lifecycle.begin({**first, **RUNNING}, Memory(), manifest, spec, 1, NOW_S)
+    outcome = pods_outcome(period, {**first, **RUNNING}, [trainer_pod(period)])
+    (event,) = [a for a in outcome.actions if isinstance(a, PostEvent)]
+    assert event.message.endswith("controller state kept"), event.message
+
+
+def condition_of(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
 def test_a_failed_pod_is_deleted_at_once_and_replaced() -> None:
     period, status = period_of(RUNNING)
     failed = trainer_pod(period, phase="Failed")

@@ -94,6 +94,7 @@ REASON_NEEDS_NEAR_MAX = "NeedsNearMax"  # the plan needs more than 90% of resour
 REASON_BEHIND_AT_MAX = "BehindAtMax"  # decor-nn: behind the set point while at resources.max
 REASON_EVEN_MAX_TOO_SLOW = "EvenMaxTooSlow"  # the speed model says max finishes late
 REASON_DEADLINE_IN_PAST = "DeadlineInPast"  # the deadline had passed when it was set
+REASON_SUSPENDED_TOO_LONG = "SuspendedTooLong"  # suspended past when max could still make it
 REASON_FEASIBLE = "Feasible"  # Infeasible cleared: max (or less) makes the deadline
 REASON_NO_PROGRESS_SAMPLE = "NoProgressSample"  # /metrics or Prometheus gave no usable sample
 REASON_METRICS_OK = "ProgressSampled"  # MetricsUnavailable cleared: a sample was read

@@ -183,6 +183,21 @@ def steps_remaining(
     return max(0.0, steps_total - steps_done)
 
 
+def training_again_by_s(
+    spec: JobSpec, settings: control.Settings, state: control.State, remaining: float
+) -> float | None:
+    """The latest time a job with no trainer (suspended) must be training again for max to
+    finish its ``remaining`` steps by the deadline, by its speed curve (the law's fit, else
+    ``spec.estimate``); the new pod's start-up is not counted. None for best effort or with
+    no curve."""
+    if spec.best_effort:
+        return None
+    curve = _speed_curve(spec, settings, state)
+    if curve is None:
+        return None
+    return settings.deadline_s - remaining * curve(settings.max_allocation)
+
+
 def estimated_curve(step_s: float, allocation: float) -> Callable[[float], float]:
     """Seconds per step from ``spec.estimate`` (``step_s`` at ``allocation``), assuming
     linear speed-up from it."""

@@ -625,7 +625,7 @@ def pods(
     for extra in trainer.extras:
         d.actions.append(DeletePod(extra["metadata"]["name"]))
     if period.spec.suspend:
-        return _suspend(d, trainer.leader, settings)
+        return _suspend(d, period, trainer.leader, settings)
     if d.status.get("phase") == vocabulary.PHASE_SUSPENDED:
         d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_RESUMED, "spec.suspend cleared; resuming")
         d.status["phase"] = vocabulary.PHASE_RESTARTING
@@ -662,19 +662,57 @@ def _pick_leader(
 
 
 def _suspend(
-    d: _Decision, leader: Mapping[str, Any] | None, settings: LifecycleSettings
+    d: _Decision, period: Period, leader: Mapping[str, Any] | None, settings: LifecycleSettings
 ) -> Outcome:
+    """No trainer while ``spec.suspend``: the Suspended Event says by when the job must be
+    training again for max to make the deadline; past that, Infeasible (SuspendedTooLong)."""
     if leader is not None:
         d.delete_trainer(leader, settings, None)
         d.actions.append(CountActuation(vocabulary.ACTUATION_SUSPEND))
+    planned = float(d.status.get("stepsTotal") or period.spec.planned_steps)
+    remaining = jobperiod.steps_remaining(None, float(d.status.get("stepsDone") or 0), planned)
+    by_s = jobperiod.training_again_by_s(period.spec, period.settings, period.state, remaining)
     if d.status.get("phase") != vocabulary.PHASE_SUSPENDED:
-        d.event(
-            vocabulary.EVENT_NORMAL,
-            vocabulary.EVENT_SUSPENDED,
-            "spec.suspend: trainer pod deleted (it checkpoints); controller state kept",
-        )
+        d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_SUSPENDED, _suspended_message(by_s))
+    _suspended_too_long(d, period, by_s)
     d.status["phase"] = vocabulary.PHASE_SUSPENDED
     return d.finish(write=WriteStatus())
+
+
+def _suspended_too_long(d: _Decision, period: Period, by_s: float | None) -> None:
+    """Infeasible (SuspendedTooLong) once the job is suspended past ``by_s``; cleared again
+    (Feasible) where a later deadline moves ``by_s`` past now. Messages that stay the same
+    while the job waits: one status write."""
+    before = d.status.get("conditions") or []
+    found = build.get_condition(before, vocabulary.CONDITION_INFEASIBLE) or {}
+    ours = found.get("reason") == vocabulary.REASON_SUSPENDED_TOO_LONG
+    if by_s is not None and period.now_s > by_s:
+        status, reason = True, vocabulary.REASON_SUSPENDED_TOO_LONG
+        message = (
+            f"suspended past {format_time(by_s)}: resumed after it, even max finishes after "
+            "the deadline"
+        )
+    elif ours and found.get("status") == "True":
+        status, reason = False, vocabulary.REASON_FEASIBLE
+        message = "max is enough to make the deadline"
+    else:
+        return
+    after = build.set_condition(before, vocabulary.CONDITION_INFEASIBLE, status, reason, message,
+                                now_s=period.now_s, generation=period.generation)  # fmt: skip
+    _transition_events(d, before, after)
+    d.status["conditions"] = after
+
+
+def _suspended_message(by_s: float | None) -> str:
+    """The Suspended Event's message; ``by_s``: when the job must be training again for max to
+    make the deadline (None: no speed known)."""
+    message = "spec.suspend: trainer pod deleted (it checkpoints); controller state kept"
+    if by_s is None:
+        return message
+    return (
+        f"{message}; to make the deadline at max it must be training again by "
+        f"{format_time(by_s)} (the new pod's start-up not counted)"
+    )
 
 
 def _no_trainer(
