@@ -120,8 +120,9 @@ def _cluster_section(cluster: dict[str, Any] | None, results: dict[str, Any]) ->
         "",
         "The same jobs as DeadlineTrainingJobs on the single-node test bed (kube-apiserver, "
         "kubelet and containerd built from source, Kubernetes 1.35): the operator reads progress "
-        "from the pod's /metrics endpoint (no Prometheus) and resizes the pod in place. Deadlines are factors of T measured on the "
-        "cluster (one all-cores job there; pod start-up included"
+        "from the pod's /metrics endpoint (no Prometheus) and resizes the pod in place. "
+        "Deadlines are factors of T measured on the cluster (one all-cores job there; pod "
+        "start-up included"
         + (f": {t_text}" if t_text else "")
         + "). Core-seconds integrate the pod's CPU limit as the kubelet reports it."
         + (

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from decor.api import vocabulary
 from decor.api.model import format_time, parse_job
-from decor.core import group, lifecycle, planner
+from decor.core import build, group, lifecycle, planner
 from decor.core.lifecycle import (
     CountActuation,
     DeletePod,
@@ -227,7 +227,8 @@ def test_the_suspended_event_says_by_when_the_job_must_train_again() -> None:
     (event,) = [a for a in outcome.actions if isinstance(a, PostEvent)]
     # 600 s after the start, less 800 steps at 0.125 s (the estimate's speed at max)
     assert f"training again by {format_time(START_S + 500.0)}" in event.message, event.message
-    infeasible = condition_of(outcome.status, vocabulary.CONDITION_INFEASIBLE)
+    conditions = outcome.status.get("conditions") or []
+    infeasible = build.get_condition(conditions, vocabulary.CONDITION_INFEASIBLE) or {}
     assert infeasible.get("reason") != vocabulary.REASON_SUSPENDED_TOO_LONG
 
 
@@ -238,7 +239,7 @@ def test_a_job_suspended_past_that_time_is_infeasible_until_a_later_deadline() -
     period, status = suspended_at(START_S + 501.0, suspended)
     past = pods_outcome(period, status, [])
     assert kube_actions(past) == [vocabulary.EVENT_INFEASIBLE, WriteStatus()]
-    infeasible = condition_of(past.status, vocabulary.CONDITION_INFEASIBLE)
+    infeasible = build.get_condition(past.status["conditions"], vocabulary.CONDITION_INFEASIBLE)
     assert (infeasible["status"], infeasible["reason"]) == (
         "True",
         vocabulary.REASON_SUSPENDED_TOO_LONG,
@@ -250,7 +251,7 @@ def test_a_job_suspended_past_that_time_is_infeasible_until_a_later_deadline() -
     # the deadline moved 100 s later: it may wait until START_S + 600 again
     period, _ = suspended_at(START_S + 510.0, suspended, duration="700s")
     moved = pods_outcome(period, past.status, [])
-    cleared = condition_of(moved.status, vocabulary.CONDITION_INFEASIBLE)
+    cleared = build.get_condition(moved.status["conditions"], vocabulary.CONDITION_INFEASIBLE)
     assert (cleared["status"], cleared["reason"]) == ("False", vocabulary.REASON_FEASIBLE)
 
 
@@ -260,10 +261,6 @@ def test_a_suspended_job_with_no_speed_known_says_no_time() -> None:
     outcome = pods_outcome(period, {**first, **RUNNING}, [trainer_pod(period)])
     (event,) = [a for a in outcome.actions if isinstance(a, PostEvent)]
     assert event.message.endswith("controller state kept"), event.message
-
-
-def condition_of(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
 def test_a_failed_pod_is_deleted_at_once_and_replaced() -> None:

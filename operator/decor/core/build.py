@@ -730,6 +730,10 @@ def _decision_updates(
     return sampled + _judged_updates(decision_condition, message, deadline_was_past)
 
 
+FEASIBLE_MESSAGE = "max is enough to make the deadline"
+"""Infeasible cleared (reason Feasible)."""
+
+
 def _infeasible_update(deadline_was_past: bool) -> _Update:
     """Infeasible as a decision that does not name it leaves it: True (DeadlineInPast) when
     the deadline had passed when it was set, else False (Feasible)."""
@@ -744,7 +748,7 @@ def _infeasible_update(deadline_was_past: bool) -> _Update:
         vocabulary.CONDITION_INFEASIBLE,
         False,
         vocabulary.REASON_FEASIBLE,
-        "max is enough to make the deadline",
+        FEASIBLE_MESSAGE,
     )
 
 

@@ -183,6 +183,15 @@ def steps_remaining(
     return max(0.0, steps_total - steps_done)
 
 
+def steps_left(
+    status: Mapping[str, Any], spec: JobSpec, observation: control.Observation | None
+) -> float:
+    """:func:`steps_remaining` of a job from its status (``stepsDone`` of ``stepsTotal``; the
+    spec's plan before any was read)."""
+    planned = float(status.get("stepsTotal") or spec.planned_steps)
+    return steps_remaining(observation, float(status.get("stepsDone") or 0), planned)
+
+
 def training_again_by_s(
     spec: JobSpec, settings: control.Settings, state: control.State, remaining: float
 ) -> float | None:

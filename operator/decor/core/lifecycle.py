@@ -669,8 +669,7 @@ def _suspend(
     if leader is not None:
         d.delete_trainer(leader, settings, None)
         d.actions.append(CountActuation(vocabulary.ACTUATION_SUSPEND))
-    planned = float(d.status.get("stepsTotal") or period.spec.planned_steps)
-    remaining = jobperiod.steps_remaining(None, float(d.status.get("stepsDone") or 0), planned)
+    remaining = jobperiod.steps_left(d.status, period.spec, None)
     by_s = jobperiod.training_again_by_s(period.spec, period.settings, period.state, remaining)
     if d.status.get("phase") != vocabulary.PHASE_SUSPENDED:
         d.event(vocabulary.EVENT_NORMAL, vocabulary.EVENT_SUSPENDED, _suspended_message(by_s))
@@ -685,16 +684,17 @@ def _suspended_too_long(d: _Decision, period: Period, by_s: float | None) -> Non
     while the job waits: one status write."""
     before = d.status.get("conditions") or []
     found = build.get_condition(before, vocabulary.CONDITION_INFEASIBLE) or {}
-    ours = found.get("reason") == vocabulary.REASON_SUSPENDED_TOO_LONG
+    ours = build.condition_is_true(before, vocabulary.CONDITION_INFEASIBLE) and (
+        found.get("reason") == vocabulary.REASON_SUSPENDED_TOO_LONG
+    )
     if by_s is not None and period.now_s > by_s:
         status, reason = True, vocabulary.REASON_SUSPENDED_TOO_LONG
         message = (
             f"suspended past {format_time(by_s)}: resumed after it, even max finishes after "
             "the deadline"
         )
-    elif ours and found.get("status") == "True":
-        status, reason = False, vocabulary.REASON_FEASIBLE
-        message = "max is enough to make the deadline"
+    elif ours:
+        status, reason, message = False, vocabulary.REASON_FEASIBLE, build.FEASIBLE_MESSAGE
     else:
         return
     after = build.set_condition(before, vocabulary.CONDITION_INFEASIBLE, status, reason, message,

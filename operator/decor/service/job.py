@@ -228,8 +228,6 @@ class JobController:
         """What the job asks of this period's planner (``jobperiod.job_demand``)."""
         period = request.period
         spec, now = period.spec, period.now_s
-        planned = float(self.status.get("stepsTotal") or spec.planned_steps)
-        done = float(self.status.get("stepsDone") or 0)
         creating = period.step == lifecycle.STEP_CREATE
         self._period = period
         self.demand = jobperiod.job_demand(
@@ -241,7 +239,7 @@ class JobController:
             need=request.need,
             planned_peak=request.planned_peak,
             starting=creating,
-            remaining=jobperiod.steps_remaining(period.observation, done, planned),
+            remaining=jobperiod.steps_left(self.status, spec, period.observation),
             current=request.current or 0.0,
             arrival_s=_created_s(period.body, period.start_s),
             admitted=jobperiod.admitted(creating, self.status.get("admission")),
