@@ -22,7 +22,11 @@ A job is due when its own period (``spec.control.periodSeconds``, at least the o
 minimum) has passed, or at once when its spec changed (a deadline patch wakes the loop); a
 job whose spec changed runs first and alone, ahead of the other due jobs. A period runs at
 most :data:`PERIOD_JOBS` due jobs, the longest overdue first, so that it stays short (and a
-patch's wait for the period in progress with it) however many jobs are due; a loop that has
+patch's wait for the period in progress with it) however many jobs are due. A period also
+runs, after the due ones, the jobs that will be due within :func:`ahead_s` (a tenth of their
+own period, at most a second): jobs due close together share a period's fixed work (the
+snapshot, the read, the plan over every job), and having run together they stay together,
+so the number of periods follows the spread of periods, not the number of jobs. A loop that has
 fallen behind (its longest-overdue job :data:`LAGGING_S` late) takes :data:`LAGGING_PERIOD_JOBS`
 instead, so that each period's fixed work (the snapshot, the read, the plan over every job)
 is shared by more jobs until it has caught up.
@@ -77,6 +81,17 @@ LAGGING_PERIOD_JOBS = 2 * PERIOD_JOBS
 period's fixed work (snapshot, progress read, plan) is about 150 ms against about 6 ms per
 job: twice the jobs per period is about a fifth more jobs a second, and a job whose spec
 changed waits for a period about twice as long (a few tenths of a second) while it lasts."""
+
+
+AHEAD_S = 1.0
+"""The most a job is run ahead of its period's end to share a period with the due jobs."""
+AHEAD_SHARE = 0.1
+"""...and at most this share of its own period (a 2 s period: 0.2 s)."""
+
+
+def ahead_s(period_s: float) -> float:
+    """How long before its period's end a job may run with a period already running."""
+    return min(AHEAD_S, AHEAD_SHARE * period_s)
 
 
 LIMIT_RANGES_TTL_S = 30.0
@@ -278,7 +293,7 @@ class ControlLoop:
                 continue
             if key in woken:
                 changed.append(key)
-            elif controller.next_due_s <= now:
+            elif controller.next_due_s <= now + ahead_s(controller.period_s):
                 due.append(key)
         if changed:
             changed.sort()
@@ -286,13 +301,16 @@ class ControlLoop:
                 self._woken.update(changed[PERIOD_JOBS:])
             changed = changed[:PERIOD_JOBS]
         else:
-            # New jobs (next_due_s -inf) first, then the longest overdue.
+            # New jobs (next_due_s -inf) first, then the longest overdue, then those run
+            # ahead: only a period with a job that is due runs any.
             due = sorted(due, key=lambda k: (self.controllers[k].next_due_s, k))
+            if due and self.controllers[due[0]].next_due_s > now:
+                due = []
             behind = bool(due) and now - self.controllers[due[0]].next_due_s >= LAGGING_S
             due = due[: LAGGING_PERIOD_JOBS if behind else PERIOD_JOBS]
         for key in changed or due:
             lateness_s = now - self.controllers[key].next_due_s
-            if math.isfinite(lateness_s) and lateness_s >= 0:
+            if math.isfinite(lateness_s) and lateness_s >= 0:  # not those run ahead
                 self.metrics.period_lateness.observe(lateness_s)
         return sorted(changed or due)
 
