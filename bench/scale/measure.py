@@ -66,6 +66,14 @@ class JobPlan:
     max_allocation: float
 
 
+MAX_ALLOCATION = 4
+"""Every simulated job's max (cores or GPUs)."""
+NEED_MAX_SPEED_SHARE = 0.85
+"""A job's deadline needs at most this share of its workload's best speed up to its max: the
+rest is room for pods started late on a loaded bed and the simulated noise (a deadline that
+only the best speed makes measures the workload, not the law)."""
+
+
 def plan_jobs(
     count: int,
     *,
@@ -78,8 +86,10 @@ def plan_jobs(
 ) -> list[JobPlan]:
     """``count`` jobs, ``gpu_share`` of them GPU jobs, each sized so that the allocation the
     deadline needs is drawn from ``target_allocation`` (cores or GPUs): steps =
-    speed(target) x (deadline - start-up). ``rates``: workload -> callable(allocation) ->
-    steps/s (the simulator's curves). Deterministic for a ``seed``."""
+    speed(target) x (deadline - start-up), at most :data:`NEED_MAX_SPEED_SHARE` of the
+    workload's best speed up to its max (a workload that runs no faster above one core
+    needs less than one core). ``rates``: workload -> callable(allocation) -> steps/s (the
+    simulator's curves). Deterministic for a ``seed``."""
     rng = random.Random(seed)
     gpu_jobs = round(count * gpu_share)
     plans = []
@@ -93,7 +103,9 @@ def plan_jobs(
         target = rng.uniform(*target_allocation)
         if gpu:
             target = float(max(1, round(target)))
-        steps = max(1, round(rates[workload](target) * max(1.0, deadline_s - startup_s)))
+        best = max(rates[workload](float(cores)) for cores in range(1, MAX_ALLOCATION + 1))
+        speed = min(rates[workload](target), NEED_MAX_SPEED_SHARE * best)
+        steps = max(1, round(speed * max(1.0, deadline_s - startup_s)))
         epochs = 4
         plans.append(
             JobPlan(
@@ -104,7 +116,7 @@ def plan_jobs(
                 steps_per_epoch=max(1, math.ceil(steps / epochs)),
                 duration_s=round(deadline_s),
                 min_allocation=1.0 if gpu else 0.5,
-                max_allocation=4.0,
+                max_allocation=float(MAX_ALLOCATION),
             )
         )
     return plans

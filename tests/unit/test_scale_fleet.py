@@ -29,6 +29,15 @@ def test_cpu_curve_follows_the_thread_staircase_and_extrapolates_past_the_last_c
     assert RESNET.steps_per_s(0) == 0.0
 
 
+def test_a_cpu_curve_that_slows_at_its_last_core_goes_on_flat() -> None:
+    """Two cores slower than one (the LSTM profile): no faster at three or four than at two,
+    never faster than at one again (a floor above zero made four cores 8 % faster than one)."""
+    lstm = fleet.SpeedCurve("lstm", "cpu", ((0.5, 1.86), (1.0, 4.62), (1.5, 3.95), (2.0, 4.08)))
+    assert lstm.scaling_exponent() == 0.0
+    assert lstm.steps_per_s(3.0) == lstm.steps_per_s(4.0) == pytest.approx(4.08)
+    assert lstm.steps_per_s(4.0) < lstm.steps_per_s(1.0)
+
+
 def test_gpu_curve_is_sublinear_and_curves_load_from_the_measured_profiles() -> None:
     profiles = json.loads((REPO / "docs/benchmarks/results.json").read_text())["profiles"]
     curves = fleet.curves_from_profiles(profiles)
@@ -36,8 +45,9 @@ def test_gpu_curve_is_sublinear_and_curves_load_from_the_measured_profiles() -> 
     gpu = curves["gpu"]
     assert gpu.steps_per_s(2) < 2 * gpu.steps_per_s(1)
     assert gpu.steps_per_s(2) > gpu.steps_per_s(1)
-    for name in ("resnet", "vgg", "lstm"):
+    for name in ("resnet", "vgg"):
         assert curves[name].steps_per_s(4) > curves[name].steps_per_s(1) > 0
+    assert curves["lstm"].steps_per_s(4) <= curves["lstm"].steps_per_s(1)  # its profile slows
 
 
 def trainer(**overrides: object) -> fleet.SimTrainer:

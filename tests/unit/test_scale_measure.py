@@ -38,6 +38,20 @@ def test_plan_jobs_is_deterministic_with_the_asked_gpu_share() -> None:
         assert 0.9 <= need <= 3.7
 
 
+def test_a_job_never_needs_more_than_its_share_of_the_workloads_best_speed() -> None:
+    """A workload that runs no faster above one core (LSTM's profile) is sized below its
+    speed at one core, whatever allocation was drawn: a deadline that only its best speed
+    makes (or that the simulated curve's shape alone made possible) measures the workload."""
+    flat = {w: (lambda u: 10.0 * min(u, 1.0)) for w in ("resnet", "vgg", "lstm", "gpu")}
+    sized = measure.plan_jobs(
+        20, gpu_share=0.0, duration_s=(100.0, 200.0), target_allocation=(1.2, 3.0),
+        rates=flat, startup_s=5.0, seed=3,
+    )  # fmt: skip
+    for p in sized:
+        speed = p.epochs * p.steps_per_epoch / (p.duration_s - 5.0)
+        assert speed <= measure.NEED_MAX_SPEED_SHARE * 10.0 * 1.02  # rounding of the steps
+
+
 def test_job_manifests_are_valid_jobs_for_kwok_nodes() -> None:
     for p in plans():
         body = measure.job_manifest(p, "scale", 10.0)
