@@ -92,6 +92,10 @@ def plan_jobs(
     simulator's curves). Deterministic for a ``seed``."""
     rng = random.Random(seed)
     gpu_jobs = round(count * gpu_share)
+    best = {  # each workload's best speed up to the max
+        name: max(rate(float(cores)) for cores in range(1, MAX_ALLOCATION + 1))
+        for name, rate in rates.items()
+    }
     plans = []
     for index in range(count):
         gpu = index % max(1, round(1 / gpu_share)) == 0 and gpu_jobs > 0 if gpu_share else False
@@ -103,8 +107,7 @@ def plan_jobs(
         target = rng.uniform(*target_allocation)
         if gpu:
             target = float(max(1, round(target)))
-        best = max(rates[workload](float(cores)) for cores in range(1, MAX_ALLOCATION + 1))
-        speed = min(rates[workload](target), NEED_MAX_SPEED_SHARE * best)
+        speed = min(rates[workload](target), NEED_MAX_SPEED_SHARE * best[workload])
         steps = max(1, round(speed * max(1.0, deadline_s - startup_s)))
         epochs = 4
         plans.append(

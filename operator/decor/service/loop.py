@@ -260,9 +260,10 @@ class ControlLoop:
         return woken
 
     def _due_jobs(self, snapshot: Snapshot, now: float, woken: set[Key]) -> list[Key]:
-        """Jobs whose period has come, at most :data:`PERIOD_JOBS` of them (a loop that has
-        fallen behind: :data:`LAGGING_PERIOD_JOBS`), the longest overdue first; controllers for new jobs are made and deleted jobs forgotten. Jobs
-        whose spec changed go first and alone: a deadline patch is answered without waiting
+        """Jobs whose period has come, then those due within :func:`ahead_s` (none unless one
+        has come), at most :data:`PERIOD_JOBS` of them (a loop that has fallen behind:
+        :data:`LAGGING_PERIOD_JOBS`), the longest overdue first; controllers for new jobs are
+        made and deleted jobs forgotten. Jobs whose spec changed go first and alone: a deadline patch is answered without waiting
         behind the period of every other due job (those follow in the next period, at once)."""
         for key in list(self.controllers):
             if key not in snapshot.jobs:
